@@ -1,0 +1,74 @@
+"""Helpers every domain's partitioned assets share: partition keys and scoring metadata."""
+
+from __future__ import annotations
+
+from dataclasses import dataclass
+
+from dagster import AssetExecutionContext, MaterializeResult, MetadataValue
+
+from inference.metrics import BatchMetrics
+from resources.storage import Published
+
+
+@dataclass(frozen=True)
+class PartitionReport:
+    """What scoring one partition did."""
+
+    date: str
+    metrics: BatchMetrics
+    published: Published
+
+
+def partition_dates(context: AssetExecutionContext) -> list[str]:
+    """The partitions this run covers: one for a normal run, several for a range backfill."""
+    return list(context.partition_keys)
+
+
+def log_partition(context: AssetExecutionContext, asset: str, report: PartitionReport) -> None:
+    m = report.metrics
+    context.log.info(
+        f"{asset} {report.date}: {m.rows_in} rows in, {m.rows_out} out in {m.seconds:.2f}s "
+        f"({m.rows_per_second:,.0f} rows/s, {m.batches} batches) -> {report.published.uri}"
+    )
+
+
+def scoring_result(
+    reports: list[PartitionReport],
+    *,
+    model_version: str,
+    device: str,
+    model_loads: int,
+    extra: dict | None = None,
+) -> MaterializeResult:
+    """Metadata the UI plots per partition: rows, time, throughput, batches, model, device.
+
+    For a range backfill the figures are totals over the range, with one table row per
+    partition beside them.
+    """
+    total = BatchMetrics(started=0.0)
+    total.finished = sum(r.metrics.seconds for r in reports)
+    for r in reports:
+        total.rows_in += r.metrics.rows_in
+        total.rows_out += r.metrics.rows_out
+        total.batches += r.metrics.batches
+        total.compute_seconds += r.metrics.compute_seconds
+    metadata: dict = {
+        **total.as_dict(),
+        "dagster/row_count": total.rows_out,
+        "model_version": model_version,
+        "device": device,
+        "model_loads": model_loads,
+        "partitions": len(reports),
+        "output": MetadataValue.path(reports[-1].published.uri) if reports else "",
+    }
+    if len(reports) > 1:
+        rows = "\n".join(
+            f"| {r.date} | {r.metrics.rows_in} | {r.metrics.rows_out} | {r.metrics.seconds:.2f} "
+            f"| {r.published.uri} |"
+            for r in reports
+        )
+        metadata["per_partition"] = MetadataValue.md(
+            "| date | rows in | rows out | seconds | output |\n|---|---|---|---|---|\n" + rows
+        )
+    metadata.update(extra or {})
+    return MaterializeResult(metadata=metadata)

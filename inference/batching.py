@@ -1,0 +1,119 @@
+"""Turning a stream of record batches into model-sized batches."""
+
+from __future__ import annotations
+
+import queue
+import threading
+from collections.abc import Iterable, Iterator, Sequence
+from typing import TypeVar
+
+import numpy as np
+import pyarrow as pa
+
+T = TypeVar("T")
+_DONE = object()
+
+
+def rebatch(batches: Iterable[pa.RecordBatch], size: int) -> Iterator[pa.RecordBatch]:
+    """Re-cuts a stream of record batches into batches of exactly ``size`` rows (last smaller).
+
+    Only up to ``size`` rows are held at a time, so memory stays flat however large the input.
+    """
+    if size < 1:
+        raise ValueError(f"batch size must be positive, got {size}")
+    pending: list[pa.RecordBatch] = []
+    held = 0
+    for batch in batches:
+        offset = 0
+        while offset < batch.num_rows:
+            take = min(size - held, batch.num_rows - offset)
+            pending.append(batch.slice(offset, take))
+            held += take
+            offset += take
+            if held == size:
+                yield _concat(pending)
+                pending, held = [], 0
+    if held:
+        yield _concat(pending)
+
+
+def _concat(parts: list[pa.RecordBatch]) -> pa.RecordBatch:
+    if len(parts) == 1:
+        return parts[0]
+    return pa.Table.from_batches(parts).combine_chunks().to_batches()[0]
+
+
+def length_buckets(
+    lengths: Sequence[int] | np.ndarray, max_batch_tokens: int, max_batch_size: int
+) -> list[np.ndarray]:
+    """Groups item indices into batches of similar length under a padded-token budget.
+
+    Items are sorted by length so each batch pads to a length close to its items' own; a batch
+    closes when its padded size (``len(batch) * longest``) would pass ``max_batch_tokens`` or it
+    holds ``max_batch_size`` items. An item longer than the budget gets a batch of its own.
+
+    Returns:
+        index arrays into ``lengths``, longest batches first (memory problems show up early).
+    """
+    lengths = np.asarray(lengths)
+    order = np.argsort(-lengths, kind="stable")
+    batches: list[np.ndarray] = []
+    start = 0
+    while start < len(order):
+        longest = max(int(lengths[order[start]]), 1)
+        fit = max(1, min(max_batch_size, max_batch_tokens // longest))
+        batches.append(order[start : start + fit])
+        start += fit
+    return batches
+
+
+def padding_ratio(lengths: Sequence[int] | np.ndarray, batches: list[np.ndarray]) -> float:
+    """Fraction of padded token slots that are padding."""
+    lengths = np.asarray(lengths)
+    padded = sum(len(b) * int(lengths[b].max()) for b in batches if len(b))
+    real = int(lengths.sum())
+    return 1.0 - real / padded if padded else 0.0
+
+
+def prefetch(items: Iterable[T], depth: int = 2) -> Iterator[T]:
+    """Produces ``items`` in a background thread, up to ``depth`` ahead of the consumer.
+
+    Reading and decoding the next batches then overlaps the model call on the current one.
+    An exception in the producer is re-raised in the consumer.
+    """
+    buffer: queue.Queue = queue.Queue(maxsize=max(1, depth))
+    stop = threading.Event()
+
+    def produce() -> None:
+        try:
+            for item in items:
+                if stop.is_set():
+                    return
+                buffer.put(item)
+        except BaseException as exc:  # handed to the consumer, which re-raises it
+            buffer.put(_Failure(exc))
+            return
+        buffer.put(_DONE)
+
+    thread = threading.Thread(target=produce, name="nightshift-prefetch", daemon=True)
+    thread.start()
+    try:
+        while True:
+            item = buffer.get()
+            if item is _DONE:
+                return
+            if isinstance(item, _Failure):
+                raise item.exc
+            yield item
+    finally:
+        stop.set()
+        while thread.is_alive():
+            try:
+                buffer.get_nowait()
+            except queue.Empty:
+                thread.join(timeout=0.05)
+
+
+class _Failure:
+    def __init__(self, exc: BaseException):
+        self.exc = exc

@@ -1,0 +1,85 @@
+"""Choosing the device, precision and CPU threads the engine runs on."""
+
+from __future__ import annotations
+
+import os
+from dataclasses import dataclass
+
+import torch
+
+DEVICES = ("auto", "cpu", "cuda", "mps")
+PRECISIONS = ("auto", "fp32", "bf16", "fp16")
+
+
+@dataclass(frozen=True)
+class Runtime:
+    """Where and in which precision models run."""
+
+    device: torch.device
+    dtype: torch.dtype
+
+    @property
+    def autocast(self) -> bool:
+        return self.dtype != torch.float32
+
+    def describe(self) -> str:
+        name = str(self.device)
+        if self.device.type == "cuda":
+            name = f"{name} ({torch.cuda.get_device_name(self.device)})"
+        return f"{name}, {str(self.dtype).removeprefix('torch.')}"
+
+
+def resolve_device(spec: str = "auto") -> torch.device:
+    """Turns ``auto|cpu|cuda|cuda:N|mps`` into a device, failing clearly if it is absent.
+
+    Args:
+        spec: the configured device; ``auto`` picks CUDA, then MPS, then CPU.
+    """
+    kind = spec.split(":", 1)[0]
+    if kind not in DEVICES:
+        raise ValueError(f"unknown device '{spec}': expected one of auto, cpu, cuda, cuda:N, mps")
+    if spec == "auto":
+        if torch.cuda.is_available():
+            return torch.device("cuda")
+        if torch.backends.mps.is_available():
+            return torch.device("mps")
+        return torch.device("cpu")
+    if kind == "cuda" and not torch.cuda.is_available():
+        raise RuntimeError(f"device '{spec}' requested but CUDA is not available on this machine")
+    if kind == "mps" and not torch.backends.mps.is_available():
+        raise RuntimeError(f"device '{spec}' requested but MPS is not available on this machine")
+    return torch.device(spec)
+
+
+def resolve_dtype(precision: str, device: torch.device) -> torch.dtype:
+    """Picks the compute precision: ``auto`` is bf16 on GPUs that support it, else fp32.
+
+    CPU stays fp32 under ``auto``: bf16 matmuls on CPUs without AMX are slower, not faster.
+    """
+    if precision not in PRECISIONS:
+        raise ValueError(f"unknown precision '{precision}': expected one of {', '.join(PRECISIONS)}")
+    if precision == "fp32":
+        return torch.float32
+    if precision == "bf16":
+        return torch.bfloat16
+    if precision == "fp16":
+        return torch.float16
+    if device.type == "cuda" and torch.cuda.is_bf16_supported():
+        return torch.bfloat16
+    return torch.float32
+
+
+def configure_cpu_threads(threads: int | None = None) -> int:
+    """Sets torch's intra-op threads to the cores this process may use, and returns it."""
+    if threads is None:
+        try:
+            threads = len(os.sched_getaffinity(0))
+        except AttributeError:
+            threads = os.cpu_count() or 1
+    torch.set_num_threads(max(1, threads))
+    return torch.get_num_threads()
+
+
+def make_runtime(device: str = "auto", precision: str = "auto") -> Runtime:
+    resolved = resolve_device(device)
+    return Runtime(device=resolved, dtype=resolve_dtype(precision, resolved))
