@@ -1,0 +1,32 @@
+"""The one Definitions object the workspace loads: every domain, plus cross-cutting policy."""
+
+from __future__ import annotations
+
+import os
+
+from dagster import Definitions
+
+from assets import fraud, recommendations, summaries
+from orchestration.jobs import pipeline_jobs, training_jobs
+from orchestration.resources import build_resources
+from orchestration.schedules import schedules
+from orchestration.sensors import landing_sensor
+
+
+def build_definitions(env: str = "local") -> Definitions:
+    """Merges the three domains with jobs, schedules, sensors and the environment's resources."""
+    return Definitions.merge(
+        fraud.defs,
+        recommendations.defs,
+        summaries.defs,
+        Definitions(
+            jobs=[*pipeline_jobs, *training_jobs],
+            schedules=schedules,
+            sensors=[landing_sensor],
+            resources=build_resources(env),
+        ),
+    )
+
+
+# The environment is chosen once, when the code location loads.
+defs = build_definitions(os.environ.get("NIGHTSHIFT_ENV", "local"))

@@ -1,0 +1,53 @@
+"""Jobs: one per pipeline (scores, training the model first where none exists) and retraining."""
+
+from __future__ import annotations
+
+from dagster import AssetSelection, Backoff, Jitter, RetryPolicy, define_asset_job
+
+from orchestration.partitions import daily_partitions
+
+# Errors in user code (bad model, bad data) get a small budget with backoff, then fail loudly.
+# Errors that a retry cannot fix (a missing landing partition) raise Failure(allow_retries=False).
+ERROR_RETRY_POLICY = RetryPolicy(
+    max_retries=2, delay=5, backoff=Backoff.EXPONENTIAL, jitter=Jitter.PLUS_MINUS
+)
+
+PIPELINES: dict[str, list[str]] = {
+    "fraud_scoring_job": ["transactions", "fraud_model", "fraud_scores", "fraud_alerts"],
+    "recommendations_job": ["interactions", "recommendation_model", "user_recommendations"],
+    "daily_summaries_job": ["documents", "document_summaries", "daily_digest"],
+}
+
+# Which landing dataset feeds which job: the landing sensor and the CLI share this.
+LANDING_TRIGGERS: dict[str, str] = {
+    "transactions": "fraud_scoring_job",
+    "interactions": "recommendations_job",
+    "documents": "daily_summaries_job",
+}
+
+MODELS: dict[str, str] = {
+    "fraud_training_job": "fraud_model",
+    "recommendations_training_job": "recommendation_model",
+}
+
+pipeline_jobs = [
+    define_asset_job(
+        name,
+        selection=AssetSelection.assets(*keys),
+        partitions_def=daily_partitions,
+        op_retry_policy=ERROR_RETRY_POLICY,
+        description=f"Scores one day (or a range in one run): {', '.join(keys)}.",
+    )
+    for name, keys in PIPELINES.items()
+]
+
+training_jobs = [
+    define_asset_job(
+        name,
+        selection=AssetSelection.assets(model),
+        config={"ops": {model: {"config": {"retrain": True}}}},
+        op_retry_policy=ERROR_RETRY_POLICY,
+        description=f"Retrains {model} from the labelled history on demand and makes it current.",
+    )
+    for name, model in MODELS.items()
+]

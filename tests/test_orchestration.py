@@ -1,0 +1,97 @@
+"""Definitions load; every environment's resources build; schedules and the landing sensor evaluate."""
+
+from __future__ import annotations
+
+import datetime as dt
+import json
+
+import pytest
+from dagster import DagsterInstance, build_schedule_context, build_sensor_context
+
+from orchestration.definitions import build_definitions, defs
+from orchestration.jobs import LANDING_TRIGGERS, PIPELINES
+from orchestration.resources import ENVIRONMENTS, build_resources
+from orchestration.sensors import landing_sensor
+from resources.storage import StorageResource
+
+CONTRACT_ASSETS = {
+    "transactions", "fraud_model", "fraud_scores", "fraud_alerts",
+    "interactions", "recommendation_model", "user_recommendations",
+    "documents", "document_summaries", "daily_digest",
+}
+
+
+def test_definitions_load_with_every_contract_asset() -> None:
+    repo = defs.get_repository_def()
+    keys = {k.to_user_string() for k in repo.asset_graph.get_all_asset_keys()}
+    assert CONTRACT_ASSETS <= keys
+    for job in [*PIPELINES, "fraud_training_job", "recommendations_training_job"]:
+        assert defs.get_job_def(job) is not None
+    assert {s.name for s in repo.schedule_defs} == {f"{j}_schedule" for j in PIPELINES}
+    assert [s.name for s in repo.sensor_defs] == ["landing_sensor"]
+
+
+@pytest.mark.parametrize("env", ENVIRONMENTS)
+def test_every_environment_builds(env: str, monkeypatch: pytest.MonkeyPatch) -> None:
+    monkeypatch.setenv("NIGHTSHIFT_DATA_ROOT", "s3://bucket/prefix")
+    monkeypatch.setenv("AWS_REGION", "us-east-1")
+    resources = build_resources(env)
+    assert set(resources) == {"storage", "inference"}
+    build_definitions(env).get_repository_def().get_all_jobs()
+
+
+def test_unknown_environment_is_a_clear_error() -> None:
+    with pytest.raises(ValueError, match="unknown NIGHTSHIFT_ENV 'prod'"):
+        build_resources("prod")
+
+
+@pytest.mark.parametrize(
+    ("job", "hour"),
+    [("fraud_scoring_job", 2), ("recommendations_job", 3), ("daily_summaries_job", 5)],
+)
+def test_schedules_request_the_day_that_just_ended(job: str, hour: int) -> None:
+    schedule = defs.get_repository_def().get_schedule_def(f"{job}_schedule")
+    assert schedule.cron_schedule == f"0 {hour} * * *"
+    when = dt.datetime(2026, 3, 5, hour, 0, tzinfo=dt.UTC)
+    with DagsterInstance.ephemeral() as instance:
+        context = build_schedule_context(instance=instance, scheduled_execution_time=when)
+        requests = schedule.evaluate_tick(context).run_requests
+    assert [r.partition_key for r in requests] == ["2026-03-04"]
+
+
+def _sensor_tick(cursor: str | None, data_root: str):
+    with DagsterInstance.ephemeral() as instance:
+        context = build_sensor_context(
+            instance=instance, cursor=cursor, resources={"storage": StorageResource(data_root=data_root)},
+            repository_def=defs.get_repository_def(),
+        )
+        return landing_sensor(context)
+
+
+def test_landing_sensor_launches_each_new_partition_once(store, data_root) -> None:
+    import pyarrow as pa
+
+    today = dt.datetime.now(dt.UTC).date()
+    days = [(today - dt.timedelta(days=n)).isoformat() for n in (2, 1, 0)]
+    for day in days:
+        store.write_landing("transactions", day, pa.table({"x": [1]}))
+    store.write_landing("documents", days[1], pa.table({"x": [1]}))
+
+    first = _sensor_tick(None, str(data_root))
+    launched = sorted((r.job_name, r.partition_key, r.run_key) for r in first.run_requests)
+    # Today's folder is not a partition until the day is over.
+    assert launched == [
+        ("daily_summaries_job", days[1], f"documents:{days[1]}"),
+        ("fraud_scoring_job", days[0], f"transactions:{days[0]}"),
+        ("fraud_scoring_job", days[1], f"transactions:{days[1]}"),
+    ]
+    assert set(json.loads(first.cursor)) == set(LANDING_TRIGGERS)
+
+    second = _sensor_tick(first.cursor, str(data_root))
+    assert not second.run_requests and second.skip_reason is not None
+
+    store.write_landing("interactions", days[1], pa.table({"x": [1]}))
+    third = _sensor_tick(second.cursor, str(data_root))
+    assert [(r.job_name, r.partition_key) for r in third.run_requests] == [
+        ("recommendations_job", days[1])
+    ]

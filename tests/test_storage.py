@@ -1,0 +1,107 @@
+"""Storage behind one interface, on a local folder and on a local S3-compatible server."""
+
+from __future__ import annotations
+
+import datetime as dt
+
+import boto3
+import pyarrow as pa
+import pyarrow.parquet as pq
+import pytest
+
+from resources.storage import DataStore, LandingDataError
+
+SCHEMA = pa.schema([("id", pa.string()), ("amount", pa.float64()),
+                    ("ts", pa.timestamp("us", tz="UTC"))])
+
+
+def _table(n: int, start: int = 0) -> pa.Table:
+    ts = [dt.datetime(2026, 3, 1, tzinfo=dt.UTC)] * n
+    return pa.table({"id": [f"t{i}" for i in range(start, start + n)],
+                     "amount": [float(i) for i in range(n)], "ts": ts}, schema=SCHEMA)
+
+
+@pytest.fixture(scope="module")
+def s3_server():
+    from moto.server import ThreadedMotoServer
+
+    server = ThreadedMotoServer(ip_address="127.0.0.1", port=0, verbose=False)
+    server.start()
+    host, port = server.get_host_and_port()
+    yield f"http://{host}:{port}"
+    server.stop()
+
+
+@pytest.fixture(params=["local", "s3"])
+def any_store(request, tmp_path, monkeypatch) -> DataStore:
+    if request.param == "local":
+        return DataStore(str(tmp_path / "data"))
+    endpoint = request.getfixturevalue("s3_server")
+    for key, value in {"AWS_ACCESS_KEY_ID": "test", "AWS_SECRET_ACCESS_KEY": "test",
+                       "AWS_DEFAULT_REGION": "us-east-1"}.items():
+        monkeypatch.setenv(key, value)
+    bucket = f"nightshift-{tmp_path.name.lower().replace('_', '-')[-40:]}"
+    boto3.client("s3", endpoint_url=endpoint, region_name="us-east-1").create_bucket(Bucket=bucket)
+    return DataStore(f"s3://{bucket}/prefix", s3_endpoint=endpoint, s3_region="us-east-1")
+
+
+def test_landing_round_trip_and_stream(any_store: DataStore) -> None:
+    any_store.write_landing("tx", "2026-03-01", _table(1000))
+    assert any_store.landing_dates("tx") == ["2026-03-01"]
+    assert any_store.count_landing("tx", "2026-03-01", SCHEMA) == 1000
+    batches = list(any_store.iter_landing("tx", "2026-03-01", SCHEMA, batch_size=300))
+    assert sum(b.num_rows for b in batches) == 1000 and max(b.num_rows for b in batches) <= 300
+
+
+def test_missing_partition_names_dataset_date_and_path(any_store: DataStore) -> None:
+    with pytest.raises(LandingDataError) as err:
+        any_store.count_landing("tx", "2026-03-02", SCHEMA)
+    message = str(err.value)
+    assert "'tx'" in message and "2026-03-02" in message and "landing/tx/date=2026-03-02" in message
+
+
+def test_missing_column_and_wrong_type_name_file_and_column(any_store: DataStore) -> None:
+    any_store.write_landing("tx", "2026-03-01", _table(5).drop_columns(["amount"]))
+    with pytest.raises(LandingDataError, match=r"part-00000\.parquet.*'amount'.*missing"):
+        any_store.count_landing("tx", "2026-03-01", SCHEMA)
+    bad = _table(5).set_column(1, "amount", pa.array(["x"] * 5))
+    any_store.write_landing("tx", "2026-03-01", bad)
+    with pytest.raises(LandingDataError, match=r"part-00000\.parquet.*'amount' has type string"):
+        any_store.count_landing("tx", "2026-03-01", SCHEMA)
+
+
+def test_publish_replaces_a_partition_instead_of_appending(any_store: DataStore) -> None:
+    first = any_store.publish("scores", "2026-03-01", [_table(10)], SCHEMA)
+    again = any_store.publish("scores", "2026-03-01", iter(_table(7, 100).to_batches()), SCHEMA)
+    assert (first.rows, again.rows) == (10, 7)
+    out = any_store.read_output("scores", "2026-03-01")
+    assert out.num_rows == 7 and out.column("id")[0].as_py() == "t100"
+
+
+def test_failed_publish_keeps_the_previous_output(any_store: DataStore) -> None:
+    any_store.publish("scores", "2026-03-01", [_table(10)], SCHEMA)
+
+    def failing():
+        yield _table(3)
+        raise RuntimeError("model crashed mid-partition")
+
+    with pytest.raises(RuntimeError, match="mid-partition"):
+        any_store.publish("scores", "2026-03-01", failing(), SCHEMA)
+    assert any_store.read_output("scores", "2026-03-01").num_rows == 10
+
+
+def test_unreadable_file_names_the_file(store: DataStore) -> None:
+    path = store.landing_path("tx", "2026-03-01")
+    store.fs.create_dir(path, recursive=True)
+    with open(f"{path}/part-00000.parquet", "wb") as f:
+        f.write(b"PAR1 not really parquet")
+    with pytest.raises(LandingDataError, match=r"unreadable parquet file .*part-00000\.parquet"):
+        store.count_landing("tx", "2026-03-01", SCHEMA)
+
+
+def test_narrower_integer_types_are_accepted(store: DataStore) -> None:
+    path = store.landing_path("n", "2026-03-01")
+    store.fs.create_dir(path, recursive=True)
+    pq.write_table(pa.table({"n": pa.array([1, 2], pa.int32())}), f"{path}/a.parquet")
+    table = store.read_landing("n", "2026-03-01", pa.schema([("n", pa.int64())]))
+    assert table.column("n").type == pa.int64() and table.num_rows == 2
