@@ -2,12 +2,29 @@
 
 from __future__ import annotations
 
+from collections.abc import Iterator
+from contextlib import contextmanager
 from dataclasses import dataclass
 
-from dagster import AssetExecutionContext, MaterializeResult, MetadataValue
+from dagster import AssetExecutionContext, Failure, MaterializeResult, MetadataValue
 
+from inference.generate import CheckpointError
 from inference.metrics import BatchMetrics
-from resources.storage import Published
+from inference.modelstore import ModelNotFoundError
+from resources.storage import LandingDataError, Published
+
+# Problems that will be the same on a retry: missing or malformed landing data, no trained
+# model, an unusable checkpoint.
+PERMANENT_INPUT_ERRORS = (LandingDataError, ModelNotFoundError, CheckpointError)
+
+
+@contextmanager
+def fail_fast_on_bad_input() -> Iterator[None]:
+    """Fails the step at once with the reason, instead of spending the retry budget on it."""
+    try:
+        yield
+    except PERMANENT_INPUT_ERRORS as exc:
+        raise Failure(description=str(exc), allow_retries=False) from exc
 
 
 @dataclass(frozen=True)

@@ -84,7 +84,7 @@ def _cmd_run(args: argparse.Namespace) -> int:
     with DagsterInstance.get() as instance:
         for job_name in args.jobs or list(PIPELINES):
             print(f"running {job_name} for {args.date} ...", flush=True)
-            result = defs.get_job_def(job_name).execute_in_process(
+            result = defs.resolve_job_def(job_name).execute_in_process(
                 partition_key=args.date, instance=instance, raise_on_error=False
             )
             failed |= not result.success

@@ -26,7 +26,7 @@ def test_definitions_load_with_every_contract_asset() -> None:
     keys = {k.to_user_string() for k in repo.asset_graph.get_all_asset_keys()}
     assert CONTRACT_ASSETS <= keys
     for job in [*PIPELINES, "fraud_training_job", "recommendations_training_job"]:
-        assert defs.get_job_def(job) is not None
+        assert defs.resolve_job_def(job) is not None
     assert {s.name for s in repo.schedule_defs} == {f"{j}_schedule" for j in PIPELINES}
     assert [s.name for s in repo.sensor_defs] == ["landing_sensor"]
 

@@ -1,0 +1,179 @@
+"""Fraud assets: the day's transactions, the fraud model, each transaction's score, and alerts."""
+
+from dagster import (
+    AssetCheckSpec,
+    AssetExecutionContext,
+    BackfillPolicy,
+    Config,
+    MaterializeResult,
+    MetadataValue,
+    asset,
+)
+from pydantic import Field
+
+from assets.common import fail_fast_on_bad_input, log_partition, partition_dates, scoring_result
+from assets.fraud import pipeline
+from assets.fraud.checks import alert_check_result, score_check_results
+from assets.fraud.features import FEATURES
+from assets.fraud.model_metadata import model_metadata
+from assets.fraud.schemas import ALERTS, MODEL_NAME, SCORES, TRANSACTIONS, TRANSACTIONS_SCHEMA
+from inference.modelstore import ModelNotFoundError, current_version, load_model
+from inference.tabular import TrainConfig
+from orchestration.partitions import daily_partitions
+from resources.inference import InferenceResource
+from resources.storage import StorageResource
+
+GROUP = "fraud"
+
+
+@asset(
+    partitions_def=daily_partitions, backfill_policy=BackfillPolicy.single_run(), group_name=GROUP
+)
+def transactions(context: AssetExecutionContext, storage: StorageResource) -> MaterializeResult:
+    """Yesterday's card transactions as the payments platform lands them.
+
+    Materialising checks that every landing file carries the agreed columns and types and counts
+    the rows, so scoring never starts on a day that is missing or malformed.
+    """
+    store = storage.store()
+    counts = {}
+    for date in partition_dates(context):
+        with fail_fast_on_bad_input():
+            counts[date] = store.count_landing(TRANSACTIONS, date, TRANSACTIONS_SCHEMA)
+        where = store.uri(store.landing_path(TRANSACTIONS, date))
+        context.log.info(f"transactions {date}: {counts[date]} rows at {where}")
+    return MaterializeResult(
+        metadata={
+            "dagster/row_count": sum(counts.values()),
+            "partitions": len(counts),
+            "rows_per_partition": MetadataValue.json(counts),
+        }
+    )
+
+
+class FraudModelConfig(Config):
+    retrain: bool = Field(default=False, description="Train even if a current model exists.")
+    features: list[str] = Field(default=list(FEATURES), description="Feature columns to train on.")
+    history_days: int = Field(default=28, description="Most recent labelled days to train on.")
+    hidden: list[int] = Field(default=[64, 32], description="Hidden layer widths of the MLP.")
+    epochs: int = Field(default=40, description="Most epochs; training stops early on a plateau.")
+    batch_size: int = 1024
+    learning_rate: float = 2e-3
+    validation_fraction: float = 0.2
+    seed: int = 0
+
+
+@asset(group_name=GROUP, kinds={"pytorch"})
+def fraud_model(
+    context: AssetExecutionContext,
+    config: FraudModelConfig,
+    storage: StorageResource,
+    inference: InferenceResource,
+) -> MaterializeResult:
+    """The model that tells fraudulent card transactions from genuine ones.
+
+    An MLP over per-transaction features (amount against the account's usual, time of day,
+    channel, foreign or rare country, merchants new to the account, bursts of activity), trained
+    on the labelled history (confirmed fraud and chargebacks). The current model is reused
+    unless `retrain` is set; its metadata shows the validation AUPRC and ROC-AUC, the alert
+    threshold and the features with their normalisation.
+    """
+    store = storage.store()
+    if not config.retrain:
+        try:
+            stored = load_model(store.read_bytes, store.models_dir, MODEL_NAME)
+        except ModelNotFoundError:
+            context.log.info("no current fraud model: training one")
+        else:
+            context.log.info(f"reusing fraud model {stored.version} (set retrain to replace it)")
+            metadata = model_metadata(stored.manifest, stored.version)
+            return MaterializeResult(metadata={**metadata, "reused": True})
+
+    train_config = TrainConfig(
+        hidden=tuple(config.hidden), epochs=config.epochs, batch_size=config.batch_size,
+        learning_rate=config.learning_rate, validation_fraction=config.validation_fraction,
+        seed=config.seed,
+    )
+    version, manifest, seconds = pipeline.train_and_save(
+        store, config.features, config.history_days, train_config, inference.runtime.device,
+        context.log.info,
+    )
+    metadata = model_metadata(manifest, version)
+    return MaterializeResult(
+        metadata={**metadata, "reused": False, "training_seconds": round(seconds, 2)}
+    )
+
+
+@asset(
+    partitions_def=daily_partitions,
+    backfill_policy=BackfillPolicy.single_run(),
+    deps=[transactions, fraud_model],
+    group_name=GROUP,
+    kinds={"pytorch"},
+    check_specs=[
+        AssetCheckSpec("scores_in_unit_interval", asset=SCORES, blocking=True),
+        AssetCheckSpec("row_count_matches_input", asset=SCORES, blocking=True),
+    ],
+)
+def fraud_scores(
+    context: AssetExecutionContext, storage: StorageResource, inference: InferenceResource
+) -> MaterializeResult:
+    """The fraud probability of every transaction of the day, and whether it is flagged.
+
+    One row per transaction: `score` in [0, 1], `flagged` when the score reaches the model's
+    alert threshold, and the `model_version` that scored it. A range backfill loads the model once.
+    """
+    store = storage.store()
+    with fail_fast_on_bad_input():
+        version = current_version(store.read_bytes, store.models_dir, MODEL_NAME)
+    key = f"{MODEL_NAME}:{version}"
+    scorer = inference.model(key, lambda runtime: pipeline.load_scorer(store, version, runtime))
+    reports, batch_size = [], inference.max_batch_size
+    for date in partition_dates(context):
+        with fail_fast_on_bad_input():
+            report = pipeline.score_partition(store, date, scorer, version, batch_size)
+        log_partition(context, SCORES, report)
+        reports.append(report)
+    summary = pipeline.summarise_scores(store, [r.date for r in reports])
+    result = scoring_result(
+        reports, model_version=version, device=scorer.runtime.describe(),
+        model_loads=inference.load_count(key),
+        extra={"flagged": summary.flagged, "threshold": scorer.threshold},
+    )
+    return MaterializeResult(metadata=result.metadata, check_results=score_check_results(summary))
+
+
+@asset(
+    partitions_def=daily_partitions,
+    backfill_policy=BackfillPolicy.single_run(),
+    deps=[fraud_scores],
+    group_name=GROUP,
+    check_specs=[
+        AssetCheckSpec("alert_count_matches_flagged_scores", asset=ALERTS, blocking=True)
+    ],
+)
+def fraud_alerts(context: AssetExecutionContext, storage: StorageResource) -> MaterializeResult:
+    """The day's flagged transactions for the fraud team to review, highest score first.
+
+    Each alert carries the score and model version with the transaction's account, merchant,
+    amount, currency, time, channel and country.
+    """
+    store = storage.store()
+    dates = partition_dates(context)
+    per_day, flagged_amount = {}, 0.0
+    for date in dates:
+        with fail_fast_on_bad_input():
+            published, amount = pipeline.publish_alerts(store, date)
+        per_day[date] = published.rows
+        flagged_amount += amount
+        context.log.info(f"fraud_alerts {date}: {published.rows} alerts -> {published.uri}")
+    flagged, alerts = pipeline.count_alerts(store, dates)
+    return MaterializeResult(
+        metadata={
+            "dagster/row_count": sum(per_day.values()),
+            "alerts_per_partition": MetadataValue.json(per_day),
+            "flagged_amount": round(flagged_amount, 2),
+            "partitions": len(dates),
+        },
+        check_results=[alert_check_result(flagged, alerts)],
+    )

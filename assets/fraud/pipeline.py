@@ -1,0 +1,200 @@
+"""The fraud domain's steps as plain functions over a DataStore: the assets call these.
+
+Every step streams a landing partition in record batches; only the feature pre-pass holds a few
+columns of a whole partition, and only alerts (a small share of rows) are ever joined in memory.
+"""
+
+from __future__ import annotations
+
+from collections.abc import Callable, Iterator, Sequence
+from dataclasses import dataclass
+
+import numpy as np
+import pyarrow as pa
+import pyarrow.compute as pc
+import pyarrow.dataset as ds
+import torch
+
+from assets.common import PartitionReport
+from assets.fraud.features import (
+    FEATURE_COLUMNS,
+    PROFILE_COLUMNS,
+    PartitionProfile,
+    check_feature_names,
+)
+from assets.fraud.schemas import (
+    ALERTS,
+    ALERTS_SCHEMA,
+    LABELLED_SCHEMA,
+    MODEL_NAME,
+    SCORES,
+    SCORES_SCHEMA,
+    TRANSACTIONS,
+    TRANSACTIONS_LABELLED,
+    TRANSACTIONS_SCHEMA,
+)
+from inference.batching import rebatch
+from inference.device import Runtime
+from inference.metrics import BatchMetrics
+from inference.modelstore import load_model, save_model
+from inference.tabular import TabularScorer, TrainConfig, train_classifier
+from resources.storage import DataStore, Published
+
+
+def profile(store: DataStore, dataset: str, date: str, schema: pa.Schema) -> PartitionProfile:
+    """The feature pre-pass over one landing partition."""
+    batches = store.iter_landing(dataset, date, schema, columns=PROFILE_COLUMNS)
+    return PartitionProfile.build(batches)
+
+
+def training_set(
+    store: DataStore, dates: Sequence[str], features: Sequence[str], log: Callable[[str], None]
+) -> tuple[np.ndarray, np.ndarray]:
+    """Features and labels of the labelled history on ``dates``, each day featurised on its own."""
+    xs, ys = [], []
+    for date in dates:
+        context = profile(store, TRANSACTIONS_LABELLED, date, LABELLED_SCHEMA)
+        batches = store.iter_landing(
+            TRANSACTIONS_LABELLED, date, LABELLED_SCHEMA, columns=[*FEATURE_COLUMNS, "is_fraud"]
+        )
+        for batch in batches:
+            xs.append(context.features(batch, features))
+            ys.append(batch["is_fraud"].to_numpy(zero_copy_only=False).astype(np.int8))
+        log(f"labelled history {date}: {context.rows} transactions")
+    return np.concatenate(xs), np.concatenate(ys)
+
+
+def train_and_save(
+    store: DataStore,
+    features: Sequence[str],
+    history_days: int,
+    config: TrainConfig,
+    device: torch.device,
+    log: Callable[[str], None],
+) -> tuple[str, dict, float]:
+    """Trains on the most recent ``history_days`` of labelled history and makes it current.
+
+    Returns:
+        (version, manifest, training seconds).
+    """
+    check_feature_names(features)
+    dates = store.landing_dates(TRANSACTIONS_LABELLED)[-history_days:]
+    if not dates:
+        where = store.uri(store.path("landing", TRANSACTIONS_LABELLED))
+        raise FileNotFoundError(f"no labelled history to train on under {where}")
+    x, y = training_set(store, dates, features, log)
+    trained = train_classifier(x, y, features, config, device)
+    manifest = trained.manifest({"trained_on": {"dataset": TRANSACTIONS_LABELLED, "dates": dates}})
+    tensors = trained.tensors()
+    version = save_model(store.write_bytes, store.models_dir, MODEL_NAME, tensors, manifest)
+    log(
+        f"trained fraud model {version} on {len(y)} rows in {trained.seconds:.1f}s: "
+        f"AUPRC {trained.metrics['val_auprc']:.3f}, ROC-AUC {trained.metrics['val_roc_auc']:.3f}"
+    )
+    return version, manifest, trained.seconds
+
+
+def load_scorer(store: DataStore, version: str, runtime: Runtime) -> TabularScorer:
+    stored = load_model(store.read_bytes, store.models_dir, MODEL_NAME, version)
+    return TabularScorer.from_stored(stored.tensors, stored.manifest, runtime)
+
+
+def score_partition(
+    store: DataStore, date: str, scorer: TabularScorer, version: str, batch_size: int
+) -> PartitionReport:
+    """Scores one day of transactions in model-sized batches and publishes ``fraud_scores``."""
+    context = profile(store, TRANSACTIONS, date, TRANSACTIONS_SCHEMA)
+    metrics = BatchMetrics()
+    landing = store.iter_landing(
+        TRANSACTIONS, date, TRANSACTIONS_SCHEMA, columns=["transaction_id", *FEATURE_COLUMNS],
+        batch_size=batch_size,
+    )
+
+    def results() -> Iterator[pa.RecordBatch]:
+        scored = scorer.score_stream(
+            rebatch(landing, batch_size), lambda b: context.features(b, scorer.features), metrics
+        )
+        for batch, scores in scored:
+            yield pa.record_batch(
+                [
+                    batch["transaction_id"],
+                    pa.array(scores, pa.float32()),
+                    pa.array(scores >= np.float32(scorer.threshold)),
+                    pa.repeat(pa.scalar(version, pa.string()), len(scores)),
+                ],
+                schema=SCORES_SCHEMA,
+            )
+
+    published = store.publish(SCORES, date, results(), SCORES_SCHEMA)
+    return PartitionReport(date=date, metrics=metrics.finish(), published=published)
+
+
+def _output(store: DataStore, asset: str, date: str) -> ds.Dataset:
+    if not store.output_exists(asset, date):
+        raise FileNotFoundError(
+            f"'{asset}' has no published partition for {date} at "
+            f"{store.uri(store.output_path(asset, date))}: materialise it first"
+        )
+    return ds.dataset(store.output_path(asset, date), filesystem=store.fs, format="parquet")
+
+
+def publish_alerts(store: DataStore, date: str) -> tuple[Published, float]:
+    """Publishes the day's flagged transactions with their details, highest score first.
+
+    Returns:
+        where they went, and the flagged amount in total.
+    """
+    flagged = _output(store, SCORES, date).to_table(
+        columns=["transaction_id", "score", "model_version"], filter=pc.field("flagged")
+    )
+    ids = flagged["transaction_id"]
+    details = [
+        batch.filter(pc.is_in(batch["transaction_id"], value_set=ids))
+        for batch in store.iter_landing(TRANSACTIONS, date, TRANSACTIONS_SCHEMA)
+    ]
+    details = pa.Table.from_batches(details, schema=TRANSACTIONS_SCHEMA)
+    alerts = flagged.join(details, "transaction_id", join_type="inner")
+    if alerts.num_rows != flagged.num_rows:
+        raise ValueError(
+            f"{flagged.num_rows} transactions flagged on {date} but {alerts.num_rows} found in "
+            "landing: the landing partition changed after scoring; re-run fraud_scores"
+        )
+    alerts = alerts.sort_by([("score", "descending"), ("transaction_id", "ascending")])
+    published = store.publish(ALERTS, date, [alerts], ALERTS_SCHEMA)
+    return published, float(pc.sum(alerts["amount"]).as_py() or 0.0)
+
+
+@dataclass(frozen=True)
+class ScoresSummary:
+    """What the published ``fraud_scores`` partitions hold, read back for the checks."""
+
+    rows_in: int
+    rows_out: int
+    flagged: int
+    min_score: float
+    max_score: float
+    nulls: int
+
+
+def summarise_scores(store: DataStore, dates: Sequence[str]) -> ScoresSummary:
+    rows_in = rows_out = flagged = nulls = 0
+    low, high = float("inf"), float("-inf")
+    for date in dates:
+        rows_in += store.count_landing(TRANSACTIONS, date, TRANSACTIONS_SCHEMA)
+        table = _output(store, SCORES, date).to_table(columns=["score", "flagged"])
+        rows_out += table.num_rows
+        nulls += table["score"].null_count
+        flagged += int(pc.sum(table["flagged"]).as_py() or 0)
+        if table.num_rows:
+            extremes = pc.min_max(table["score"]).as_py()
+            low, high = min(low, extremes["min"]), max(high, extremes["max"])
+    return ScoresSummary(rows_in, rows_out, flagged, low, high, nulls)
+
+
+def count_alerts(store: DataStore, dates: Sequence[str]) -> tuple[int, int]:
+    """(flagged rows in fraud_scores, rows in fraud_alerts) over the dates."""
+    flagged = sum(
+        _output(store, SCORES, d).count_rows(filter=pc.field("flagged")) for d in dates
+    )
+    alerts = sum(_output(store, ALERTS, d).count_rows() for d in dates)
+    return flagged, alerts

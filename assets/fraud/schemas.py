@@ -1,0 +1,49 @@
+"""The fraud domain's data contracts: landing datasets and published outputs."""
+
+import pyarrow as pa
+
+TRANSACTIONS = "transactions"
+TRANSACTIONS_LABELLED = "transactions_labelled"
+MODEL_NAME = "fraud_model"
+SCORES = "fraud_scores"
+ALERTS = "fraud_alerts"
+
+TRANSACTIONS_SCHEMA = pa.schema(
+    [
+        ("transaction_id", pa.string()),
+        ("account_id", pa.string()),
+        ("merchant_id", pa.string()),
+        ("amount", pa.float64()),
+        ("currency", pa.string()),
+        ("ts", pa.timestamp("us", tz="UTC")),
+        ("channel", pa.string()),
+        ("country", pa.string()),
+    ]
+)
+
+# Labels arrive later (chargebacks, analyst decisions); one partition per transaction day.
+LABELLED_SCHEMA = TRANSACTIONS_SCHEMA.append(pa.field("is_fraud", pa.int8()))
+
+SCORES_SCHEMA = pa.schema(
+    [
+        ("transaction_id", pa.string()),
+        ("score", pa.float32()),
+        ("flagged", pa.bool_()),
+        ("model_version", pa.string()),
+    ]
+)
+
+ALERTS_SCHEMA = pa.schema(
+    [
+        ("transaction_id", pa.string()),
+        ("score", pa.float32()),
+        ("account_id", pa.string()),
+        ("merchant_id", pa.string()),
+        ("amount", pa.float64()),
+        ("currency", pa.string()),
+        ("ts", pa.timestamp("us", tz="UTC")),
+        ("channel", pa.string()),
+        ("country", pa.string()),
+        ("model_version", pa.string()),
+    ]
+)

@@ -1,0 +1,101 @@
+"""``daily_digest``: the day's topics, each with its documents, keywords and a short summary."""
+
+import time
+
+import pyarrow as pa
+from dagster import (
+    AssetExecutionContext,
+    BackfillPolicy,
+    Config,
+    MaterializeResult,
+    MetadataValue,
+    asset,
+)
+from pydantic import Field
+
+from assets.common import PartitionReport, log_partition, partition_dates, scoring_result
+from assets.summaries.document_summaries import ASSET as SUMMARIES, document_summaries
+from assets.summaries.models import encoder_key, sentence_encoder
+from inference.metrics import BatchMetrics
+from inference.text import Topic, build_digest
+from orchestration.partitions import daily_partitions
+from resources.inference import InferenceResource
+from resources.storage import StorageResource
+
+ASSET = "daily_digest"
+
+DIGEST_SCHEMA = pa.schema([
+    ("topic_id", pa.int32()),
+    ("label", pa.string()),
+    ("doc_count", pa.int64()),
+    ("doc_ids", pa.list_(pa.string())),
+    ("summary", pa.string()),
+])
+
+
+class DigestConfig(Config):
+    max_topics: int = Field(default=12, description="Most topics a day is split into; the number "
+                            "used is the one in 2..max_topics whose clusters separate best.")
+    summary_sentences: int = Field(default=3, description="Sentences in each topic's summary.")
+    keywords: int = Field(default=3, description="Keywords in each topic's label.")
+
+
+@asset(
+    partitions_def=daily_partitions,
+    backfill_policy=BackfillPolicy.single_run(),
+    deps=[document_summaries],
+    group_name="summaries",
+    kinds={"pytorch", "parquet"},
+)
+def daily_digest(
+    context: AssetExecutionContext,
+    config: DigestConfig,
+    storage: StorageResource,
+    inference: InferenceResource,
+) -> MaterializeResult:
+    """The topics of the day for the morning briefing: documents grouped by subject, one row
+    per topic with a keyword label, its document count and ids, and a short summary drawn from
+    the most representative sentences of its documents' summaries. Largest topic first.
+    """
+    store = storage.store()
+    encoder = sentence_encoder(inference)
+    reports, labels = [], {}
+    for date in partition_dates(context):
+        metrics = BatchMetrics()
+        day = store.read_output(SUMMARIES, date).select(["doc_id", "summary"])
+        started = time.perf_counter()
+        topics, embedded = build_digest(
+            encoder,
+            day.column("doc_id").to_pylist(),
+            day.column("summary").to_pylist(),
+            max_batch_tokens=inference.max_batch_tokens,
+            max_batch_size=inference.max_batch_size,
+            k_max=config.max_topics,
+            summary_sentences=config.summary_sentences,
+            keywords=config.keywords,
+        )
+        metrics.record_batch(day.num_rows, len(topics), time.perf_counter() - started)
+        published = store.publish(ASSET, date, [_table(topics)], DIGEST_SCHEMA)
+        reports.append(PartitionReport(date, metrics.finish(), published))
+        log_partition(context, ASSET, reports[-1])
+        labels[date] = [f"{t.label} ({len(t.doc_ids)})" for t in topics]
+    return scoring_result(
+        reports,
+        model_version=encoder.version,
+        device=inference.runtime.describe(),
+        model_loads=inference.load_count(encoder_key()),
+        extra={"topics": MetadataValue.json(labels)},
+    )
+
+
+def _table(topics: list[Topic]) -> pa.Table:
+    return pa.table(
+        {
+            "topic_id": [t.topic_id for t in topics],
+            "label": [t.label for t in topics],
+            "doc_count": [len(t.doc_ids) for t in topics],
+            "doc_ids": [t.doc_ids for t in topics],
+            "summary": [t.summary for t in topics],
+        },
+        schema=DIGEST_SCHEMA,
+    )

@@ -1,0 +1,219 @@
+"""Summaries domain: sentence encoder, extractive summaries, topic clustering, demo data, assets."""
+
+from pathlib import Path
+
+import pyarrow as pa
+import pyarrow.parquet as pq
+import pytest
+import torch
+import torch.nn.functional as F
+from dagster import Definitions, materialize
+
+from assets.summaries import defs
+from assets.summaries.checks import (
+    digest_covers_every_document,
+    document_ids_unique,
+    summaries_cover_every_document,
+    summaries_not_blank,
+)
+from assets.summaries.demo_data import generate_day
+from assets.summaries.digest import daily_digest
+from assets.summaries.document_summaries import document_summaries
+from assets.summaries.documents import DOCUMENTS_SCHEMA, documents
+from inference.device import make_runtime
+from inference.text import (
+    build_digest,
+    choose_clusters,
+    encode,
+    extractive_summaries,
+    load_sentence_encoder,
+    select_central,
+    split_sentences,
+)
+
+DAY = "2026-03-02"
+NEXT_DAY = "2026-03-03"
+RANGE_TAGS = {
+    "dagster/asset_partition_range_start": DAY,
+    "dagster/asset_partition_range_end": NEXT_DAY,
+}
+CHECKS = [document_ids_unique, summaries_cover_every_document, summaries_not_blank, digest_covers_every_document]
+
+
+@pytest.fixture(scope="module")
+def encoder():
+    return load_sentence_encoder(make_runtime("cpu", "fp32"))
+
+
+def failure_text(result) -> str:
+    return "\n".join(e.event_specific_data.error.to_string() for e in result.get_step_failure_events())
+
+
+def test_definitions_hold_the_contracted_assets_and_checks(resources):
+    assert {a.key.to_user_string() for a in defs.assets} == {"documents", "document_summaries", "daily_digest"}
+    assert len(list(defs.asset_checks)) == 4
+    Definitions.validate_loadable(Definitions.merge(defs, Definitions(resources=resources)))
+
+
+def test_embeddings_are_unit_norm_and_closer_for_similar_sentences(encoder):
+    texts = [
+        "The cat sat on the mat.",
+        "A kitten was resting on the rug.",
+        "Stock markets fell sharply after the central bank raised rates.",
+        "The cat sat on the mat.",
+    ]
+    out = encode(encoder, texts, max_batch_tokens=24, max_batch_size=8)
+    vectors = out.vectors
+    assert vectors.shape == (4, 384)
+    assert torch.allclose(vectors.norm(dim=1), torch.ones(4), atol=1e-5)
+    similarity = vectors @ vectors.T
+    assert similarity[0, 1] > similarity[0, 2] + 0.3
+    assert torch.allclose(vectors[0], vectors[3])
+    # A small token budget forces several length buckets; their results go back in input order.
+    single = torch.cat([encode(encoder, [t], 64, 8).vectors for t in texts[:3]])
+    assert out.model_calls >= 2
+    assert torch.allclose(vectors[:3], single, atol=1e-5)
+
+
+@pytest.mark.parametrize(
+    ("text", "expected"),
+    [
+        ("One. Two? Three!", ["One.", "Two?", "Three!"]),
+        ("Dr. Shah met U.S. officials. They agreed.", ["Dr. Shah met U.S. officials.", "They agreed."]),
+        ("Rates rose 3.5% today. J. Smith said so.", ["Rates rose 3.5% today.", "J. Smith said so."]),
+        ("First paragraph\n\nSecond one.", ["First paragraph", "Second one."]),
+        ('He said "yes." Then (briefly.) 2 left.', ['He said "yes."', "Then (briefly.)", "2 left."]),
+        ("", []),
+        (None, []),
+    ],
+)
+def test_split_sentences(text, expected):
+    assert split_sentences(text) == expected
+
+
+def test_extractive_summaries_are_in_order_sentences_of_the_document(encoder, store):
+    generate_day(store, DAY, scale=0.02, seed=3)
+    bodies = store.read_landing("documents", DAY, DOCUMENTS_SCHEMA)["body"].to_pylist()
+    summaries, embedded = extractive_summaries(
+        encoder, bodies, max_sentences=3, max_batch_tokens=2048, max_batch_size=64
+    )
+    assert len(summaries) == len(bodies) == 10
+    assert embedded.model_calls > 1
+    for body, summary in zip(bodies, summaries):
+        sentences, picked = split_sentences(body), split_sentences(summary)
+        assert 1 <= len(picked) <= 3
+        positions = [sentences.index(s) for s in picked]
+        assert positions == sorted(positions)
+        assert len(summary) < len(body)
+
+
+def test_empty_documents_and_days_give_empty_results(encoder):
+    summaries, embedded = extractive_summaries(
+        encoder, ["", None, "Only one sentence here."], max_sentences=3, max_batch_tokens=512,
+        max_batch_size=8,
+    )
+    assert summaries == ["", "", "Only one sentence here."]
+    assert embedded.model_calls == 1
+    topics, _ = build_digest(encoder, [], [], max_batch_tokens=512, max_batch_size=8)
+    assert topics == []
+
+
+def test_select_central_skips_duplicates_and_prefers_central_rows():
+    rows = torch.tensor([[1.0, 1.0, 0.0], [1.0, 1.0, 0.0], [1.0, 0.3, 0.5], [0.0, 0.0, 1.0]])
+    vectors = F.normalize(rows, dim=1)
+    assert select_central(vectors, 2, centre=torch.tensor([1.0, 1.0, 0.0])) == [0, 2]
+    # Once the duplicate is excluded, only three distinct rows remain to pick.
+    assert sorted(select_central(vectors, 4)) in ([0, 2, 3], [1, 2, 3])
+
+
+def test_choose_clusters_recovers_separated_groups():
+    generator = torch.Generator().manual_seed(0)
+    centres = torch.eye(8)[:3]
+    points = torch.cat([c + 0.1 * torch.randn(20, 8, generator=generator) for c in centres])
+    labels = choose_clusters(F.normalize(points, dim=1), k_max=6)
+    assert len(set(labels.tolist())) == 3
+    for group in range(3):
+        assert len(set(labels[group * 20 : (group + 1) * 20].tolist())) == 1
+
+
+def test_generate_day_is_deterministic(tmp_path: Path):
+    from resources.storage import DataStore
+
+    a, b, c = (DataStore(str(tmp_path / name)) for name in "abc")
+    assert generate_day(a, DAY, scale=0.1, seed=7) == {"documents": 50}
+    generate_day(b, DAY, scale=0.1, seed=7)
+    generate_day(c, DAY, scale=0.1, seed=8)
+    files = [Path(s.landing_files("documents", DAY)[0]).read_bytes() for s in (a, b, c)]
+    assert files[0] == files[1]
+    assert files[0] != files[2]
+    table = pq.read_table(a.landing_files("documents", DAY)[0])
+    assert table.schema.equals(DOCUMENTS_SCHEMA)
+    assert table["doc_id"].to_pylist() == sorted(set(table["doc_id"].to_pylist()))
+    lengths = [len(split_sentences(body)) for body in table["body"].to_pylist()]
+    assert min(lengths) >= 5 and max(lengths) <= 40
+    days = {t.date().isoformat() for t in table["published_at"].to_pylist()}
+    assert days == {DAY}
+
+
+def test_pipeline_summarises_and_digests_a_range_in_one_run(store, resources, instance):
+    for date in (DAY, NEXT_DAY):
+        generate_day(store, date, scale=0.03)
+    result = materialize(
+        [documents, document_summaries, daily_digest, *CHECKS],
+        resources=resources, instance=instance, tags=RANGE_TAGS,
+    )
+    assert result.success
+    assert all(check.passed for check in result.get_asset_check_evaluations())
+    metadata = {
+        e.asset_key.to_user_string(): e.step_materialization_data.materialization.metadata
+        for e in result.get_asset_materialization_events()
+    }
+    summary_meta = metadata["document_summaries"]
+    assert summary_meta["partitions"].value == 2
+    assert summary_meta["model_loads"].value == 1
+    assert summary_meta["rows_out"].value == 30
+    assert summary_meta["model_version"].value.startswith("all-MiniLM-L6-v2@")
+    assert metadata["daily_digest"]["rows_in"].value == 30
+    for date in (DAY, NEXT_DAY):
+        docs = store.read_landing("documents", date, DOCUMENTS_SCHEMA).to_pylist()
+        summaries = store.read_output("document_summaries", date).to_pylist()
+        assert [s["doc_id"] for s in summaries] == [d["doc_id"] for d in docs]
+        for doc, row in zip(docs, summaries):
+            assert set(split_sentences(row["summary"])) <= set(split_sentences(doc["body"]))
+        digest = store.read_output("daily_digest", date)
+        in_topics = [d for ids in digest["doc_ids"].to_pylist() for d in ids]
+        assert sorted(in_topics) == sorted(d["doc_id"] for d in docs)
+        assert digest["doc_count"].to_pylist() == [len(i) for i in digest["doc_ids"].to_pylist()]
+        assert digest["topic_id"].to_pylist() == list(range(digest.num_rows))
+        assert all(label and summary for label, summary in zip(digest["label"].to_pylist(), digest["summary"].to_pylist()))
+
+
+def test_missing_landing_partition_fails_and_publishes_nothing(store, resources, instance):
+    result = materialize(
+        [documents], partition_key=DAY, resources=resources, instance=instance, raise_on_error=False
+    )
+    assert not result.success
+    # A dagster Failure that forbids retries: a missing day will not appear on a retry.
+    assert result.get_step_failure_events()[0].event_specific_data.error.cls_name == "Failure"
+    message = failure_text(result)
+    assert "'documents'" in message and DAY in message
+    assert store.landing_path("documents", DAY) in message
+    result = materialize(
+        [document_summaries], partition_key=DAY, resources=resources, instance=instance,
+        raise_on_error=False,
+    )
+    assert not result.success
+    assert "landing partition missing" in failure_text(result)
+    assert not store.exists(store.output_path("document_summaries", DAY))
+
+
+def test_wrong_column_type_fails_naming_file_and_column(store, resources, instance):
+    bad = pa.table({"doc_id": ["a"], "published_at": pa.array([0], pa.timestamp("us", tz="UTC")),
+                    "title": ["t"], "body": [42]})
+    path = store.write_landing("documents", DAY, bad)
+    result = materialize(
+        [documents], partition_key=DAY, resources=resources, instance=instance, raise_on_error=False
+    )
+    assert not result.success
+    message = failure_text(result)
+    assert path in message and "'body'" in message
