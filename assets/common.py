@@ -6,12 +6,13 @@ from collections.abc import Iterator
 from contextlib import contextmanager
 from dataclasses import dataclass
 
+import pyarrow as pa
 from dagster import AssetExecutionContext, Failure, MaterializeResult, MetadataValue
 
 from inference.generate import CheckpointError
 from inference.metrics import BatchMetrics
 from inference.modelstore import ModelNotFoundError
-from resources.storage import LandingDataError, Published
+from resources.storage import DataStore, LandingDataError, Published
 
 # Problems that will be the same on a retry: missing or malformed landing data, no trained
 # model, an unusable checkpoint.
@@ -89,3 +90,27 @@ def scoring_result(
         )
     metadata.update(extra or {})
     return MaterializeResult(metadata=metadata)
+
+
+def landing_result(
+    context: AssetExecutionContext, store: DataStore, dataset: str, schema: pa.Schema
+) -> MaterializeResult:
+    """Validates each partition of a landing dataset against its contract and counts its rows.
+
+    Every source asset materialises through this, so a missing day or a malformed file fails
+    before any model runs, naming the dataset, date, file and column.
+    """
+    counts: dict[str, int] = {}
+    for date in partition_dates(context):
+        with fail_fast_on_bad_input():
+            counts[date] = store.count_landing(dataset, date, schema)
+        where = store.uri(store.landing_path(dataset, date))
+        context.log.info(f"{dataset} {date}: {counts[date]} rows at {where}")
+    return MaterializeResult(
+        metadata={
+            "dagster/row_count": sum(counts.values()),
+            "partitions": len(counts),
+            "rows_per_partition": MetadataValue.json(counts),
+            "output": MetadataValue.path(store.uri(store.landing_path(dataset, date))),
+        }
+    )

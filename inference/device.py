@@ -57,7 +57,9 @@ def resolve_dtype(precision: str, device: torch.device) -> torch.dtype:
     CPU stays fp32 under ``auto``: bf16 matmuls on CPUs without AMX are slower, not faster.
     """
     if precision not in PRECISIONS:
-        raise ValueError(f"unknown precision '{precision}': expected one of {', '.join(PRECISIONS)}")
+        raise ValueError(
+            f"unknown precision '{precision}': expected one of {', '.join(PRECISIONS)}"
+        )
     if precision == "fp32":
         return torch.float32
     if precision == "bf16":

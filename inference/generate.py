@@ -149,7 +149,7 @@ def generate_summaries(
             if not generator.is_encoder_decoder:
                 tokens = tokens[:, batch["input_ids"].shape[1] :]
             texts_out = tokenizer.batch_decode(tokens, skip_special_tokens=True)
-            for index, text in zip(bucket, texts_out):
+            for index, text in zip(bucket, texts_out, strict=True):
                 out[index] = text.strip()
             generated.batch_sizes.append(len(bucket))
     return generated
@@ -160,7 +160,8 @@ def _truncate(
 ) -> list[str]:
     ids = tokenizer(list(texts), add_special_tokens=False)["input_ids"]
     return [
-        text if len(tokens) <= max_tokens
+        text
+        if len(tokens) <= max_tokens
         else tokenizer.decode(tokens[:max_tokens], skip_special_tokens=True)
-        for text, tokens in zip(texts, ids)
+        for text, tokens in zip(texts, ids, strict=True)
     ]

@@ -74,7 +74,9 @@ def current_version(read: ReadBytes, models_dir: str, name: str) -> str:
         ) from exc
 
 
-def load_model(read: ReadBytes, models_dir: str, name: str, version: str | None = None) -> StoredModel:
+def load_model(
+    read: ReadBytes, models_dir: str, name: str, version: str | None = None
+) -> StoredModel:
     """Loads a model version (the current one by default) and verifies its hash."""
     version = version or current_version(read, models_dir, name)
     folder = f"{models_dir}/{name}/{version}"
@@ -83,4 +85,6 @@ def load_model(read: ReadBytes, models_dir: str, name: str, version: str | None 
     stripped = {k: v for k, v in manifest.items() if k not in ("name", "version")}
     if model_version(weights, stripped) != version:
         raise ValueError(f"model '{name}' version {version} at {folder} fails its content hash")
-    return StoredModel(name=name, version=version, tensors=load_safetensors(weights), manifest=manifest)
+    return StoredModel(
+        name=name, version=version, tensors=load_safetensors(weights), manifest=manifest
+    )

@@ -86,7 +86,9 @@ def best_f1_threshold(y_true: np.ndarray, scores: np.ndarray) -> tuple[float, fl
     """
     precision, recall, thresholds = precision_recall_curve(y_true, scores)
     f1 = np.divide(
-        2 * precision * recall, precision + recall, out=np.zeros_like(precision),
+        2 * precision * recall,
+        precision + recall,
+        out=np.zeros_like(precision),
         where=(precision + recall) > 0,
     )
     best = int(np.argmax(f1))

@@ -187,9 +187,44 @@ _BOUNDARY = re.compile(r"(?:(?<=[.!?])|(?<=[.!?][\"')\]]))\s+(?=[\"'(\[]?[A-Z0-9
 _PARAGRAPH = re.compile(r"\n\s*\n")
 # A period after these is not a sentence end; single capitals cover initials ("J. Smith").
 _ABBREVIATIONS = {
-    "mr", "mrs", "ms", "dr", "prof", "sr", "jr", "st", "mt", "gen", "gov", "sen", "rep",
-    "inc", "ltd", "co", "corp", "vs", "etc", "fig", "jan", "feb", "mar", "apr", "jun",
-    "jul", "aug", "sep", "sept", "oct", "nov", "dec", "u.s", "u.k", "e.g", "i.e", "a.m", "p.m",
+    "mr",
+    "mrs",
+    "ms",
+    "dr",
+    "prof",
+    "sr",
+    "jr",
+    "st",
+    "mt",
+    "gen",
+    "gov",
+    "sen",
+    "rep",
+    "inc",
+    "ltd",
+    "co",
+    "corp",
+    "vs",
+    "etc",
+    "fig",
+    "jan",
+    "feb",
+    "mar",
+    "apr",
+    "jun",
+    "jul",
+    "aug",
+    "sep",
+    "sept",
+    "oct",
+    "nov",
+    "dec",
+    "u.s",
+    "u.k",
+    "e.g",
+    "i.e",
+    "a.m",
+    "p.m",
 }
 
 
@@ -218,8 +253,13 @@ def summary_length(sentences: int, ratio: float = 0.2, max_sentences: int = 3) -
     return max(1, min(max_sentences, round(sentences * ratio)))
 
 
-def select_central(vectors: torch.Tensor, count: int, centre: torch.Tensor | None = None,
-                   redundancy: float = 0.5, duplicate: float = 0.95) -> list[int]:
+def select_central(
+    vectors: torch.Tensor,
+    count: int,
+    centre: torch.Tensor | None = None,
+    redundancy: float = 0.5,
+    duplicate: float = 0.95,
+) -> list[int]:
     """Picks the most central rows with maximal marginal relevance.
 
     Each pick maximises ``(1 - redundancy) * sim(centre) - redundancy * max sim(picked)``, so a
@@ -303,8 +343,9 @@ class Topic:
     summary: str
 
 
-def kmeans(vectors: torch.Tensor, k: int, *, iterations: int = 50, restarts: int = 16,
-           seed: int = 0) -> tuple[torch.Tensor, torch.Tensor]:
+def kmeans(
+    vectors: torch.Tensor, k: int, *, iterations: int = 50, restarts: int = 16, seed: int = 0
+) -> tuple[torch.Tensor, torch.Tensor]:
     """Spherical k-means (cosine) with k-means++ seeding; the best of ``restarts`` runs.
 
     Returns:
@@ -358,8 +399,9 @@ def silhouette(vectors: torch.Tensor, labels: torch.Tensor) -> float:
     return float(score.mean())
 
 
-def choose_clusters(vectors: torch.Tensor, k_min: int = 2, k_max: int = 12, seed: int = 0,
-                    sample: int = 2000) -> torch.Tensor:
+def choose_clusters(
+    vectors: torch.Tensor, k_min: int = 2, k_max: int = 12, seed: int = 0, sample: int = 2000
+) -> torch.Tensor:
     """Clusters rows with the k in ``[k_min, k_max]`` of best silhouette; one cluster if few rows.
 
     The silhouette is quadratic in rows, so on a large day it is scored on a fixed random
@@ -386,12 +428,14 @@ def distinctive_keywords(
     Words are counted once per text (document frequency), so one long or repetitive text
     cannot carry a label; the weight is class TF-IDF over clusters.
     """
-    counts = [Counter(w for t in texts for w in set(_WORD.findall(t.lower())) - STOPWORDS)
-              for texts in texts_by_cluster]
+    counts = [
+        Counter(w for t in texts for w in set(_WORD.findall(t.lower())) - STOPWORDS)
+        for texts in texts_by_cluster
+    ]
     overall = sum(counts, Counter())
     texts = sum(len(c) for c in texts_by_cluster)
     keywords = []
-    for cluster, members in zip(counts, texts_by_cluster):
+    for cluster, members in zip(counts, texts_by_cluster, strict=True):
         size = max(1, len(members))
         scored = {w: (c / size) * np.log(1 + texts / overall[w]) for w, c in cluster.items()}
         keywords.append(sorted(scored, key=lambda w: (-scored[w], w))[:top])
@@ -429,14 +473,16 @@ def build_digest(
     texts = [[summaries[i] for i in m.tolist()] for m in members]
     words = distinctive_keywords(texts, top=keywords)
     topics = []
-    for topic_id, (member, label_words) in enumerate(zip(members, words)):
+    for topic_id, (member, label_words) in enumerate(zip(members, words, strict=True)):
         rows = torch.nonzero(torch.isin(owner, member)).flatten()
         centre = docs[member].mean(dim=0)
         picked = select_central(embedded.vectors[rows], summary_sentences, centre=centre)
-        topics.append(Topic(
-            topic_id=topic_id,
-            label=", ".join(label_words),
-            doc_ids=[doc_ids[i] for i in member.tolist()],
-            summary=" ".join(sentences[int(rows[p])] for p in picked),
-        ))
+        topics.append(
+            Topic(
+                topic_id=topic_id,
+                label=", ".join(label_words),
+                doc_ids=[doc_ids[i] for i in member.tolist()],
+                summary=" ".join(sentences[int(rows[p])] for p in picked),
+            )
+        )
     return topics, embedded

@@ -59,8 +59,10 @@ def _cmd_generate(args: argparse.Namespace) -> int:
     started = time.perf_counter()
     for dataset, date, rows in generate(store, args.date, args.days, args.scale, args.seed):
         print(f"  {dataset:<22} {date}  {rows:>9,} rows")
-    print(f"landing data under {store.uri(store.path('landing'))} "
-          f"({time.perf_counter() - started:.1f}s)")
+    print(
+        f"landing data under {store.uri(store.path('landing'))} "
+        f"({time.perf_counter() - started:.1f}s)"
+    )
     return 0
 
 
@@ -81,23 +83,51 @@ def _cmd_run(args: argparse.Namespace) -> int:
         generate(store, end.isoformat(), args.generate_days, args.scale, args.seed)
     rows: list[tuple] = []
     failed = False
+    quiet = {"loggers": {"console": {"config": {"log_level": "WARNING"}}}}
     with DagsterInstance.get() as instance:
         for job_name in args.jobs or list(PIPELINES):
             print(f"running {job_name} for {args.date} ...", flush=True)
             result = defs.resolve_job_def(job_name).execute_in_process(
-                partition_key=args.date, instance=instance, raise_on_error=False
+                partition_key=args.date, instance=instance, raise_on_error=False, run_config=quiet
             )
             failed |= not result.success
-            for event in result.get_asset_materialization_events():
-                mat = event.event_specific_data.materialization
-                meta = {k: v.value for k, v in mat.metadata.items()}
-                rows.append((mat.asset_key.to_user_string(), mat.partition or "-",
-                             meta.get("rows_in", ""), meta.get("rows_out", ""),
-                             meta.get("seconds", ""), meta.get("output", "")))
+            rows.extend(_materialization_rows(result, store))
             if not result.success:
-                print(f"  {job_name} FAILED: see `make ui` for the run's logs", file=sys.stderr)
+                print(
+                    f"  {job_name} FAILED in run {result.run_id}: `make ui` shows its logs",
+                    file=sys.stderr,
+                )
     _print_table(rows)
     return 1 if failed else 0
+
+
+def _materialization_rows(result, store: DataStore) -> list[tuple]:
+    """One row per materialised asset: asset, partition, rows in, rows out, seconds, output."""
+    seconds = {
+        e.step_key: e.event_specific_data.duration_ms / 1000
+        for e in result.all_events
+        if e.is_step_success
+    }
+    rows = []
+    for event in result.get_asset_materialization_events():
+        mat = event.event_specific_data.materialization
+        meta = {k: v.value for k, v in mat.metadata.items()}
+        asset = mat.asset_key.to_user_string()
+        rows_out = meta.get("rows_out", meta.get("dagster/row_count", ""))
+        where = meta.get("output") or (
+            store.uri(store.landing_path(asset, mat.partition)) if "partitions" in meta else ""
+        )
+        rows.append(
+            (
+                asset,
+                mat.partition or "-",
+                meta.get("rows_in", ""),
+                rows_out,
+                f"{seconds.get(event.step_key, 0.0):.2f}",
+                where,
+            )
+        )
+    return rows
 
 
 def _print_table(rows: list[tuple]) -> None:
@@ -120,9 +150,15 @@ def main(argv: Sequence[str] | None = None) -> int:
     gen.set_defaults(func=_cmd_generate)
 
     run = sub.add_parser("run", help="materialise the pipelines for one day, locally")
-    run.add_argument("--date", type=_date, default=yesterday(), help="partition (default yesterday)")
-    run.add_argument("--generate-days", type=int, default=0,
-                     help="first write this many days of demo data ending on --date")
+    run.add_argument(
+        "--date", type=_date, default=yesterday(), help="partition (default yesterday)"
+    )
+    run.add_argument(
+        "--generate-days",
+        type=int,
+        default=0,
+        help="first write this many days of demo data ending on --date",
+    )
     run.add_argument("--scale", type=float, default=1.0)
     run.add_argument("--seed", type=int, default=0)
     run.add_argument("--jobs", nargs="*", help="default: all three pipeline jobs")

@@ -22,7 +22,9 @@ class InferenceResource(ConfigurableResource):
     max_batch_tokens: int = Field(
         default=16_384, description="Padded tokens per model call for text models."
     )
-    cpu_threads: int | None = Field(default=None, description="Torch CPU threads; default all cores.")
+    cpu_threads: int | None = Field(
+        default=None, description="Torch CPU threads; default all cores."
+    )
 
     _runtime: Runtime | None = PrivateAttr(default=None)
     _models: dict[str, Any] = PrivateAttr(default_factory=dict)

@@ -124,7 +124,9 @@ class DataStore:
                     f"unreadable parquet file {self.uri(file)} in dataset '{dataset}', "
                     f"date {date}: {exc}"
                 ) from exc
-            check_schema(schema, required, where=f"{self.uri(file)} (dataset '{dataset}', date {date})")
+            check_schema(
+                schema, required, where=f"{self.uri(file)} (dataset '{dataset}', date {date})"
+            )
         return ds.dataset(files, schema=required, filesystem=self.fs, format="parquet")
 
     def iter_landing(
@@ -213,7 +215,9 @@ class DataStore:
         path = self.output_path(asset, date)
         files = self._parquet_files(path)
         if not files:
-            raise FileNotFoundError(f"no published output for '{asset}', date {date} at {self.uri(path)}")
+            raise FileNotFoundError(
+                f"no published output for '{asset}', date {date} at {self.uri(path)}"
+            )
         return ds.dataset(files, filesystem=self.fs, format="parquet").to_table()
 
     def output_exists(self, asset: str, date: str) -> bool:

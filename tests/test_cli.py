@@ -18,24 +18,53 @@ DATE = "2026-03-03"
 
 
 def _env(data_root: Path, dagster_home: Path) -> dict[str, str]:
-    return {**os.environ, "NIGHTSHIFT_DATA_ROOT": str(data_root), "DAGSTER_HOME": str(dagster_home),
-            "HF_HUB_OFFLINE": "1"}
+    return {
+        **os.environ,
+        "NIGHTSHIFT_DATA_ROOT": str(data_root),
+        "DAGSTER_HOME": str(dagster_home),
+        "HF_HUB_OFFLINE": "1",
+    }
 
 
 def _run(args: list[str], env: dict[str, str], timeout: int = 240) -> subprocess.CompletedProcess:
     return subprocess.run(args, env=env, capture_output=True, text=True, timeout=timeout)
 
 
-def _generate(env: dict[str, str], days: int = 2, scale: float = 0.01) -> subprocess.CompletedProcess:
-    done = _run([str(BIN / "nightshift"), "generate", "--date", DATE, "--days", str(days),
-                 "--scale", str(scale)], env)
+def _generate(
+    env: dict[str, str], days: int = 2, scale: float = 0.01
+) -> subprocess.CompletedProcess:
+    done = _run(
+        [
+            str(BIN / "nightshift"),
+            "generate",
+            "--date",
+            DATE,
+            "--days",
+            str(days),
+            "--scale",
+            str(scale),
+        ],
+        env,
+    )
     assert done.returncode == 0, done.stderr
     return done
 
 
 def _job_execute(job: str, env: dict[str, str], date: str = DATE) -> subprocess.CompletedProcess:
-    return _run([str(BIN / "dagster"), "job", "execute", "-m", "orchestration.definitions",
-                 "-j", job, "--tags", json.dumps({"dagster/partition": date})], env)
+    return _run(
+        [
+            str(BIN / "dagster"),
+            "job",
+            "execute",
+            "-m",
+            "orchestration.definitions",
+            "-j",
+            job,
+            "--tags",
+            json.dumps({"dagster/partition": date}),
+        ],
+        env,
+    )
 
 
 def test_generate_writes_every_dataset_for_each_day(data_root, dagster_home) -> None:
@@ -47,8 +76,9 @@ def test_generate_writes_every_dataset_for_each_day(data_root, dagster_home) -> 
 
 
 def test_generate_rejects_a_bad_date(data_root, dagster_home) -> None:
-    done = _run([str(BIN / "nightshift"), "generate", "--date", "03/03/2026"],
-                _env(data_root, dagster_home))
+    done = _run(
+        [str(BIN / "nightshift"), "generate", "--date", "03/03/2026"], _env(data_root, dagster_home)
+    )
     assert done.returncode == 2 and "not a date (YYYY-MM-DD): '03/03/2026'" in done.stderr
 
 
@@ -59,9 +89,12 @@ def test_dagster_job_execute_scores_the_tagged_partition(data_root, dagster_home
     assert done.returncode == 0 and "RUN_SUCCESS" in done.stdout + done.stderr, done.stderr[-3000:]
     store = DataStore(str(data_root))
     scores = store.read_output("fraud_scores", DATE)
-    assert scores.num_rows == store.read_landing(
-        "transactions", DATE, pq.read_schema(store.landing_files("transactions", DATE)[0])
-    ).num_rows
+    assert (
+        scores.num_rows
+        == store.read_landing(
+            "transactions", DATE, pq.read_schema(store.landing_files("transactions", DATE)[0])
+        ).num_rows
+    )
     assert not store.output_exists("fraud_scores", "2026-03-02")
 
 
@@ -78,13 +111,35 @@ def test_dagster_job_execute_fails_on_a_missing_partition(data_root, dagster_hom
 @pytest.mark.parametrize("jobs", [["recommendations_job"]])
 def test_nightshift_run_prints_the_table(data_root, dagster_home, jobs) -> None:
     env = _env(data_root, dagster_home)
-    done = _run([str(BIN / "nightshift"), "run", "--date", DATE, "--generate-days", "3",
-                 "--scale", "0.02", "--jobs", *jobs], env)
+    done = _run(
+        [
+            str(BIN / "nightshift"),
+            "run",
+            "--date",
+            DATE,
+            "--generate-days",
+            "3",
+            "--scale",
+            "0.02",
+            "--jobs",
+            *jobs,
+        ],
+        env,
+    )
     assert done.returncode == 0, done.stderr[-3000:]
     lines = done.stdout.splitlines()
     header = next(i for i, line in enumerate(lines) if line.startswith("asset"))
-    assert lines[header].split() == ["asset", "partition", "rows", "in", "rows", "out", "seconds", "output"]
-    rows = {line.split()[0]: line.split() for line in lines[header + 2:]}
+    assert lines[header].split() == [
+        "asset",
+        "partition",
+        "rows",
+        "in",
+        "rows",
+        "out",
+        "seconds",
+        "output",
+    ]
+    rows = {line.split()[0]: line.split() for line in lines[header + 2 :]}
     assert set(rows) == {"interactions", "recommendation_model", "user_recommendations"}
     scored = rows["user_recommendations"]
     assert scored[1] == DATE and int(scored[3]) > 0 and scored[-1].endswith(f"date={DATE}")

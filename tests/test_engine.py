@@ -108,8 +108,10 @@ def test_model_store_round_trip_and_integrity(store: DataStore) -> None:
     assert v2 != version and load_model(store.read_bytes, store.models_dir, "m").version == v2
     assert load_model(store.read_bytes, store.models_dir, "m", version).version == version
     # Tampered weights fail the content hash instead of loading silently.
-    store.write_bytes(f"{store.models_dir}/m/{version}/model.safetensors",
-                      store.read_bytes(f"{store.models_dir}/m/{v2}/model.safetensors"))
+    store.write_bytes(
+        f"{store.models_dir}/m/{version}/model.safetensors",
+        store.read_bytes(f"{store.models_dir}/m/{v2}/model.safetensors"),
+    )
     with pytest.raises(ValueError, match="content hash"):
         load_model(store.read_bytes, store.models_dir, "m", version)
     with pytest.raises(ModelNotFoundError, match="has not been trained"):

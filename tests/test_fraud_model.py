@@ -2,7 +2,7 @@
 
 from __future__ import annotations
 
-from datetime import datetime, timezone
+from datetime import UTC, datetime
 from pathlib import Path
 
 import numpy as np
@@ -140,7 +140,7 @@ def test_standardizer_leaves_constant_columns_finite():
 
 def _transactions(rows: list[tuple[str, str, float, str, str, str]]) -> pa.RecordBatch:
     """Rows of (account, merchant, amount, HH:MM:SS, channel, country) on 2026-03-01."""
-    ts = [datetime.fromisoformat(f"2026-03-01T{r[3]}").replace(tzinfo=timezone.utc) for r in rows]
+    ts = [datetime.fromisoformat(f"2026-03-01T{r[3]}").replace(tzinfo=UTC) for r in rows]
     return pa.RecordBatch.from_pydict(
         {
             "transaction_id": [f"t{i}" for i in range(len(rows))],
@@ -182,7 +182,8 @@ def test_partition_features_capture_bursts_new_merchants_and_country():
 
 def test_features_do_not_depend_on_how_the_partition_is_batched():
     rows = [
-        (f"a{i % 3}", f"m{i % 4}", 5.0 + i, f"1{i % 10}:0{i % 6}:00", "pos", "GB") for i in range(30)
+        (f"a{i % 3}", f"m{i % 4}", 5.0 + i, f"1{i % 10}:0{i % 6}:00", "pos", "GB")
+        for i in range(30)
     ]
     batch = _transactions(rows)
     profile = PartitionProfile.build(pa.Table.from_batches([batch]).to_batches(max_chunksize=7))

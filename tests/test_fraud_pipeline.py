@@ -52,11 +52,16 @@ def landed(store):
 
 def test_definitions_hold_the_contract_assets():
     assert {a.key.to_user_string() for a in defs.assets} == {
-        "transactions", "fraud_model", "fraud_scores", "fraud_alerts"
+        "transactions",
+        "fraud_model",
+        "fraud_scores",
+        "fraud_alerts",
     }
     checks = {key.name for a in [*defs.assets, *defs.asset_checks] for key in a.check_keys}
     assert checks == {
-        "fraud_model_auprc_above_floor", "scores_in_unit_interval", "row_count_matches_input",
+        "fraud_model_auprc_above_floor",
+        "scores_in_unit_interval",
+        "row_count_matches_input",
         "alert_count_matches_flagged_scores",
     }
 
@@ -155,7 +160,10 @@ def test_missing_landing_partition_fails_and_publishes_nothing(landed, store, re
     assert materialize([fraud_model], resources=resources, instance=instance).success
     missing = "2026-03-09"
     result = materialize(
-        [fraud_scores], partition_key=missing, resources=resources, instance=instance,
+        [fraud_scores],
+        partition_key=missing,
+        resources=resources,
+        instance=instance,
         raise_on_error=False,
     )
     assert not result.success
@@ -170,8 +178,11 @@ def test_missing_column_fails_naming_file_and_column(landed, store, resources, i
     table = store.read_landing(TRANSACTIONS, day, TRANSACTIONS_SCHEMA).drop_columns(["amount"])
     store.write_landing(TRANSACTIONS, day, table)
     result = materialize(
-        [transactions, fraud_model, fraud_scores], partition_key=day, resources=resources,
-        instance=instance, raise_on_error=False,
+        [transactions, fraud_model, fraud_scores],
+        partition_key=day,
+        resources=resources,
+        instance=instance,
+        raise_on_error=False,
     )
     assert not result.success
     text = _failure_text(result)

@@ -29,7 +29,12 @@ from inference.generate import (
 DAY = "2026-03-02"
 SENTENCES = [s for topic in TOPICS.values() for s in topic["sentences"]] + BOILERPLATE
 DOCS = [" ".join(SENTENCES[i : i + 1 + (i * 7) % 15]) for i in range(12)]
-LIMITS = {"max_new_tokens": 6, "max_input_tokens": 128, "max_batch_tokens": 400, "max_batch_size": 8}
+LIMITS = {
+    "max_new_tokens": 6,
+    "max_input_tokens": 128,
+    "max_batch_tokens": 400,
+    "max_batch_size": 8,
+}
 
 
 def _tokenizer() -> PreTrainedTokenizerFast:
@@ -39,7 +44,10 @@ def _tokenizer() -> PreTrainedTokenizerFast:
     special = ["[PAD]", "[UNK]", "[BOS]", "[EOS]"]
     tokenizer.train_from_iterator(SENTENCES, trainers.WordLevelTrainer(special_tokens=special))
     return PreTrainedTokenizerFast(
-        tokenizer_object=tokenizer, pad_token="[PAD]", unk_token="[UNK]", bos_token="[BOS]",
+        tokenizer_object=tokenizer,
+        pad_token="[PAD]",
+        unk_token="[UNK]",
+        bos_token="[BOS]",
         eos_token="[EOS]",
     )
 
@@ -51,15 +59,35 @@ def checkpoints(tmp_path_factory: pytest.TempPathFactory) -> dict[str, Path]:
     size = tokenizer.vocab_size
     torch.manual_seed(0)
     # A large init scale makes the random model's greedy output depend on its input.
-    seq2seq = T5ForConditionalGeneration(T5Config(
-        vocab_size=size, d_model=32, d_ff=64, d_kv=8, num_layers=2, num_decoder_layers=2,
-        num_heads=4, pad_token_id=0, eos_token_id=3, decoder_start_token_id=0, initializer_factor=8.0,
-    ))
-    causal = LlamaForCausalLM(LlamaConfig(
-        vocab_size=size, hidden_size=32, intermediate_size=64, num_hidden_layers=2,
-        num_attention_heads=4, num_key_value_heads=2, max_position_embeddings=256,
-        pad_token_id=0, bos_token_id=2, eos_token_id=3,
-    ))
+    seq2seq = T5ForConditionalGeneration(
+        T5Config(
+            vocab_size=size,
+            d_model=32,
+            d_ff=64,
+            d_kv=8,
+            num_layers=2,
+            num_decoder_layers=2,
+            num_heads=4,
+            pad_token_id=0,
+            eos_token_id=3,
+            decoder_start_token_id=0,
+            initializer_factor=8.0,
+        )
+    )
+    causal = LlamaForCausalLM(
+        LlamaConfig(
+            vocab_size=size,
+            hidden_size=32,
+            intermediate_size=64,
+            num_hidden_layers=2,
+            num_attention_heads=4,
+            num_key_value_heads=2,
+            max_position_embeddings=256,
+            pad_token_id=0,
+            bos_token_id=2,
+            eos_token_id=3,
+        )
+    )
     paths = {"seq2seq": root / "tiny-t5", "causal": root / "tiny-llama"}
     for kind, model in (("seq2seq", seq2seq), ("causal", causal)):
         model.save_pretrained(paths[kind])
@@ -67,7 +95,9 @@ def checkpoints(tmp_path_factory: pytest.TempPathFactory) -> dict[str, Path]:
     return paths
 
 
-@pytest.mark.parametrize(("kind", "cls"), [("seq2seq", T5ForConditionalGeneration), ("causal", LlamaForCausalLM)])
+@pytest.mark.parametrize(
+    ("kind", "cls"), [("seq2seq", T5ForConditionalGeneration), ("causal", LlamaForCausalLM)]
+)
 def test_model_class_follows_the_checkpoint_config(checkpoints, kind, cls):
     generator = load_generator(checkpoints[kind], make_runtime("cpu", "fp32"))
     assert isinstance(generator.model, cls)
@@ -103,9 +133,16 @@ def test_missing_checkpoint_is_reported_clearly(tmp_path: Path):
 
 def test_abstractive_mode_summarises_every_document(checkpoints, store, resources, instance):
     generate_day(store, DAY, scale=0.02)
-    config = {"mode": "abstractive", "checkpoint_path": str(checkpoints["seq2seq"]), "max_new_tokens": 6}
+    config = {
+        "mode": "abstractive",
+        "checkpoint_path": str(checkpoints["seq2seq"]),
+        "max_new_tokens": 6,
+    }
     result = materialize(
-        [documents, document_summaries], partition_key=DAY, resources=resources, instance=instance,
+        [documents, document_summaries],
+        partition_key=DAY,
+        resources=resources,
+        instance=instance,
         run_config={"ops": {"document_summaries": {"config": config}}},
     )
     assert result.success
@@ -113,21 +150,30 @@ def test_abstractive_mode_summarises_every_document(checkpoints, store, resource
     landed = store.read_landing("documents", DAY, DOCUMENTS_SCHEMA)
     assert published["doc_id"].to_pylist() == landed["doc_id"].to_pylist()
     assert all(published["summary"].to_pylist())
-    assert set(published["model_version"].to_pylist()) == {checkpoint_version(checkpoints["seq2seq"])}
+    assert set(published["model_version"].to_pylist()) == {
+        checkpoint_version(checkpoints["seq2seq"])
+    }
     metadata = result.asset_materializations_for_node("document_summaries")[0].metadata
     assert metadata["mode"].value == "abstractive"
     assert metadata["model_loads"].value == 1
 
 
-def test_abstractive_mode_without_checkpoint_fails_and_publishes_nothing(store, resources, instance):
+def test_abstractive_mode_without_checkpoint_fails_and_publishes_nothing(
+    store, resources, instance
+):
     generate_day(store, DAY, scale=0.02)
     result = materialize(
-        [document_summaries], partition_key=DAY, resources=resources, instance=instance,
+        [document_summaries],
+        partition_key=DAY,
+        resources=resources,
+        instance=instance,
         run_config={"ops": {"document_summaries": {"config": {"mode": "abstractive"}}}},
         raise_on_error=False,
     )
     assert not result.success
-    message = "\n".join(e.event_specific_data.error.to_string() for e in result.get_step_failure_events())
+    message = "\n".join(
+        e.event_specific_data.error.to_string() for e in result.get_step_failure_events()
+    )
     assert "CheckpointError" in message and "needs checkpoint_path" in message
     assert result.get_step_failure_events()[0].event_specific_data.error.cls_name == "Failure"
     assert not store.exists(store.output_path("document_summaries", DAY))

@@ -15,9 +15,16 @@ from orchestration.sensors import landing_sensor
 from resources.storage import StorageResource
 
 CONTRACT_ASSETS = {
-    "transactions", "fraud_model", "fraud_scores", "fraud_alerts",
-    "interactions", "recommendation_model", "user_recommendations",
-    "documents", "document_summaries", "daily_digest",
+    "transactions",
+    "fraud_model",
+    "fraud_scores",
+    "fraud_alerts",
+    "interactions",
+    "recommendation_model",
+    "user_recommendations",
+    "documents",
+    "document_summaries",
+    "daily_digest",
 }
 
 
@@ -62,7 +69,9 @@ def test_schedules_request_the_day_that_just_ended(job: str, hour: int) -> None:
 def _sensor_tick(cursor: str | None, data_root: str):
     with DagsterInstance.ephemeral() as instance:
         context = build_sensor_context(
-            instance=instance, cursor=cursor, resources={"storage": StorageResource(data_root=data_root)},
+            instance=instance,
+            cursor=cursor,
+            resources={"storage": StorageResource(data_root=data_root)},
             repository_def=defs.get_repository_def(),
         )
         return landing_sensor(context)

@@ -11,14 +11,21 @@ import pytest
 
 from resources.storage import DataStore, LandingDataError
 
-SCHEMA = pa.schema([("id", pa.string()), ("amount", pa.float64()),
-                    ("ts", pa.timestamp("us", tz="UTC"))])
+SCHEMA = pa.schema(
+    [("id", pa.string()), ("amount", pa.float64()), ("ts", pa.timestamp("us", tz="UTC"))]
+)
 
 
 def _table(n: int, start: int = 0) -> pa.Table:
     ts = [dt.datetime(2026, 3, 1, tzinfo=dt.UTC)] * n
-    return pa.table({"id": [f"t{i}" for i in range(start, start + n)],
-                     "amount": [float(i) for i in range(n)], "ts": ts}, schema=SCHEMA)
+    return pa.table(
+        {
+            "id": [f"t{i}" for i in range(start, start + n)],
+            "amount": [float(i) for i in range(n)],
+            "ts": ts,
+        },
+        schema=SCHEMA,
+    )
 
 
 @pytest.fixture(scope="module")
@@ -37,8 +44,11 @@ def any_store(request, tmp_path, monkeypatch) -> DataStore:
     if request.param == "local":
         return DataStore(str(tmp_path / "data"))
     endpoint = request.getfixturevalue("s3_server")
-    for key, value in {"AWS_ACCESS_KEY_ID": "test", "AWS_SECRET_ACCESS_KEY": "test",
-                       "AWS_DEFAULT_REGION": "us-east-1"}.items():
+    for key, value in {
+        "AWS_ACCESS_KEY_ID": "test",
+        "AWS_SECRET_ACCESS_KEY": "test",
+        "AWS_DEFAULT_REGION": "us-east-1",
+    }.items():
         monkeypatch.setenv(key, value)
     bucket = f"nightshift-{tmp_path.name.lower().replace('_', '-')[-40:]}"
     boto3.client("s3", endpoint_url=endpoint, region_name="us-east-1").create_bucket(Bucket=bucket)

@@ -37,7 +37,12 @@ RANGE_TAGS = {
     "dagster/asset_partition_range_start": DAY,
     "dagster/asset_partition_range_end": NEXT_DAY,
 }
-CHECKS = [document_ids_unique, summaries_cover_every_document, summaries_not_blank, digest_covers_every_document]
+CHECKS = [
+    document_ids_unique,
+    summaries_cover_every_document,
+    summaries_not_blank,
+    digest_covers_every_document,
+]
 
 
 @pytest.fixture(scope="module")
@@ -46,11 +51,17 @@ def encoder():
 
 
 def failure_text(result) -> str:
-    return "\n".join(e.event_specific_data.error.to_string() for e in result.get_step_failure_events())
+    return "\n".join(
+        e.event_specific_data.error.to_string() for e in result.get_step_failure_events()
+    )
 
 
 def test_definitions_hold_the_contracted_assets_and_checks(resources):
-    assert {a.key.to_user_string() for a in defs.assets} == {"documents", "document_summaries", "daily_digest"}
+    assert {a.key.to_user_string() for a in defs.assets} == {
+        "documents",
+        "document_summaries",
+        "daily_digest",
+    }
     assert len(list(defs.asset_checks)) == 4
     Definitions.validate_loadable(Definitions.merge(defs, Definitions(resources=resources)))
 
@@ -79,10 +90,19 @@ def test_embeddings_are_unit_norm_and_closer_for_similar_sentences(encoder):
     ("text", "expected"),
     [
         ("One. Two? Three!", ["One.", "Two?", "Three!"]),
-        ("Dr. Shah met U.S. officials. They agreed.", ["Dr. Shah met U.S. officials.", "They agreed."]),
-        ("Rates rose 3.5% today. J. Smith said so.", ["Rates rose 3.5% today.", "J. Smith said so."]),
+        (
+            "Dr. Shah met U.S. officials. They agreed.",
+            ["Dr. Shah met U.S. officials.", "They agreed."],
+        ),
+        (
+            "Rates rose 3.5% today. J. Smith said so.",
+            ["Rates rose 3.5% today.", "J. Smith said so."],
+        ),
         ("First paragraph\n\nSecond one.", ["First paragraph", "Second one."]),
-        ('He said "yes." Then (briefly.) 2 left.', ['He said "yes."', "Then (briefly.)", "2 left."]),
+        (
+            'He said "yes." Then (briefly.) 2 left.',
+            ['He said "yes."', "Then (briefly.)", "2 left."],
+        ),
         ("", []),
         (None, []),
     ],
@@ -99,7 +119,7 @@ def test_extractive_summaries_are_in_order_sentences_of_the_document(encoder, st
     )
     assert len(summaries) == len(bodies) == 10
     assert embedded.model_calls > 1
-    for body, summary in zip(bodies, summaries):
+    for body, summary in zip(bodies, summaries, strict=True):
         sentences, picked = split_sentences(body), split_sentences(summary)
         assert 1 <= len(picked) <= 3
         positions = [sentences.index(s) for s in picked]
@@ -109,7 +129,10 @@ def test_extractive_summaries_are_in_order_sentences_of_the_document(encoder, st
 
 def test_empty_documents_and_days_give_empty_results(encoder):
     summaries, embedded = extractive_summaries(
-        encoder, ["", None, "Only one sentence here."], max_sentences=3, max_batch_tokens=512,
+        encoder,
+        ["", None, "Only one sentence here."],
+        max_sentences=3,
+        max_batch_tokens=512,
         max_batch_size=8,
     )
     assert summaries == ["", "", "Only one sentence here."]
@@ -160,7 +183,9 @@ def test_pipeline_summarises_and_digests_a_range_in_one_run(store, resources, in
         generate_day(store, date, scale=0.03)
     result = materialize(
         [documents, document_summaries, daily_digest, *CHECKS],
-        resources=resources, instance=instance, tags=RANGE_TAGS,
+        resources=resources,
+        instance=instance,
+        tags=RANGE_TAGS,
     )
     assert result.success
     assert all(check.passed for check in result.get_asset_check_evaluations())
@@ -178,14 +203,17 @@ def test_pipeline_summarises_and_digests_a_range_in_one_run(store, resources, in
         docs = store.read_landing("documents", date, DOCUMENTS_SCHEMA).to_pylist()
         summaries = store.read_output("document_summaries", date).to_pylist()
         assert [s["doc_id"] for s in summaries] == [d["doc_id"] for d in docs]
-        for doc, row in zip(docs, summaries):
+        for doc, row in zip(docs, summaries, strict=True):
             assert set(split_sentences(row["summary"])) <= set(split_sentences(doc["body"]))
         digest = store.read_output("daily_digest", date)
         in_topics = [d for ids in digest["doc_ids"].to_pylist() for d in ids]
         assert sorted(in_topics) == sorted(d["doc_id"] for d in docs)
         assert digest["doc_count"].to_pylist() == [len(i) for i in digest["doc_ids"].to_pylist()]
         assert digest["topic_id"].to_pylist() == list(range(digest.num_rows))
-        assert all(label and summary for label, summary in zip(digest["label"].to_pylist(), digest["summary"].to_pylist()))
+        assert all(
+            label and summary
+            for label, summary in zip(digest["label"].to_pylist(), digest["summary"].to_pylist(), strict=True)
+        )
 
 
 def test_missing_landing_partition_fails_and_publishes_nothing(store, resources, instance):
@@ -199,7 +227,10 @@ def test_missing_landing_partition_fails_and_publishes_nothing(store, resources,
     assert "'documents'" in message and DAY in message
     assert store.landing_path("documents", DAY) in message
     result = materialize(
-        [document_summaries], partition_key=DAY, resources=resources, instance=instance,
+        [document_summaries],
+        partition_key=DAY,
+        resources=resources,
+        instance=instance,
         raise_on_error=False,
     )
     assert not result.success
@@ -208,8 +239,14 @@ def test_missing_landing_partition_fails_and_publishes_nothing(store, resources,
 
 
 def test_wrong_column_type_fails_naming_file_and_column(store, resources, instance):
-    bad = pa.table({"doc_id": ["a"], "published_at": pa.array([0], pa.timestamp("us", tz="UTC")),
-                    "title": ["t"], "body": [42]})
+    bad = pa.table(
+        {
+            "doc_id": ["a"],
+            "published_at": pa.array([0], pa.timestamp("us", tz="UTC")),
+            "title": ["t"],
+            "body": [42],
+        }
+    )
     path = store.write_landing("documents", DAY, bad)
     result = materialize(
         [documents], partition_key=DAY, resources=resources, instance=instance, raise_on_error=False

@@ -11,7 +11,13 @@ from dagster import (
 )
 from pydantic import Field
 
-from assets.common import fail_fast_on_bad_input, log_partition, partition_dates, scoring_result
+from assets.common import (
+    fail_fast_on_bad_input,
+    landing_result,
+    log_partition,
+    partition_dates,
+    scoring_result,
+)
 from assets.fraud import pipeline
 from assets.fraud.checks import alert_check_result, score_check_results
 from assets.fraud.features import FEATURES
@@ -35,20 +41,7 @@ def transactions(context: AssetExecutionContext, storage: StorageResource) -> Ma
     Materialising checks that every landing file carries the agreed columns and types and counts
     the rows, so scoring never starts on a day that is missing or malformed.
     """
-    store = storage.store()
-    counts = {}
-    for date in partition_dates(context):
-        with fail_fast_on_bad_input():
-            counts[date] = store.count_landing(TRANSACTIONS, date, TRANSACTIONS_SCHEMA)
-        where = store.uri(store.landing_path(TRANSACTIONS, date))
-        context.log.info(f"transactions {date}: {counts[date]} rows at {where}")
-    return MaterializeResult(
-        metadata={
-            "dagster/row_count": sum(counts.values()),
-            "partitions": len(counts),
-            "rows_per_partition": MetadataValue.json(counts),
-        }
-    )
+    return landing_result(context, storage.store(), TRANSACTIONS, TRANSACTIONS_SCHEMA)
 
 
 class FraudModelConfig(Config):
@@ -90,12 +83,19 @@ def fraud_model(
             return MaterializeResult(metadata={**metadata, "reused": True})
 
     train_config = TrainConfig(
-        hidden=tuple(config.hidden), epochs=config.epochs, batch_size=config.batch_size,
-        learning_rate=config.learning_rate, validation_fraction=config.validation_fraction,
+        hidden=tuple(config.hidden),
+        epochs=config.epochs,
+        batch_size=config.batch_size,
+        learning_rate=config.learning_rate,
+        validation_fraction=config.validation_fraction,
         seed=config.seed,
     )
     version, manifest, seconds = pipeline.train_and_save(
-        store, config.features, config.history_days, train_config, inference.runtime.device,
+        store,
+        config.features,
+        config.history_days,
+        train_config,
+        inference.runtime.device,
         context.log.info,
     )
     metadata = model_metadata(manifest, version)
@@ -136,7 +136,9 @@ def fraud_scores(
         reports.append(report)
     summary = pipeline.summarise_scores(store, [r.date for r in reports])
     result = scoring_result(
-        reports, model_version=version, device=scorer.runtime.describe(),
+        reports,
+        model_version=version,
+        device=scorer.runtime.describe(),
         model_loads=inference.load_count(key),
         extra={"flagged": summary.flagged, "threshold": scorer.threshold},
     )
@@ -148,9 +150,7 @@ def fraud_scores(
     backfill_policy=BackfillPolicy.single_run(),
     deps=[fraud_scores],
     group_name=GROUP,
-    check_specs=[
-        AssetCheckSpec("alert_count_matches_flagged_scores", asset=ALERTS, blocking=True)
-    ],
+    check_specs=[AssetCheckSpec("alert_count_matches_flagged_scores", asset=ALERTS, blocking=True)],
 )
 def fraud_alerts(context: AssetExecutionContext, storage: StorageResource) -> MaterializeResult:
     """The day's flagged transactions for the fraud team to review, highest score first.

@@ -16,8 +16,8 @@ so the patterns are learnable but not trivially separable.
 from __future__ import annotations
 
 from dataclasses import dataclass
+from datetime import UTC, datetime
 from datetime import date as Date
-from datetime import datetime, timezone
 from functools import lru_cache
 
 import numpy as np
@@ -37,8 +37,19 @@ HOME_WEIGHTS = np.array([0.30, 0.20, 0.15, 0.10, 0.08, 0.08, 0.05, 0.04])
 TRAVEL_COUNTRIES = np.array(["ES", "FR", "IT", "PT", "GR", "US", "DE", "GB", "TH", "TR", "MA"])
 TRAVEL_WEIGHTS = np.array([0.16, 0.14, 0.13, 0.12, 0.10, 0.10, 0.07, 0.07, 0.04, 0.04, 0.03])
 FRAUD_COUNTRIES = np.array(["BR", "MX", "TH", "ZA", "TR", "AE", "MA", "US", "CN", "ID"])
-CURRENCIES = {"GB": "GBP", "US": "USD", "TH": "THB", "TR": "TRY", "MA": "MAD", "BR": "BRL",
-              "MX": "MXN", "ZA": "ZAR", "AE": "AED", "CN": "CNY", "ID": "IDR"}
+CURRENCIES = {
+    "GB": "GBP",
+    "US": "USD",
+    "TH": "THB",
+    "TR": "TRY",
+    "MA": "MAD",
+    "BR": "BRL",
+    "MX": "MXN",
+    "ZA": "ZAR",
+    "AE": "AED",
+    "CN": "CNY",
+    "ID": "IDR",
+}
 CHANNELS = np.array(["pos", "online", "atm", "contactless"])
 REGULAR_MERCHANTS = 6
 FRAUD_INCIDENTS_PER_ROW = 0.0035
@@ -155,7 +166,8 @@ def _fraud(rng: np.random.Generator, pop: Population, incidents: int) -> dict[st
     )
     abroad = (kind_row == 2) | ((kind_row == 0) & (rng.random(incidents) < 0.4)[incident])
     country = np.where(
-        abroad, FRAUD_COUNTRIES[rng.integers(0, len(FRAUD_COUNTRIES), incidents)][incident],
+        abroad,
+        FRAUD_COUNTRIES[rng.integers(0, len(FRAUD_COUNTRIES), incidents)][incident],
         HOME_COUNTRIES[pop.home[acc]],
     )
     channel = np.select(
@@ -178,7 +190,7 @@ def _ids(prefix: str, numbers: np.ndarray, digits: int) -> np.ndarray:
 
 
 def _day_start_micros(date: str) -> int:
-    day = datetime.combine(Date.fromisoformat(date), datetime.min.time(), tzinfo=timezone.utc)
+    day = datetime.combine(Date.fromisoformat(date), datetime.min.time(), tzinfo=UTC)
     return int(day.timestamp()) * 1_000_000
 
 

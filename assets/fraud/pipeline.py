@@ -106,7 +106,10 @@ def score_partition(
     context = profile(store, TRANSACTIONS, date, TRANSACTIONS_SCHEMA)
     metrics = BatchMetrics()
     landing = store.iter_landing(
-        TRANSACTIONS, date, TRANSACTIONS_SCHEMA, columns=["transaction_id", *FEATURE_COLUMNS],
+        TRANSACTIONS,
+        date,
+        TRANSACTIONS_SCHEMA,
+        columns=["transaction_id", *FEATURE_COLUMNS],
         batch_size=batch_size,
     )
 
@@ -193,8 +196,6 @@ def summarise_scores(store: DataStore, dates: Sequence[str]) -> ScoresSummary:
 
 def count_alerts(store: DataStore, dates: Sequence[str]) -> tuple[int, int]:
     """(flagged rows in fraud_scores, rows in fraud_alerts) over the dates."""
-    flagged = sum(
-        _output(store, SCORES, d).count_rows(filter=pc.field("flagged")) for d in dates
-    )
+    flagged = sum(_output(store, SCORES, d).count_rows(filter=pc.field("flagged")) for d in dates)
     alerts = sum(_output(store, ALERTS, d).count_rows() for d in dates)
     return flagged, alerts

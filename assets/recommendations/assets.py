@@ -8,8 +8,14 @@ import pyarrow as pa
 from dagster import AssetExecutionContext, BackfillPolicy, Config, Failure, MaterializeResult, asset
 from pydantic import Field
 
-from assets.common import PartitionReport, log_partition, partition_dates, scoring_result
-from assets.common import fail_fast_on_bad_input
+from assets.common import (
+    PartitionReport,
+    fail_fast_on_bad_input,
+    landing_result,
+    log_partition,
+    partition_dates,
+    scoring_result,
+)
 from assets.recommendations.history import read_day, read_interactions
 from assets.recommendations.schemas import (
     INTERACTIONS,
@@ -51,16 +57,7 @@ def interactions(context: AssetExecutionContext, storage: StorageResource) -> Ma
     """Every view, click and purchase users made on the catalogue during one UTC day, as
     landed by the event pipeline. Materialising it checks each file against the contract
     (user_id, item_id, ts, event, weight) and counts the day's events."""
-    store = storage.store()
-    rows = 0
-    for date in partition_dates(context):
-        with fail_fast_on_bad_input():
-            count = store.count_landing(INTERACTIONS, date, INTERACTIONS_SCHEMA)
-        context.log.info(f"{INTERACTIONS} {date}: {count} events")
-        rows += count
-    return MaterializeResult(
-        metadata={"dagster/row_count": rows, "partitions": len(partition_dates(context))}
-    )
+    return landing_result(context, storage.store(), INTERACTIONS, INTERACTIONS_SCHEMA)
 
 
 class RecommendationModelConfig(Config):

@@ -10,8 +10,8 @@ structure therefore beats a global popularity ranking by a clear margin.
 from __future__ import annotations
 
 from dataclasses import dataclass
+from datetime import UTC, datetime
 from datetime import date as Date
-from datetime import datetime, timezone
 
 import numpy as np
 import pyarrow as pa
@@ -97,7 +97,7 @@ def generate_interactions(world: World, date: str, seed: int = 0) -> pa.Table:
     )
 
     events = rng.choice(len(EVENTS), size=n, p=EVENT_PROBABILITIES)
-    midnight = datetime.combine(Date.fromisoformat(date), datetime.min.time(), timezone.utc)
+    midnight = datetime.combine(Date.fromisoformat(date), datetime.min.time(), UTC)
     start_us = int(midnight.timestamp()) * 1_000_000
     ts = np.sort(rng.integers(0, DAY_US, size=n)) + start_us
     order = rng.permutation(n)  # events of one user are spread over the day, not adjacent

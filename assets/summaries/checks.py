@@ -8,8 +8,10 @@ import pyarrow as pa
 import pyarrow.compute as pc
 from dagster import AssetCheckExecutionContext, AssetCheckResult, MetadataValue, asset_check
 
-from assets.summaries.digest import ASSET as DIGEST, daily_digest
-from assets.summaries.document_summaries import ASSET as SUMMARIES, document_summaries
+from assets.summaries.digest import ASSET as DIGEST
+from assets.summaries.digest import daily_digest
+from assets.summaries.document_summaries import ASSET as SUMMARIES
+from assets.summaries.document_summaries import document_summaries
 from assets.summaries.documents import DATASET, DOCUMENTS_SCHEMA, documents
 from resources.storage import DataStore, StorageResource
 
@@ -51,7 +53,9 @@ def summaries_cover_every_document(
         missing = len(set(landed.to_pylist()) - set(summarised.to_pylist()))
         if len(summarised) != len(landed) or missing:
             problems[date] = {
-                "documents": len(landed), "summaries": len(summarised), "missing": missing
+                "documents": len(landed),
+                "summaries": len(summarised),
+                "missing": missing,
             }
     return _result(problems)
 

@@ -20,28 +20,82 @@ DOCUMENTS_PER_DAY = 500
 WEEKDAYS = ["Monday", "Tuesday", "Wednesday", "Thursday", "Friday"]
 
 FILL = {
-    "company": ["Northwind Capital", "Helix Robotics", "Orion Foods", "Bluewater Energy", "Kestrel Bank",
-                "Vantage Motors", "Lumen Semiconductors", "Atlas Freight", "Crescent Pharma", "Summit Retail"],
+    "company": [
+        "Northwind Capital",
+        "Helix Robotics",
+        "Orion Foods",
+        "Bluewater Energy",
+        "Kestrel Bank",
+        "Vantage Motors",
+        "Lumen Semiconductors",
+        "Atlas Freight",
+        "Crescent Pharma",
+        "Summit Retail",
+    ],
     "index": ["the S&P 500", "the Nasdaq Composite", "the FTSE 100", "the DAX", "the Nikkei 225"],
     "city": ["Chicago", "Denver", "Seattle", "Boston", "Atlanta", "Phoenix", "Miami", "Portland"],
-    "team": ["the Harbor Hawks", "the River City Rovers", "the Granite Bears", "the Coastal Sharks",
-             "the Metro Lions", "the Valley Falcons"],
+    "team": [
+        "the Harbor Hawks",
+        "the River City Rovers",
+        "the Granite Bears",
+        "the Coastal Sharks",
+        "the Metro Lions",
+        "the Valley Falcons",
+    ],
     "player": ["Marcus Reed", "Elena Ortiz", "Jamal Carter", "Sofia Lindqvist", "Theo Brennan"],
-    "product": ["a foldable laptop", "a home battery system", "a voice assistant", "an AI chip",
-                "a satellite phone", "a smart thermostat"],
+    "product": [
+        "a foldable laptop",
+        "a home battery system",
+        "a voice assistant",
+        "an AI chip",
+        "a satellite phone",
+        "a smart thermostat",
+    ],
     "tech": ["Quanta Labs", "Pixelforge", "Nimbus Cloud", "Cobalt Systems", "Brightpath AI"],
-    "condition": ["influenza", "measles", "heart disease", "type 2 diabetes", "asthma", "long COVID"],
+    "condition": [
+        "influenza",
+        "measles",
+        "heart disease",
+        "type 2 diabetes",
+        "asthma",
+        "long COVID",
+    ],
     "doctor": ["Dr. Priya Shah", "Dr. Owen Mills", "Dr. Hannah Cole", "Dr. Luis Moreno"],
-    "official": ["Senator Ruth Alvarez", "Governor Tom Hadley", "Speaker Dana Whitfield", "Minister Ken Osei"],
-    "party": ["the Liberal Alliance", "the National Party", "the Progressive Union", "the Civic Front"],
-    "bill": ["the housing bill", "the budget package", "the election reform act", "the infrastructure plan"],
-    "storm": ["a cold front", "a tropical storm", "a heat dome", "an atmospheric river", "a blizzard"],
+    "official": [
+        "Senator Ruth Alvarez",
+        "Governor Tom Hadley",
+        "Speaker Dana Whitfield",
+        "Minister Ken Osei",
+    ],
+    "party": [
+        "the Liberal Alliance",
+        "the National Party",
+        "the Progressive Union",
+        "the Civic Front",
+    ],
+    "bill": [
+        "the housing bill",
+        "the budget package",
+        "the election reform act",
+        "the infrastructure plan",
+    ],
+    "storm": [
+        "a cold front",
+        "a tropical storm",
+        "a heat dome",
+        "an atmospheric river",
+        "a blizzard",
+    ],
 }
 
 TOPICS: dict[str, dict[str, list[str]]] = {
     "markets": {
-        "titles": ["{company} shares jump after earnings", "Stocks slide as {index} retreats",
-                   "Investors weigh rate outlook as {index} moves {pct}%", "{company} cuts forecast, shares fall"],
+        "titles": [
+            "{company} shares jump after earnings",
+            "Stocks slide as {index} retreats",
+            "Investors weigh rate outlook as {index} moves {pct}%",
+            "{company} cuts forecast, shares fall",
+        ],
         "sentences": [
             "Shares of {company} rose {pct}% after quarterly earnings beat analyst estimates.",
             "{index} closed {pct}% lower as investors sold technology and bank stocks.",
@@ -59,8 +113,12 @@ TOPICS: dict[str, dict[str, list[str]]] = {
         "sources": ["analysts at {company} said", "traders said", "according to market data"],
     },
     "weather": {
-        "titles": ["{storm} to bring heavy rain to {city}", "Record temperatures expected in {city}",
-                   "Forecasters warn of flooding near {city}", "{city} braces for {storm}"],
+        "titles": [
+            "{storm} to bring heavy rain to {city}",
+            "Record temperatures expected in {city}",
+            "Forecasters warn of flooding near {city}",
+            "{city} braces for {storm}",
+        ],
         "sentences": [
             "Forecasters expect {storm} to reach {city} by the weekend.",
             "The National Weather Service issued a flood warning for the {city} area.",
@@ -75,11 +133,19 @@ TOPICS: dict[str, dict[str, list[str]]] = {
             "The forecast calls for clearing skies and cooler air early next week.",
             "Airports in {city} reported delays as thunderstorms moved through the area.",
         ],
-        "sources": ["forecasters said", "the weather service said", "according to emergency officials in {city}"],
+        "sources": [
+            "forecasters said",
+            "the weather service said",
+            "according to emergency officials in {city}",
+        ],
     },
     "sports": {
-        "titles": ["{team} win thriller in overtime", "{player} leads {team} to victory",
-                   "{team} fall short in playoff opener", "Injury sidelines {player} for {team}"],
+        "titles": [
+            "{team} win thriller in overtime",
+            "{player} leads {team} to victory",
+            "{team} fall short in playoff opener",
+            "Injury sidelines {player} for {team}",
+        ],
         "sentences": [
             "{team} beat {team2} {score} in front of a sold-out crowd.",
             "{player} scored twice in the second half to seal the win.",
@@ -94,11 +160,19 @@ TOPICS: dict[str, dict[str, list[str]]] = {
             "Both teams struggled with turnovers in a tense, low-scoring first half.",
             "The playoff series resumes on Saturday with game two at the home arena.",
         ],
-        "sources": ["the coach told reporters", "{player} said after the game", "according to the league"],
+        "sources": [
+            "the coach told reporters",
+            "{player} said after the game",
+            "according to the league",
+        ],
     },
     "technology": {
-        "titles": ["{tech} unveils {product}", "{tech} faces scrutiny over data practices",
-                   "Startups race to build {product}", "{tech} reports surge in cloud revenue"],
+        "titles": [
+            "{tech} unveils {product}",
+            "{tech} faces scrutiny over data practices",
+            "Startups race to build {product}",
+            "{tech} reports surge in cloud revenue",
+        ],
         "sentences": [
             "{tech} unveiled {product} at its annual developer conference.",
             "The company said the new software uses machine learning to cut energy use by {pct}%.",
@@ -113,11 +187,19 @@ TOPICS: dict[str, dict[str, list[str]]] = {
             "The open-source release drew thousands of contributors within its first week.",
             "Regulators are examining whether the acquisition would reduce competition in software.",
         ],
-        "sources": ["{tech} said in a blog post", "industry analysts said", "according to company engineers"],
+        "sources": [
+            "{tech} said in a blog post",
+            "industry analysts said",
+            "according to company engineers",
+        ],
     },
     "health": {
-        "titles": ["Study links diet to lower risk of {condition}", "Hospitals report rise in {condition} cases",
-                   "New treatment for {condition} shows promise", "Health officials urge vaccination"],
+        "titles": [
+            "Study links diet to lower risk of {condition}",
+            "Hospitals report rise in {condition} cases",
+            "New treatment for {condition} shows promise",
+            "Health officials urge vaccination",
+        ],
         "sentences": [
             "Researchers found that patients with {condition} improved after {num} weeks of treatment.",
             "{doctor} said the clinical trial enrolled {num} patients across several hospitals.",
@@ -135,8 +217,12 @@ TOPICS: dict[str, dict[str, list[str]]] = {
         "sources": ["{doctor} said", "according to the health department", "researchers wrote"],
     },
     "politics": {
-        "titles": ["Lawmakers debate {bill}", "{official} announces re-election bid",
-                   "{party} gains ground in new poll", "Vote on {bill} delayed"],
+        "titles": [
+            "Lawmakers debate {bill}",
+            "{official} announces re-election bid",
+            "{party} gains ground in new poll",
+            "Vote on {bill} delayed",
+        ],
         "sentences": [
             "Lawmakers debated {bill} for {num} hours before adjourning without a vote.",
             "{official} said the proposal would lower costs for working families.",
@@ -151,7 +237,11 @@ TOPICS: dict[str, dict[str, list[str]]] = {
             "The governor vetoed the measure, citing concerns about the state budget.",
             "Election officials said early turnout was higher than in previous years.",
         ],
-        "sources": ["{official} told reporters", "according to party officials", "aides to {official} said"],
+        "sources": [
+            "{official} told reporters",
+            "according to party officials",
+            "aides to {official} said",
+        ],
     },
 }
 
@@ -170,7 +260,6 @@ SOURCES = [
     "according to a statement released on {weekday}",
     "local media reported",
 ]
-
 
 
 def generate_day(store: DataStore, date: str, scale: float = 1.0, seed: int = 0) -> dict[str, int]:

@@ -14,7 +14,8 @@ from dagster import (
 from pydantic import Field
 
 from assets.common import PartitionReport, log_partition, partition_dates, scoring_result
-from assets.summaries.document_summaries import ASSET as SUMMARIES, document_summaries
+from assets.summaries.document_summaries import ASSET as SUMMARIES
+from assets.summaries.document_summaries import document_summaries
 from assets.summaries.models import encoder_key, sentence_encoder
 from inference.metrics import BatchMetrics
 from inference.text import Topic, build_digest
@@ -24,18 +25,23 @@ from resources.storage import StorageResource
 
 ASSET = "daily_digest"
 
-DIGEST_SCHEMA = pa.schema([
-    ("topic_id", pa.int32()),
-    ("label", pa.string()),
-    ("doc_count", pa.int64()),
-    ("doc_ids", pa.list_(pa.string())),
-    ("summary", pa.string()),
-])
+DIGEST_SCHEMA = pa.schema(
+    [
+        ("topic_id", pa.int32()),
+        ("label", pa.string()),
+        ("doc_count", pa.int64()),
+        ("doc_ids", pa.list_(pa.string())),
+        ("summary", pa.string()),
+    ]
+)
 
 
 class DigestConfig(Config):
-    max_topics: int = Field(default=12, description="Most topics a day is split into; the number "
-                            "used is the one in 2..max_topics whose clusters separate best.")
+    max_topics: int = Field(
+        default=12,
+        description="Most topics a day is split into; the number "
+        "used is the one in 2..max_topics whose clusters separate best.",
+    )
     summary_sentences: int = Field(default=3, description="Sentences in each topic's summary.")
     keywords: int = Field(default=3, description="Keywords in each topic's label.")
 

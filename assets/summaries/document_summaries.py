@@ -9,9 +9,14 @@ import pyarrow as pa
 from dagster import AssetExecutionContext, BackfillPolicy, Config, MaterializeResult, asset
 from pydantic import Field
 
-from assets.common import PartitionReport, log_partition, partition_dates, scoring_result
+from assets.common import (
+    PartitionReport,
+    fail_fast_on_bad_input,
+    log_partition,
+    partition_dates,
+    scoring_result,
+)
 from assets.summaries.documents import DATASET, DOCUMENTS_SCHEMA, documents
-from assets.common import fail_fast_on_bad_input
 from assets.summaries.models import (
     abstractive_generator,
     encoder_key,
@@ -27,11 +32,13 @@ from resources.storage import StorageResource
 
 ASSET = "document_summaries"
 
-SUMMARIES_SCHEMA = pa.schema([
-    ("doc_id", pa.string()),
-    ("summary", pa.string()),
-    ("model_version", pa.string()),
-])
+SUMMARIES_SCHEMA = pa.schema(
+    [
+        ("doc_id", pa.string()),
+        ("summary", pa.string()),
+        ("model_version", pa.string()),
+    ]
+)
 
 # Summarises a chunk of document texts; returns the summaries and the model calls it made.
 Summarise = Callable[[list[str]], tuple[list[str], int]]
@@ -123,8 +130,12 @@ def _summariser(
 
         def abstractive(texts: list[str]) -> tuple[list[str], int]:
             out = generate_summaries(
-                generator, texts, max_new_tokens=config.max_new_tokens,
-                max_input_tokens=config.max_input_tokens, prompt=config.prompt, **limits,
+                generator,
+                texts,
+                max_new_tokens=config.max_new_tokens,
+                max_input_tokens=config.max_input_tokens,
+                prompt=config.prompt,
+                **limits,
             )
             return out.texts, len(out.batch_sizes)
 
@@ -146,7 +157,7 @@ def _summarised(
     for chunk in chunks:
         titles, bodies = chunk.column("title").to_pylist(), chunk.column("body").to_pylist()
         # A document with no body text is summarised by its title rather than left blank.
-        texts = [b if b and b.strip() else (t or "") for t, b in zip(titles, bodies)]
+        texts = [b if b and b.strip() else (t or "") for t, b in zip(titles, bodies, strict=True)]
         started = time.perf_counter()
         summaries, calls = summarise(texts)
         metrics.record_batch(chunk.num_rows, len(summaries), time.perf_counter() - started)

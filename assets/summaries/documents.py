@@ -1,21 +1,22 @@
 """The day's documents as they land from the content systems: the summaries domain's source."""
 
 import pyarrow as pa
-from dagster import AssetExecutionContext, BackfillPolicy, MaterializeResult, MetadataValue, asset
+from dagster import AssetExecutionContext, BackfillPolicy, MaterializeResult, asset
 
-from assets.common import partition_dates
-from assets.common import fail_fast_on_bad_input
+from assets.common import landing_result
 from orchestration.partitions import daily_partitions
 from resources.storage import StorageResource
 
 DATASET = "documents"
 
-DOCUMENTS_SCHEMA = pa.schema([
-    ("doc_id", pa.string()),
-    ("published_at", pa.timestamp("us", tz="UTC")),
-    ("title", pa.string()),
-    ("body", pa.string()),
-])
+DOCUMENTS_SCHEMA = pa.schema(
+    [
+        ("doc_id", pa.string()),
+        ("published_at", pa.timestamp("us", tz="UTC")),
+        ("title", pa.string()),
+        ("body", pa.string()),
+    ]
+)
 
 
 @asset(
@@ -31,18 +32,4 @@ def documents(context: AssetExecutionContext, storage: StorageResource) -> Mater
     Materialising it checks that the day's files exist and carry the columns the summaries need;
     a missing day or a wrong column fails here, naming the file, before any model runs.
     """
-    store = storage.store()
-    counts = {}
-    for date in partition_dates(context):
-        with fail_fast_on_bad_input():
-            counts[date] = store.count_landing(DATASET, date, DOCUMENTS_SCHEMA)
-        where = store.uri(store.landing_path(DATASET, date))
-        context.log.info(f"documents {date}: {counts[date]} rows at {where}")
-    last = partition_dates(context)[-1]
-    return MaterializeResult(
-        metadata={
-            "dagster/row_count": sum(counts.values()),
-            "rows_per_partition": MetadataValue.json(counts),
-            "path": MetadataValue.path(store.uri(store.landing_path(DATASET, last))),
-        }
-    )
+    return landing_result(context, storage.store(), DATASET, DOCUMENTS_SCHEMA)
