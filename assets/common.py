@@ -12,6 +12,7 @@ from dagster import AssetExecutionContext, Failure, MaterializeResult, MetadataV
 from inference.generate import CheckpointError
 from inference.metrics import BatchMetrics
 from inference.modelstore import ModelNotFoundError
+from inference.shards import ShardReport
 from resources.storage import DataStore, LandingDataError, Published
 
 # Problems that will be the same on a retry: missing or malformed landing data, no trained
@@ -35,6 +36,7 @@ class PartitionReport:
     date: str
     metrics: BatchMetrics
     published: Published
+    shards: ShardReport | None = None
 
 
 def partition_dates(context: AssetExecutionContext) -> list[str]:
@@ -66,12 +68,11 @@ def scoring_result(
     total = BatchMetrics(started=0.0)
     total.finished = sum(r.metrics.seconds for r in reports)
     for r in reports:
-        total.rows_in += r.metrics.rows_in
-        total.rows_out += r.metrics.rows_out
-        total.batches += r.metrics.batches
-        total.compute_seconds += r.metrics.compute_seconds
+        total.merge(r.metrics)
     metadata: dict = {
         **total.as_dict(),
+        **total.latency_percentiles(),
+        **checkpoint_totals(reports),
         "dagster/row_count": total.rows_out,
         "model_version": model_version,
         "device": device,
@@ -90,6 +91,20 @@ def scoring_result(
         )
     metadata.update(extra or {})
     return MaterializeResult(metadata=metadata)
+
+
+def checkpoint_totals(reports: list[PartitionReport]) -> dict[str, int]:
+    """Attempts, interruptions, shards resumed and rows redone over the run's partitions."""
+    shards = [r.shards for r in reports if r.shards is not None]
+    if not shards:
+        return {}
+    return {
+        "attempt": max(s.attempt for s in shards),
+        "interruptions": sum(s.interruptions for s in shards),
+        "shards": sum(s.shards for s in shards),
+        "shards_resumed": sum(s.shards_resumed for s in shards),
+        "rows_redone": sum(s.rows_redone for s in shards),
+    }
 
 
 def landing_result(

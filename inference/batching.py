@@ -81,37 +81,61 @@ def prefetch(items: Iterable[T], depth: int = 2) -> Iterator[T]:
     Reading and decoding the next batches then overlaps the model call on the current one.
     An exception in the producer is re-raised in the consumer.
     """
-    buffer: queue.Queue = queue.Queue(maxsize=max(1, depth))
-    stop = threading.Event()
+    return iter(Prefetcher(items, depth))
 
-    def produce() -> None:
+
+class Prefetcher:
+    """An iterator over ``items`` filled by a background thread; ``depth`` shows how far ahead.
+
+    A queue that is usually full means compute is the bottleneck; usually empty, reading is.
+    """
+
+    def __init__(self, items: Iterable[T], depth: int = 2):
+        self._items = items
+        self._buffer: queue.Queue = queue.Queue(maxsize=max(1, depth))
+        self._stop = threading.Event()
+        self._thread: threading.Thread | None = None
+
+    @property
+    def depth(self) -> int:
+        return self._buffer.qsize()
+
+    def _produce(self) -> None:
         try:
-            for item in items:
-                if stop.is_set():
+            for item in self._items:
+                while not self._stop.is_set():
+                    try:
+                        self._buffer.put(item, timeout=0.1)
+                        break
+                    except queue.Full:
+                        continue
+                if self._stop.is_set():
                     return
-                buffer.put(item)
         except BaseException as exc:  # handed to the consumer, which re-raises it
-            buffer.put(_Failure(exc))
+            self._buffer.put(_Failure(exc))
             return
-        buffer.put(_DONE)
+        self._buffer.put(_DONE)
 
-    thread = threading.Thread(target=produce, name="nightshift-prefetch", daemon=True)
-    thread.start()
-    try:
-        while True:
-            item = buffer.get()
-            if item is _DONE:
-                return
-            if isinstance(item, _Failure):
-                raise item.exc
-            yield item
-    finally:
-        stop.set()
-        while thread.is_alive():
-            try:
-                buffer.get_nowait()
-            except queue.Empty:
-                thread.join(timeout=0.05)
+    def __iter__(self) -> Iterator[T]:
+        self._thread = threading.Thread(
+            target=self._produce, name="nightshift-prefetch", daemon=True
+        )
+        self._thread.start()
+        try:
+            while True:
+                item = self._buffer.get()
+                if item is _DONE:
+                    return
+                if isinstance(item, _Failure):
+                    raise item.exc
+                yield item
+        finally:
+            self._stop.set()
+            while self._thread.is_alive():
+                try:
+                    self._buffer.get_nowait()
+                except queue.Empty:
+                    self._thread.join(timeout=0.05)
 
 
 class _Failure:

@@ -1,20 +1,32 @@
-"""Throughput and batch statistics the engine records while it runs."""
+"""Throughput, latency and time-split statistics the engine records while it runs."""
 
 from __future__ import annotations
 
 import time
 from dataclasses import dataclass, field
 
+import numpy as np
+
+PHASES = ("read", "preprocess", "compute", "write")
+
 
 @dataclass
 class BatchMetrics:
-    """Counts rows and batches and times the model calls of one partition's run."""
+    """Counts rows and batches, and times each model call and each phase of one partition's run.
+
+    The engine calls ``record_batch`` once per model call and ``add_phase`` for the time spent
+    reading, preprocessing, computing and writing; text models add ``tokens``.
+    """
 
     rows_in: int = 0
     rows_out: int = 0
     batches: int = 0
+    tokens: int = 0
     compute_seconds: float = 0.0
     batch_sizes: list[int] = field(default_factory=list)
+    batch_seconds: list[float] = field(default_factory=list)
+    phase_seconds: dict[str, float] = field(default_factory=lambda: dict.fromkeys(PHASES, 0.0))
+    queue_depths: list[int] = field(default_factory=list)
     started: float = field(default_factory=time.perf_counter)
     finished: float | None = None
 
@@ -24,6 +36,28 @@ class BatchMetrics:
         self.batches += 1
         self.compute_seconds += seconds
         self.batch_sizes.append(rows_in)
+        self.batch_seconds.append(seconds)
+
+    def add_phase(self, phase: str, seconds: float) -> None:
+        if phase not in self.phase_seconds:
+            raise ValueError(f"unknown phase '{phase}': expected one of {', '.join(PHASES)}")
+        self.phase_seconds[phase] += seconds
+
+    def observe_queue_depth(self, depth: int) -> None:
+        self.queue_depths.append(depth)
+
+    def merge(self, other: BatchMetrics) -> None:
+        """Adds another run's counts (e.g. the next partition of a range) to this one."""
+        self.rows_in += other.rows_in
+        self.rows_out += other.rows_out
+        self.batches += other.batches
+        self.tokens += other.tokens
+        self.compute_seconds += other.compute_seconds
+        self.batch_sizes += other.batch_sizes
+        self.batch_seconds += other.batch_seconds
+        self.queue_depths += other.queue_depths
+        for phase, seconds in other.phase_seconds.items():
+            self.phase_seconds[phase] = self.phase_seconds.get(phase, 0.0) + seconds
 
     def finish(self) -> BatchMetrics:
         self.finished = time.perf_counter()
@@ -41,8 +75,18 @@ class BatchMetrics:
     def mean_batch_size(self) -> float:
         return self.rows_in / self.batches if self.batches else 0.0
 
-    def as_dict(self) -> dict[str, float | int]:
+    def latency_percentiles(self) -> dict[str, float]:
+        """Model-call latency p50/p95/p99 in milliseconds (empty when no batch ran)."""
+        if not self.batch_seconds:
+            return {}
+        values = np.percentile(np.asarray(self.batch_seconds) * 1000, [50, 95, 99])
         return {
+            f"batch_latency_p{p}_ms": round(float(v), 3)
+            for p, v in zip((50, 95, 99), values, strict=True)
+        }
+
+    def as_dict(self) -> dict[str, float | int]:
+        out: dict[str, float | int] = {
             "rows_in": self.rows_in,
             "rows_out": self.rows_out,
             "seconds": round(self.seconds, 4),
@@ -51,3 +95,7 @@ class BatchMetrics:
             "mean_batch_size": round(self.mean_batch_size, 1),
             "compute_seconds": round(self.compute_seconds, 4),
         }
+        if self.tokens:
+            out["tokens"] = self.tokens
+            out["tokens_per_second"] = round(self.tokens / self.seconds, 1) if self.seconds else 0.0
+        return out

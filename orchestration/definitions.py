@@ -7,6 +7,7 @@ import os
 from dagster import Definitions
 
 from assets import fraud, recommendations, summaries
+from orchestration.automation import automation_condition_sensor, run_failure_sensor
 from orchestration.jobs import pipeline_jobs, training_jobs
 from orchestration.resources import build_resources
 from orchestration.schedules import schedules
@@ -22,7 +23,7 @@ def build_definitions(env: str = "local") -> Definitions:
         Definitions(
             jobs=[*pipeline_jobs, *training_jobs],
             schedules=schedules,
-            sensors=[landing_sensor],
+            sensors=[landing_sensor, run_failure_sensor, automation_condition_sensor],
             resources=build_resources(env),
         ),
     )

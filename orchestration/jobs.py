@@ -4,6 +4,7 @@ from __future__ import annotations
 
 from dagster import AssetSelection, Backoff, Jitter, RetryPolicy, define_asset_job
 
+from orchestration.automation import GPU_TAGS
 from orchestration.partitions import daily_partitions
 
 # Errors in user code (bad model, bad data) get a small budget with backoff, then fail loudly.
@@ -36,6 +37,7 @@ pipeline_jobs = [
         selection=AssetSelection.assets(*keys),
         partitions_def=daily_partitions,
         op_retry_policy=ERROR_RETRY_POLICY,
+        tags=GPU_TAGS,
         description=f"Scores one day (or a range in one run): {', '.join(keys)}.",
     )
     for name, keys in PIPELINES.items()
@@ -47,6 +49,7 @@ training_jobs = [
         selection=AssetSelection.assets(model),
         config={"ops": {model: {"config": {"retrain": True}}}},
         op_retry_policy=ERROR_RETRY_POLICY,
+        tags=GPU_TAGS,
         description=f"Retrains {model} from the labelled history on demand and makes it current.",
     )
     for name, model in MODELS.items()

@@ -2,17 +2,25 @@
 
 from __future__ import annotations
 
-from dagster import build_schedule_from_partitioned_job
+from dagster import DefaultScheduleStatus, build_schedule_from_partitioned_job
 
+from orchestration.automation import SCHEDULE_PRIORITY
 from orchestration.jobs import pipeline_jobs
 
 # Staggered so the GPU node serves one pipeline at a time: fraud first (alerts are urgent),
 # recommendations next, summaries last (the morning digest is read after 07:00).
 HOURS_UTC = {"fraud_scoring_job": 2, "recommendations_job": 3, "daily_summaries_job": 5}
 
+# RUNNING by default: a laptop running `make ui` really scores last night's partition, with no
+# click in the UI. Nightly runs go ahead of backfills waiting in the queue.
 schedules = [
     build_schedule_from_partitioned_job(
-        job, name=f"{job.name}_schedule", hour_of_day=HOURS_UTC[job.name], minute_of_hour=0
+        job,
+        name=f"{job.name}_schedule",
+        hour_of_day=HOURS_UTC[job.name],
+        minute_of_hour=0,
+        default_status=DefaultScheduleStatus.RUNNING,
+        tags=SCHEDULE_PRIORITY,
     )
     for job in pipeline_jobs
 ]

@@ -6,6 +6,7 @@ import json
 
 from dagster import RunRequest, SensorEvaluationContext, SensorResult, SkipReason, sensor
 
+from orchestration.automation import SENSOR_PRIORITY
 from orchestration.jobs import LANDING_TRIGGERS, pipeline_jobs
 from orchestration.partitions import daily_partitions
 from resources.storage import StorageResource
@@ -37,7 +38,7 @@ def landing_sensor(context: SensorEvaluationContext, storage: StorageResource) -
                     job_name=job_name,
                     partition_key=date,
                     run_key=f"{dataset}:{date}",
-                    tags={"nightshift/trigger": "landing_sensor", "nightshift/dataset": dataset},
+                    tags={"nightshift/trigger": "landing_sensor", "nightshift/dataset": dataset, **SENSOR_PRIORITY},
                 )
             )
         seen[dataset] = sorted(already | set(new))

@@ -9,6 +9,7 @@ from dagster import ConfigurableResource, InitResourceContext
 from pydantic import Field, PrivateAttr
 
 from inference.device import Runtime, configure_cpu_threads, make_runtime
+from inference.interrupt import InterruptionWatcher, notice_source
 
 T = TypeVar("T")
 
@@ -24,6 +25,29 @@ class InferenceResource(ConfigurableResource):
     )
     cpu_threads: int | None = Field(
         default=None, description="Torch CPU threads; default all cores."
+    )
+    shard_rows: int = Field(
+        default=50_000,
+        description="Input rows per checkpointed shard; a retry redoes at most one shard. "
+        "0 turns checkpointing off.",
+    )
+    lease_seconds: float = Field(
+        default=600.0, description="How long a partition's writer lease lasts between shards."
+    )
+    spot_notice: str = Field(
+        default="off",
+        description="Cloud interruption notices to poll: off (signals only) | aws | gcp | azure.",
+    )
+    spot_endpoint: str | None = Field(
+        default=None, description="Metadata endpoint override for the notice source."
+    )
+    notice_poll_seconds: float = Field(default=5.0, description="How often to poll for notices.")
+    interruption_budget: int = Field(
+        default=5,
+        description="Retries after interruptions, counted apart from the error-retry budget.",
+    )
+    on_demand_after: int = Field(
+        default=2, description="After this many interruptions, retry on on-demand capacity."
     )
 
     _runtime: Runtime | None = PrivateAttr(default=None)
@@ -43,6 +67,13 @@ class InferenceResource(ConfigurableResource):
             if self._runtime.device.type == "cpu":
                 configure_cpu_threads(self.cpu_threads)
         return self._runtime
+
+    def watcher(self, on_advisory: Callable[[str], None] | None = None) -> InterruptionWatcher:
+        """Watches for SIGTERM/SIGINT and, if configured, the cloud's interruption notices."""
+        source = notice_source(self.spot_notice, self.spot_endpoint)
+        if on_advisory is not None and hasattr(source, "on_advisory"):
+            source.on_advisory = on_advisory
+        return InterruptionWatcher(source, self.notice_poll_seconds)
 
     def model(self, key: str, loader: Callable[[Runtime], T]) -> T:
         """Returns the model cached under ``key``, loading it on first use in this process.

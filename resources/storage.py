@@ -7,6 +7,7 @@ Layout (Hive-style, readable by pyarrow, Spark, DuckDB, Athena):
 
 from __future__ import annotations
 
+import json
 import os
 import uuid
 from collections.abc import Iterable, Iterator
@@ -19,6 +20,9 @@ import pyarrow.fs as pafs
 import pyarrow.parquet as pq
 from dagster import ConfigurableResource
 from pydantic import Field
+
+from inference.leases import CasStore, LocalCasStore, S3CasStore
+from inference.shards import MANIFEST, PartitionTarget, ShardedWriter
 
 
 class LandingDataError(ValueError):
@@ -64,6 +68,7 @@ class DataStore:
 
     def __init__(self, root: str, s3_endpoint: str | None = None, s3_region: str | None = None):
         self.root = root
+        self.s3_endpoint, self.s3_region = s3_endpoint, s3_region
         self.fs, self.base, self._scheme = open_filesystem(root, s3_endpoint, s3_region)
 
     # -- paths ---------------------------------------------------------------------------
@@ -171,49 +176,64 @@ class DataStore:
         )
 
     # -- outputs -------------------------------------------------------------------------
+    def partition_target(self, asset: str, date: str) -> PartitionTarget:
+        """The output partition's final folder, staging area, trash and lease."""
+        asset_dir = self.path("outputs", asset)
+        return PartitionTarget(
+            fs=self.fs,
+            final_dir=self.output_path(asset, date),
+            staging_dir=f"{asset_dir}/_staging/date={date}",
+            trash_dir=f"{asset_dir}/_trash/date={date}",
+            lease_path=f"{asset_dir}/_leases/date={date}.json",
+            cas=self._cas(),
+            uri_prefix=self._scheme,
+        )
+
+    def _cas(self) -> CasStore:
+        if isinstance(self.fs, pafs.LocalFileSystem):
+            return LocalCasStore()
+        import boto3
+
+        client = boto3.client("s3", endpoint_url=self.s3_endpoint, region_name=self.s3_region)
+        return S3CasStore(client)
+
     def publish(
         self, asset: str, date: str, batches: Iterable[pa.RecordBatch | pa.Table], schema: pa.Schema
     ) -> Published:
-        """Writes a partition to a staging folder, then swaps it in place of the old one.
+        """Writes a whole partition and commits it in one step (no checkpoints).
 
-        Re-running a partition replaces it; it never appends. If writing fails, the staging
-        folder is removed and the previously published partition stays as it was.
+        Re-running a partition replaces it; it never appends. If writing fails, nothing is
+        committed and the previously published partition stays as it was.
         """
-        final = self.output_path(asset, date)
-        staging = self.path("outputs", asset, f"_staging-{date}-{uuid.uuid4().hex[:12]}")
-        self.fs.create_dir(staging, recursive=True)
-        rows = 0
+        writer = ShardedWriter(
+            self.partition_target(asset, date),
+            schema,
+            uuid.uuid4().hex,
+            shard_rows=0,
+            lineage=f"publish-{uuid.uuid4().hex}",
+        )
+        writer.begin()
         try:
-            with pq.ParquetWriter(f"{staging}/part-00000.parquet", schema, filesystem=self.fs) as w:
-                for batch in batches:
-                    table = batch if isinstance(batch, pa.Table) else pa.Table.from_batches([batch])
-                    table = table.select(schema.names).cast(schema)
-                    w.write_table(table)
-                    rows += table.num_rows
-            self._swap_in(staging, final)
-        except BaseException:
-            self._delete_dir(staging)
-            raise
-        return Published(uri=self.uri(final), rows=rows, files=1)
+            tables = (b if isinstance(b, pa.Table) else pa.Table.from_batches([b]) for b in batches)
+            writer.write_shard(0, tables, rows_in=0)
+            report = writer.commit(1)
+        finally:
+            writer.close()
+            writer.discard_staging()
+        return Published(uri=report.uri, rows=report.rows_out, files=1)
 
-    def _swap_in(self, staging: str, final: str) -> None:
-        if isinstance(self.fs, pafs.LocalFileSystem):
-            # A rename is atomic on one local filesystem: readers see the old or the new folder.
-            old = f"{final}.old-{uuid.uuid4().hex[:8]}"
-            if self.exists(final):
-                self.fs.move(final, old)
-            self.fs.move(staging, final)
-            self._delete_dir(old)
-        else:
-            # S3 has no rename; the exactly-once commit protocol (manifest written last) lives
-            # in the sharded engine. Here: replace the objects of the partition.
-            self._delete_dir(final)
-            self.fs.copy_file(f"{staging}/part-00000.parquet", f"{final}/part-00000.parquet")
-            self._delete_dir(staging)
+    def output_files(self, asset: str, date: str) -> list[str]:
+        """The committed partition's files: those its manifest lists, when it has one."""
+        path = self.output_path(asset, date)
+        try:
+            manifest = json.loads(self.read_bytes(f"{path}/{MANIFEST}"))
+        except (FileNotFoundError, OSError):
+            return self._parquet_files(path)
+        return [f"{path}/{name}" for name in manifest["files"]]
 
     def read_output(self, asset: str, date: str) -> pa.Table:
         path = self.output_path(asset, date)
-        files = self._parquet_files(path)
+        files = self.output_files(asset, date)
         if not files:
             raise FileNotFoundError(
                 f"no published output for '{asset}', date {date} at {self.uri(path)}"
@@ -221,7 +241,7 @@ class DataStore:
         return ds.dataset(files, filesystem=self.fs, format="parquet").to_table()
 
     def output_exists(self, asset: str, date: str) -> bool:
-        return bool(self._parquet_files(self.output_path(asset, date)))
+        return bool(self.output_files(asset, date))
 
     # -- raw objects (models, manifests) -------------------------------------------------
     def write_bytes(self, path: str, data: bytes) -> None:

@@ -2,6 +2,7 @@
 
 from __future__ import annotations
 
+from collections.abc import Iterator
 from pathlib import Path
 
 import pytest
@@ -48,3 +49,14 @@ def resources(data_root: Path) -> dict:
         "storage": StorageResource(data_root=str(data_root)),
         "inference": InferenceResource(device="cpu", precision="fp32", max_batch_size=512),
     }
+
+
+@pytest.fixture(scope="session")
+def ui_stack(tmp_path_factory: pytest.TempPathFactory) -> Iterator:
+    """`dagster dev` on loopback over demo data, with a fraud_scores backfill launched and the
+    landing sensor started from the UI; shared by the GraphQL and browser tests, stopped after."""
+    from ui_stack import dagster_dev, start_operating
+
+    with dagster_dev(tmp_path_factory.mktemp("ui")) as stack:
+        start_operating(stack)
+        yield stack

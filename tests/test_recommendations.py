@@ -296,7 +296,9 @@ def test_rerun_replaces_partitions_and_a_range_loads_the_model_once(
     for date in DAYS[1:]:
         out = landed.read_output(USER_RECOMMENDATIONS, date).to_pandas()
         assert out.groupby("user_id").size().eq(5).all()
-        assert len(os.listdir(landed.output_path(USER_RECOMMENDATIONS, date))) == 1
+        # Replaced, not appended: one data file (files starting "_" are commit metadata).
+        folder = landed.output_path(USER_RECOMMENDATIONS, date)
+        assert len([f for f in os.listdir(folder) if not f.startswith("_")]) == 1
 
 
 # -- the checks -------------------------------------------------------------------------------
@@ -348,8 +350,7 @@ def test_checks_catch_seen_items_and_broken_ranks(landed, resources, instance) -
     items[0], ranks[1] = seen_item, 7
     out = out.set_column(1, "rank", pa.array(ranks, pa.int16()))
     out = out.set_column(2, "item_id", pa.array(items, pa.int64()))
-    folder = landed.output_path(USER_RECOMMENDATIONS, DAYS[-1])
-    pq.write_table(out, os.path.join(folder, os.listdir(folder)[0]))
+    pq.write_table(out, landed.output_files(USER_RECOMMENDATIONS, DAYS[-1])[0])
 
     # Checks run on their own are unpartitioned: they then check the latest published day.
     result = materialize(

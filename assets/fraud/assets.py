@@ -3,7 +3,6 @@
 from dagster import (
     AssetCheckSpec,
     AssetExecutionContext,
-    BackfillPolicy,
     Config,
     MaterializeResult,
     MetadataValue,
@@ -11,6 +10,7 @@ from dagster import (
 )
 from pydantic import Field
 
+from assets.checkpointing import spot_safe
 from assets.common import (
     fail_fast_on_bad_input,
     landing_result,
@@ -25,16 +25,15 @@ from assets.fraud.model_metadata import model_metadata
 from assets.fraud.schemas import ALERTS, MODEL_NAME, SCORES, TRANSACTIONS, TRANSACTIONS_SCHEMA
 from inference.modelstore import ModelNotFoundError, current_version, load_model
 from inference.tabular import TrainConfig
-from orchestration.partitions import daily_partitions
+from orchestration.automation import GPU_POOL, after_parent_passes_checks, scored_by_0700_utc
+from orchestration.partitions import backfill_policy, daily_partitions
 from resources.inference import InferenceResource
 from resources.storage import StorageResource
 
 GROUP = "fraud"
 
 
-@asset(
-    partitions_def=daily_partitions, backfill_policy=BackfillPolicy.single_run(), group_name=GROUP
-)
+@asset(partitions_def=daily_partitions, backfill_policy=backfill_policy, group_name=GROUP)
 def transactions(context: AssetExecutionContext, storage: StorageResource) -> MaterializeResult:
     """Yesterday's card transactions as the payments platform lands them.
 
@@ -56,7 +55,7 @@ class FraudModelConfig(Config):
     seed: int = 0
 
 
-@asset(group_name=GROUP, kinds={"pytorch"})
+@asset(group_name=GROUP, kinds={"pytorch"}, pool=GPU_POOL)
 def fraud_model(
     context: AssetExecutionContext,
     config: FraudModelConfig,
@@ -106,8 +105,10 @@ def fraud_model(
 
 @asset(
     partitions_def=daily_partitions,
-    backfill_policy=BackfillPolicy.single_run(),
+    backfill_policy=backfill_policy,
     deps=[transactions, fraud_model],
+    pool=GPU_POOL,
+    freshness_policy=scored_by_0700_utc,
     group_name=GROUP,
     kinds={"pytorch"},
     check_specs=[
@@ -128,27 +129,29 @@ def fraud_scores(
         version = current_version(store.read_bytes, store.models_dir, MODEL_NAME)
     key = f"{MODEL_NAME}:{version}"
     scorer = inference.model(key, lambda runtime: pipeline.load_scorer(store, version, runtime))
-    reports, batch_size = [], inference.max_batch_size
-    for date in partition_dates(context):
-        with fail_fast_on_bad_input():
-            report = pipeline.score_partition(store, date, scorer, version, batch_size)
-        log_partition(context, SCORES, report)
-        reports.append(report)
+    reports = []
+    with spot_safe(context, store, inference) as run:
+        for date in partition_dates(context):
+            with fail_fast_on_bad_input():
+                report = pipeline.score_partition(run, date, scorer, version)
+            log_partition(context, SCORES, report)
+            reports.append(report)
     summary = pipeline.summarise_scores(store, [r.date for r in reports])
     result = scoring_result(
         reports,
         model_version=version,
         device=scorer.runtime.describe(),
         model_loads=inference.load_count(key),
-        extra={"flagged": summary.flagged, "threshold": scorer.threshold},
+        extra={**run.metadata(), "flagged": summary.flagged, "threshold": scorer.threshold},
     )
     return MaterializeResult(metadata=result.metadata, check_results=score_check_results(summary))
 
 
 @asset(
     partitions_def=daily_partitions,
-    backfill_policy=BackfillPolicy.single_run(),
+    backfill_policy=backfill_policy,
     deps=[fraud_scores],
+    automation_condition=after_parent_passes_checks,
     group_name=GROUP,
     check_specs=[AssetCheckSpec("alert_count_matches_flagged_scores", asset=ALERTS, blocking=True)],
 )

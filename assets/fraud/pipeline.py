@@ -6,7 +6,7 @@ columns of a whole partition, and only alerts (a small share of rows) are ever j
 
 from __future__ import annotations
 
-from collections.abc import Callable, Iterator, Sequence
+from collections.abc import Callable, Sequence
 from dataclasses import dataclass
 
 import numpy as np
@@ -15,6 +15,7 @@ import pyarrow.compute as pc
 import pyarrow.dataset as ds
 import torch
 
+from assets.checkpointing import SpotSafeRun
 from assets.common import PartitionReport
 from assets.fraud.features import (
     FEATURE_COLUMNS,
@@ -33,9 +34,7 @@ from assets.fraud.schemas import (
     TRANSACTIONS_LABELLED,
     TRANSACTIONS_SCHEMA,
 )
-from inference.batching import rebatch
 from inference.device import Runtime
-from inference.metrics import BatchMetrics
 from inference.modelstore import load_model, save_model
 from inference.tabular import TabularScorer, TrainConfig, train_classifier
 from resources.storage import DataStore, Published
@@ -100,36 +99,38 @@ def load_scorer(store: DataStore, version: str, runtime: Runtime) -> TabularScor
 
 
 def score_partition(
-    store: DataStore, date: str, scorer: TabularScorer, version: str, batch_size: int
+    run: SpotSafeRun, date: str, scorer: TabularScorer, version: str
 ) -> PartitionReport:
-    """Scores one day of transactions in model-sized batches and publishes ``fraud_scores``."""
+    """Scores one day of transactions in checkpointed shards and publishes ``fraud_scores``."""
+    store = run.store
     context = profile(store, TRANSACTIONS, date, TRANSACTIONS_SCHEMA)
-    metrics = BatchMetrics()
     landing = store.iter_landing(
-        TRANSACTIONS,
-        date,
-        TRANSACTIONS_SCHEMA,
-        columns=["transaction_id", *FEATURE_COLUMNS],
-        batch_size=batch_size,
+        TRANSACTIONS, date, TRANSACTIONS_SCHEMA, columns=["transaction_id", *FEATURE_COLUMNS]
     )
+    threshold = np.float32(scorer.threshold)
 
-    def results() -> Iterator[pa.RecordBatch]:
-        scored = scorer.score_stream(
-            rebatch(landing, batch_size), lambda b: context.features(b, scorer.features), metrics
+    def transform(batch: pa.RecordBatch, x: np.ndarray) -> pa.RecordBatch:
+        scores = scorer.score(x)
+        return pa.record_batch(
+            [
+                batch["transaction_id"],
+                pa.array(scores, pa.float32()),
+                pa.array(scores >= threshold),
+                pa.repeat(pa.scalar(version, pa.string()), len(scores)),
+            ],
+            schema=SCORES_SCHEMA,
         )
-        for batch, scores in scored:
-            yield pa.record_batch(
-                [
-                    batch["transaction_id"],
-                    pa.array(scores, pa.float32()),
-                    pa.array(scores >= np.float32(scorer.threshold)),
-                    pa.repeat(pa.scalar(version, pa.string()), len(scores)),
-                ],
-                schema=SCORES_SCHEMA,
-            )
 
-    published = store.publish(SCORES, date, results(), SCORES_SCHEMA)
-    return PartitionReport(date=date, metrics=metrics.finish(), published=published)
+    return run.partition(
+        SCORES,
+        date,
+        SCORES_SCHEMA,
+        landing,
+        transform,
+        prepare=lambda batch: context.features(batch, scorer.features),
+        inputs=store.landing_files(TRANSACTIONS, date),
+        depends_on={"model": version, "threshold": float(threshold)},
+    )
 
 
 def _output(store: DataStore, asset: str, date: str) -> ds.Dataset:
@@ -138,7 +139,7 @@ def _output(store: DataStore, asset: str, date: str) -> ds.Dataset:
             f"'{asset}' has no published partition for {date} at "
             f"{store.uri(store.output_path(asset, date))}: materialise it first"
         )
-    return ds.dataset(store.output_path(asset, date), filesystem=store.fs, format="parquet")
+    return ds.dataset(store.output_files(asset, date), filesystem=store.fs, format="parquet")
 
 
 def publish_alerts(store: DataStore, date: str) -> tuple[Published, float]:

@@ -5,9 +5,10 @@ from collections.abc import Iterator
 
 import numpy as np
 import pyarrow as pa
-from dagster import AssetExecutionContext, BackfillPolicy, Config, Failure, MaterializeResult, asset
+from dagster import AssetExecutionContext, Config, Failure, MaterializeResult, asset
 from pydantic import Field
 
+from assets.checkpointing import SpotSafeRun, spot_safe
 from assets.common import (
     PartitionReport,
     fail_fast_on_bad_input,
@@ -30,10 +31,16 @@ from assets.recommendations.training import (
     load_recommender,
     train_and_save,
 )
-from inference.metrics import BatchMetrics
 from inference.modelstore import ModelNotFoundError
-from inference.recommend import RecommendationBatch, TrainConfig, block_size_for, recommend
-from orchestration.partitions import daily_partitions
+from inference.recommend import (
+    RecommendationBatch,
+    Recommender,
+    TrainConfig,
+    block_size_for,
+    recommend,
+)
+from orchestration.automation import GPU_POOL, scored_by_0700_utc
+from orchestration.partitions import backfill_policy, daily_partitions
 from resources.inference import InferenceResource
 from resources.storage import StorageResource
 
@@ -49,7 +56,7 @@ COUNTED = (
 
 @asset(
     partitions_def=daily_partitions,
-    backfill_policy=BackfillPolicy.single_run(),
+    backfill_policy=backfill_policy,
     group_name=GROUP,
     kinds={"parquet"},
 )
@@ -66,7 +73,7 @@ class RecommendationModelConfig(Config):
     epochs: int = Field(default=10, ge=1, le=200, description="Passes over the users.")
 
 
-@asset(deps=[interactions], group_name=GROUP, kinds={"pytorch"})
+@asset(deps=[interactions], group_name=GROUP, kinds={"pytorch"}, pool=GPU_POOL)
 def recommendation_model(
     context: AssetExecutionContext,
     config: RecommendationModelConfig,
@@ -105,8 +112,10 @@ class UserRecommendationsConfig(Config):
 
 @asset(
     partitions_def=daily_partitions,
-    backfill_policy=BackfillPolicy.single_run(),
+    backfill_policy=backfill_policy,
     deps=[interactions, recommendation_model],
+    pool=GPU_POOL,
+    freshness_policy=scored_by_0700_utc,
     group_name=GROUP,
     kinds={"pytorch", "parquet"},
 )
@@ -128,36 +137,70 @@ def user_recommendations(
     landed = store.landing_dates(INTERACTIONS)
     reports: list[PartitionReport] = []
     counts = Counter(dict.fromkeys(COUNTED, 0))
-    for date in partition_dates(context):
-        metrics = BatchMetrics()
-        # Seen means on any day up to and including this one, so re-running an old partition
-        # does not exclude items the user only found later.
-        with fail_fast_on_bad_input():
-            day = read_day(store, date, model.items)
-            seen = read_interactions(store, [d for d in landed if d <= date], users=day.users)
-        batches = recommend(model, day.users, seen.pairs, config.k, block)
-        rows = _record_batches(batches, version, metrics, counts)
-        published = store.publish(USER_RECOMMENDATIONS, date, rows, RECOMMENDATIONS_SCHEMA)
-        counts.update(
-            unknown_items=day.unknown_items, unknown_item_interactions=day.unknown_item_interactions
-        )
-        reports.append(PartitionReport(date, metrics.finish(), published))
-        log_partition(context, USER_RECOMMENDATIONS, reports[-1])
+    with spot_safe(context, store, inference) as run:
+        for date in partition_dates(context):
+            with fail_fast_on_bad_input():
+                report = _score_day(run, date, model, version, config.k, block, landed, counts)
+            reports.append(report)
+            log_partition(context, USER_RECOMMENDATIONS, report)
     return scoring_result(
         reports,
         model_version=version,
         device=inference.runtime.describe(),
         model_loads=inference.load_count(key),
-        extra={"k": config.k, "block_users": block, **counts},
+        extra={**run.metadata(), "k": config.k, "block_users": block, **counts},
+    )
+
+
+def _score_day(
+    run: SpotSafeRun,
+    date: str,
+    model: Recommender,
+    version: str,
+    k: int,
+    block: int,
+    landed: list[str],
+    counts: Counter,
+) -> PartitionReport:
+    """Recommends for the day's active users in checkpointed shards of users."""
+    store = run.store
+    # Seen means on any day up to and including this one, so re-running an old partition
+    # does not exclude items the user only found later.
+    history = [d for d in landed if d <= date]
+    day = read_day(store, date, model.items)
+    seen_users, seen_items = read_interactions(store, history, users=day.users).pairs
+    known = int((model.users.index(day.users) >= 0).sum())
+    counts.update(
+        model_users=known,
+        cold_start_users=len(day.users) - known,
+        unknown_items=day.unknown_items,
+        unknown_item_interactions=day.unknown_item_interactions,
+    )
+
+    def transform(batch: pa.RecordBatch, users: np.ndarray) -> pa.Table:
+        mine = np.isin(seen_users, users)
+        blocks = recommend(model, users, (seen_users[mine], seen_items[mine]), k, block)
+        return pa.Table.from_batches(
+            list(_record_batches(blocks, version, counts)), RECOMMENDATIONS_SCHEMA
+        )
+
+    return run.partition(
+        USER_RECOMMENDATIONS,
+        date,
+        RECOMMENDATIONS_SCHEMA,
+        [pa.record_batch({"user_id": pa.array(day.users, pa.int64())})],
+        transform,
+        prepare=lambda batch: batch["user_id"].to_numpy(),
+        batch_size=block,
+        inputs=[f for d in history for f in store.landing_files(INTERACTIONS, d)],
+        depends_on={"model": version, "k": k},
     )
 
 
 def _record_batches(
-    batches: Iterator[RecommendationBatch], version: str, metrics: BatchMetrics, counts: Counter
+    batches: Iterator[RecommendationBatch], version: str, counts: Counter
 ) -> Iterator[pa.RecordBatch]:
     for b in batches:
-        metrics.record_batch(b.users, len(b.user_ids), b.seconds)
-        counts["cold_start_users" if b.cold_start else "model_users"] += b.users
         counts["users_short_of_k"] += b.users_short_of_k
         yield pa.record_batch(
             [

@@ -5,7 +5,6 @@ import time
 import pyarrow as pa
 from dagster import (
     AssetExecutionContext,
-    BackfillPolicy,
     Config,
     MaterializeResult,
     MetadataValue,
@@ -19,7 +18,8 @@ from assets.summaries.document_summaries import document_summaries
 from assets.summaries.models import encoder_key, sentence_encoder
 from inference.metrics import BatchMetrics
 from inference.text import Topic, build_digest
-from orchestration.partitions import daily_partitions
+from orchestration.automation import GPU_POOL, after_parent_passes_checks
+from orchestration.partitions import backfill_policy, daily_partitions
 from resources.inference import InferenceResource
 from resources.storage import StorageResource
 
@@ -48,8 +48,10 @@ class DigestConfig(Config):
 
 @asset(
     partitions_def=daily_partitions,
-    backfill_policy=BackfillPolicy.single_run(),
+    backfill_policy=backfill_policy,
     deps=[document_summaries],
+    pool=GPU_POOL,
+    automation_condition=after_parent_passes_checks,
     group_name="summaries",
     kinds={"pytorch", "parquet"},
 )

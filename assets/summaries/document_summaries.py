@@ -1,16 +1,15 @@
 """``document_summaries``: a short summary of every document of the day."""
 
-import time
-from collections.abc import Callable, Iterable, Iterator
+from collections.abc import Callable
 from dataclasses import dataclass
 from typing import Literal
 
 import pyarrow as pa
-from dagster import AssetExecutionContext, BackfillPolicy, Config, MaterializeResult, asset
+from dagster import AssetExecutionContext, Config, MaterializeResult, asset
 from pydantic import Field
 
+from assets.checkpointing import spot_safe
 from assets.common import (
-    PartitionReport,
     fail_fast_on_bad_input,
     log_partition,
     partition_dates,
@@ -26,7 +25,8 @@ from assets.summaries.models import (
 from inference.generate import generate_summaries
 from inference.metrics import BatchMetrics
 from inference.text import extractive_summaries
-from orchestration.partitions import daily_partitions
+from orchestration.automation import GPU_POOL, scored_by_0700_utc
+from orchestration.partitions import backfill_policy, daily_partitions
 from resources.inference import InferenceResource
 from resources.storage import StorageResource
 
@@ -71,12 +71,17 @@ class SummariesConfig(Config):
         "or '{text}\\nTL;DR:' (causal).",
     )
     docs_per_chunk: int = Field(default=256, description="Documents read and summarised at a time.")
+    docs_per_shard: int = Field(
+        default=1024, description="Documents per checkpointed shard (a retry redoes at most one)."
+    )
 
 
 @asset(
     partitions_def=daily_partitions,
-    backfill_policy=BackfillPolicy.single_run(),
+    backfill_policy=backfill_policy,
     deps=[documents],
+    pool=GPU_POOL,
+    freshness_policy=scored_by_0700_utc,
     group_name="summaries",
     kinds={"pytorch", "parquet"},
 )
@@ -97,23 +102,39 @@ def document_summaries(
     with fail_fast_on_bad_input():
         summarise, version, key = _summariser(config, inference)
     reports = []
-    for date in partition_dates(context):
-        metrics = ModelMetrics()
-        chunks = store.iter_landing(
-            DATASET, date, DOCUMENTS_SCHEMA, ["doc_id", "title", "body"], config.docs_per_chunk
-        )
-        with fail_fast_on_bad_input():
-            published = store.publish(
-                ASSET, date, _summarised(chunks, summarise, version, metrics), SUMMARIES_SCHEMA
-            )
-        reports.append(PartitionReport(date, metrics.finish(), published))
-        log_partition(context, ASSET, reports[-1])
+    with spot_safe(context, store, inference) as run:
+        for date in partition_dates(context):
+            metrics = ModelMetrics()
+            with fail_fast_on_bad_input():
+                chunks = store.iter_landing(
+                    DATASET, date, DOCUMENTS_SCHEMA, ["doc_id", "title", "body"]
+                )
+                inputs = store.landing_files(DATASET, date)
+                report = run.partition(
+                    ASSET,
+                    date,
+                    SUMMARIES_SCHEMA,
+                    chunks,
+                    _summarise_batch(summarise, version, metrics),
+                    prepare=_texts,
+                    batch_size=config.docs_per_chunk,
+                    shard_rows=config.docs_per_shard,
+                    inputs=inputs,
+                    depends_on={"model": version, "config": config.model_dump()},
+                    metrics=metrics,
+                )
+            reports.append(report)
+            log_partition(context, ASSET, report)
     return scoring_result(
         reports,
         model_version=version,
         device=inference.runtime.describe(),
         model_loads=inference.load_count(key),
-        extra={"mode": config.mode, "model_calls": sum(r.metrics.model_calls for r in reports)},
+        extra={
+            **run.metadata(),
+            "mode": config.mode,
+            "model_calls": sum(r.metrics.model_calls for r in reports),
+        },
     )
 
 
@@ -151,17 +172,20 @@ def _summariser(
     return extractive, encoder.version, encoder_key()
 
 
-def _summarised(
-    chunks: Iterable[pa.RecordBatch], summarise: Summarise, version: str, metrics: ModelMetrics
-) -> Iterator[pa.RecordBatch]:
-    for chunk in chunks:
-        titles, bodies = chunk.column("title").to_pylist(), chunk.column("body").to_pylist()
-        # A document with no body text is summarised by its title rather than left blank.
-        texts = [b if b and b.strip() else (t or "") for t, b in zip(titles, bodies, strict=True)]
-        started = time.perf_counter()
+def _texts(chunk: pa.RecordBatch) -> list[str]:
+    titles, bodies = chunk.column("title").to_pylist(), chunk.column("body").to_pylist()
+    # A document with no body text is summarised by its title rather than left blank.
+    return [b if b and b.strip() else (t or "") for t, b in zip(titles, bodies, strict=True)]
+
+
+def _summarise_batch(summarise: Summarise, version: str, metrics: ModelMetrics):
+    """The model step for one chunk of documents: (chunk, texts) -> doc_id, summary, version."""
+
+    def transform(chunk: pa.RecordBatch, texts: list[str]) -> pa.RecordBatch:
         summaries, calls = summarise(texts)
-        metrics.record_batch(chunk.num_rows, len(summaries), time.perf_counter() - started)
         metrics.model_calls += calls
         versions = pa.array([version] * len(summaries), pa.string())
         columns = [chunk.column("doc_id"), pa.array(summaries, pa.string()), versions]
-        yield pa.record_batch(columns, schema=SUMMARIES_SCHEMA)
+        return pa.record_batch(columns, schema=SUMMARIES_SCHEMA)
+
+    return transform

@@ -1,10 +1,10 @@
 """The day's documents as they land from the content systems: the summaries domain's source."""
 
 import pyarrow as pa
-from dagster import AssetExecutionContext, BackfillPolicy, MaterializeResult, asset
+from dagster import AssetExecutionContext, MaterializeResult, asset
 
 from assets.common import landing_result
-from orchestration.partitions import daily_partitions
+from orchestration.partitions import backfill_policy, daily_partitions
 from resources.storage import StorageResource
 
 DATASET = "documents"
@@ -21,7 +21,7 @@ DOCUMENTS_SCHEMA = pa.schema(
 
 @asset(
     partitions_def=daily_partitions,
-    backfill_policy=BackfillPolicy.single_run(),
+    backfill_policy=backfill_policy,
     group_name="summaries",
     kinds={"parquet"},
 )

@@ -1,0 +1,174 @@
+"""Spot-safe scoring for every domain: checkpointed shards, interruption handling, two budgets.
+
+A scoring asset opens ``spot_safe(...)`` around its partitions and scores each one with
+``run.partition(...)``. On an interruption the finished shards stay in staging and the step
+leaves so it can be retried:
+
+- the node is going away (SIGTERM, SIGINT, a cloud notice): the step fails without an in-process
+  retry (the process is about to die) and tags its run so the daemon's ``run_retries``
+  relaunches it (``FROM_FAILURE``); the relaunched run resumes from the checkpoint. After
+  ``on_demand_after`` interruptions the tags also move the next attempt to on-demand capacity.
+- the node stays (SIGUSR1: the scheduler wants it for other work): ``RetryRequested`` retries
+  the step in place after a pause.
+
+Interruptions are counted durably in the partition's progress file and limited by
+``interruption_budget``; errors in user code are limited by the job's ``RetryPolicy``. Dagster
+counts both as retries of the same step, so nightshift keeps the interruption count itself.
+"""
+
+from __future__ import annotations
+
+from collections.abc import Callable, Iterable, Iterator
+from contextlib import contextmanager
+from typing import Any
+
+import pyarrow as pa
+from dagster import AssetExecutionContext, Failure, RetryRequested
+
+from assets.common import PartitionReport
+from inference.interrupt import InterruptionWatcher
+from inference.metrics import BatchMetrics
+from inference.shards import Interrupted, ShardedWriter, fingerprint, input_fingerprint, run_sharded
+from resources.inference import InferenceResource
+from resources.storage import DataStore, Published
+
+# Dagster's daemon retries a run that failed in a step only when this run tag says so; it is
+# set on interruptions alone, so errors never spend the interruption budget at run level.
+RETRY_ON_STEP_FAILURE_TAG = "dagster/retry_on_asset_or_op_failure"
+INTERRUPTED_TAG = "nightshift/interrupted"
+INTERRUPTIONS_TAG = "nightshift/interruptions"
+
+
+def run_lineage(context: AssetExecutionContext) -> str:
+    """The id shared by a run and all its retries: a retry may take over its lease at once."""
+    return context.run.root_run_id or context.run_id
+
+
+class SpotSafeRun:
+    """Scores the partitions of one step in checkpointed shards, stopping on interruptions."""
+
+    def __init__(
+        self,
+        context: AssetExecutionContext,
+        store: DataStore,
+        inference: InferenceResource,
+        watcher: InterruptionWatcher,
+    ):
+        self.context, self.store, self.inference, self.watcher = context, store, inference, watcher
+
+    def metadata(self) -> dict[str, int]:
+        """Retry counts of this step: error retries in this run, and run-level relaunches."""
+        return {
+            "error_retries": self.context.retry_number,
+            "run_attempt": int(self.context.run.tags.get("dagster/retry_number", 0)) + 1,
+        }
+
+    def stop(self) -> str | None:
+        notice = self.watcher.check()
+        return notice.reason if notice else None
+
+    def partition(
+        self,
+        asset: str,
+        date: str,
+        schema: pa.Schema,
+        batches: Iterable[pa.RecordBatch],
+        transform: Callable[[pa.RecordBatch, Any], pa.Table | pa.RecordBatch],
+        *,
+        inputs: list[str],
+        depends_on: Any,
+        prepare: Callable[[pa.RecordBatch], Any] | None = None,
+        batch_size: int | None = None,
+        shard_rows: int | None = None,
+        metrics: BatchMetrics | None = None,
+    ) -> PartitionReport:
+        """Scores one partition and commits it exactly once.
+
+        Args:
+            asset: the output asset (its partition is ``outputs/<asset>/date=<date>/``).
+            date: the partition.
+            schema: the output schema.
+            batches: the input stream, in a deterministic order.
+            transform: the model step ``(batch, prepared) -> output rows``.
+            inputs: the input files; their identity is part of the checkpoint's fingerprint.
+            depends_on: whatever else decides the output (model version, settings); a change
+                discards old progress instead of mixing outputs.
+            prepare: CPU-side preparation, run ahead in a background thread.
+            batch_size: rows per model call (default: the resource's ``max_batch_size``).
+            shard_rows: rows per shard for this asset (default: the resource's ``shard_rows``);
+                ignored when the resource turns checkpointing off.
+            metrics: where timings go (a new BatchMetrics by default).
+        """
+        metrics = metrics or BatchMetrics()
+        writer = ShardedWriter(
+            self.store.partition_target(asset, date),
+            schema,
+            fingerprint(input_fingerprint(self.store.fs, inputs), depends_on),
+            shard_rows if shard_rows and self.inference.shard_rows else self.inference.shard_rows,
+            run_lineage(self.context),
+            self.inference.lease_seconds,
+        )
+        shards = run_sharded(
+            writer,
+            batches,
+            transform,
+            batch_size=batch_size or self.inference.max_batch_size,
+            prepare=prepare,
+            stop=self.stop,
+            metrics=metrics,
+        )
+        if shards.shards_resumed or shards.rows_redone:
+            self.context.log.info(
+                f"{asset} {date}: resumed {shards.shards_resumed} finished shards, "
+                f"redid {shards.rows_redone} rows (attempt {shards.attempt})"
+            )
+        published = Published(uri=shards.uri, rows=shards.rows_out, files=shards.shards)
+        return PartitionReport(date, metrics.finish(), published, shards)
+
+
+@contextmanager
+def spot_safe(
+    context: AssetExecutionContext, store: DataStore, inference: InferenceResource
+) -> Iterator[SpotSafeRun]:
+    """Runs a scoring step under the interruption watcher and turns an interruption into a retry."""
+    if context.run.tags.get(RETRY_ON_STEP_FAILURE_TAG) == "true":
+        # Inherited from an interrupted parent run: this attempt starts with errors not retried
+        # at run level again, until it is interrupted itself.
+        context.instance.add_run_tags(context.run_id, {RETRY_ON_STEP_FAILURE_TAG: "false"})
+    with inference.watcher(on_advisory=context.log.warning) as watcher:
+        try:
+            yield SpotSafeRun(context, store, inference, watcher)
+        except Interrupted as exc:
+            watcher.consume()
+            _leave_for_retry(context, inference, exc, node_lost=_node_lost(watcher))
+
+
+def _node_lost(watcher: InterruptionWatcher) -> bool:
+    return watcher.notice is None or watcher.notice.node_lost
+
+
+def _leave_for_retry(
+    context: AssetExecutionContext, inference: InferenceResource, exc: Interrupted, node_lost: bool
+) -> None:
+    count, budget = exc.interruptions, inference.interruption_budget
+    within_budget = count <= budget
+    if not node_lost and within_budget:
+        context.log.warning(f"{exc}; retrying in place")
+        raise RetryRequested(max_retries=context.retry_number + 1, seconds_to_wait=5) from exc
+    tags = {INTERRUPTED_TAG: "true", INTERRUPTIONS_TAG: str(count)}
+    if within_budget:
+        from orchestration.spot import capacity_tags
+
+        tags[RETRY_ON_STEP_FAILURE_TAG] = "true"
+        tags.update(capacity_tags(count, inference.on_demand_after, current_tags=context.run.tags))
+    context.instance.add_run_tags(context.run_id, tags)
+    what = (
+        "the run will be relaunched and resume from the checkpoint"
+        if within_budget
+        else f"interruption budget of {budget} retries exhausted"
+    )
+    raise Failure(
+        description=f"{exc}; {what}",
+        metadata={"interruptions": count, "shards_done": exc.shards_done},
+        allow_retries=False,
+    ) from exc

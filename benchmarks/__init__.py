@@ -1,0 +1,1 @@
+"""nightshift's throughput benchmark: `make bench` (or `python -m benchmarks.bench`)."""

@@ -1,0 +1,423 @@
+"""Sharded, checkpointed execution of one output partition, published exactly once.
+
+A partition's input is cut into shards of ``shard_rows`` rows in input order. Each finished
+shard is written to a staging folder and recorded in ``_progress.json`` (atomic rename locally,
+a single PUT on S3). A retry with the same fingerprint (input files, model version, settings)
+skips finished shards and redoes at most the shard that was in flight; a different fingerprint
+discards the old progress. When every shard is present the partition is committed: locally the
+staging folder is renamed into place (readers see the old or the new partition, never a mix);
+on S3 the shards are copied under commit-unique names and ``_manifest.json`` is written last,
+so manifest-aware readers never see a partial partition. A lease makes the partition single-writer
+(see ``inference.leases``); a re-run of a committed partition replaces it.
+"""
+
+from __future__ import annotations
+
+import hashlib
+import json
+import time
+import uuid
+from collections.abc import Callable, Iterable
+from dataclasses import dataclass, field
+from typing import Any
+
+import pyarrow as pa
+import pyarrow.fs as pafs
+import pyarrow.parquet as pq
+
+from inference.batching import Prefetcher, rebatch
+from inference.leases import CasStore, Lease, acquire_lease
+from inference.metrics import BatchMetrics
+
+PROGRESS = "_progress.json"
+MANIFEST = "_manifest.json"
+
+
+class Interrupted(Exception):
+    """The node is being taken away: work stopped at a batch boundary, finished shards kept."""
+
+    def __init__(self, reason: str, shards_done: int, rows_discarded: int, interruptions: int):
+        super().__init__(
+            f"interrupted ({reason}) with {shards_done} shards finished; "
+            f"{rows_discarded} rows of the shard in flight will be redone on retry "
+            f"(interruption {interruptions} of this partition)"
+        )
+        self.reason = reason
+        self.shards_done = shards_done
+        self.rows_discarded = rows_discarded
+        self.interruptions = interruptions
+
+
+@dataclass(frozen=True)
+class PartitionTarget:
+    """Where one output partition, its staging area and its lease live."""
+
+    fs: pafs.FileSystem
+    final_dir: str
+    staging_dir: str
+    trash_dir: str
+    lease_path: str
+    cas: CasStore
+    uri_prefix: str = ""
+
+    @property
+    def local(self) -> bool:
+        return isinstance(self.fs, pafs.LocalFileSystem)
+
+    def uri(self, path: str) -> str:
+        return f"{self.uri_prefix}{path}"
+
+
+@dataclass
+class ShardReport:
+    """What the checkpointing did for one partition."""
+
+    shards: int = 0
+    shards_resumed: int = 0
+    rows_redone: int = 0
+    attempt: int = 1
+    interruptions: int = 0
+    already_committed: bool = False
+    uri: str = ""
+    rows_out: int = 0
+
+    def as_dict(self) -> dict[str, Any]:
+        return {
+            "shards": self.shards,
+            "shards_resumed": self.shards_resumed,
+            "rows_redone": self.rows_redone,
+            "attempt": self.attempt,
+            "interruptions": self.interruptions,
+        }
+
+
+def fingerprint(*parts: Any) -> str:
+    """A stable hash of whatever decides a partition's output (inputs, model, settings)."""
+    return hashlib.sha256(json.dumps(parts, sort_keys=True, default=str).encode()).hexdigest()[:20]
+
+
+def input_fingerprint(fs: pafs.FileSystem, files: list[str]) -> list[tuple[str, int, str]]:
+    """Identity of input files: path, size and modification time (ETag-like)."""
+    infos = fs.get_file_info(files)
+    return [(i.path, i.size or 0, str(i.mtime_ns or i.mtime)) for i in infos]
+
+
+@dataclass
+class _Progress:
+    fingerprint: str
+    shard_rows: int
+    attempts: int = 0
+    interruptions: int = 0
+    shards: dict[str, dict[str, int | str]] = field(default_factory=dict)
+    in_flight: int | None = None
+    discarded_rows: int | None = None
+
+
+class ShardedWriter:
+    """Writes one partition shard by shard under a lease, and commits it once.
+
+    Args:
+        target: the partition's locations.
+        schema: the output schema.
+        fingerprint: what the output depends on; progress with another fingerprint is discarded.
+        shard_rows: input rows per shard; 0 disables checkpointing (one shard, no progress).
+        lineage: the run lineage that may take over its own stale lease at once.
+        lease_seconds: how long the lease lasts without renewal (renewed after every shard).
+    """
+
+    def __init__(
+        self,
+        target: PartitionTarget,
+        schema: pa.Schema,
+        fingerprint: str,
+        shard_rows: int,
+        lineage: str,
+        lease_seconds: float = 600.0,
+    ):
+        self.target, self.schema, self.fp = target, schema, fingerprint
+        self.shard_rows, self.lineage, self.lease_seconds = shard_rows, lineage, lease_seconds
+        self.checkpointing = shard_rows > 0
+        self.progress = _Progress(fingerprint, shard_rows)
+        self.report = ShardReport()
+        self._lease: Lease | None = None
+        self._redo_shard: int | None = None
+        self._redo_rows: int | None = None
+
+    # -- lifecycle -----------------------------------------------------------------------
+    def begin(self) -> ShardReport:
+        """Takes the lease and loads (or resets) progress; returns what was already done."""
+        t = self.target
+        self._lease = acquire_lease(t.cas, t.lease_path, self.lineage, self.lease_seconds)
+        committed = self._read_json(f"{t.final_dir}/{MANIFEST}")
+        if (
+            committed
+            and committed.get("fingerprint") == self.fp
+            and committed.get("lineage") == self.lineage
+            and not self._exists(t.staging_dir)
+        ):
+            # This lineage already committed exactly this output (it was stopped after the
+            # commit but before the orchestrator heard of it): nothing to redo.
+            self.report.already_committed = True
+            self.report.uri, self.report.rows_out = t.uri(t.final_dir), committed.get("rows", 0)
+            return self.report
+        stored = self._read_json(f"{t.staging_dir}/{PROGRESS}") if self.checkpointing else None
+        if (
+            stored
+            and stored.get("fingerprint") == self.fp
+            and stored.get("shard_rows") == self.shard_rows
+        ):
+            self.progress = _Progress(**stored)
+        else:
+            # No progress, or progress for other inputs, model or settings: start clean.
+            self._delete_dir(t.staging_dir)
+        self._redo_shard, self._redo_rows = self.progress.in_flight, self.progress.discarded_rows
+        self.progress.attempts += 1
+        self.report.attempt = self.progress.attempts
+        self.report.interruptions = self.progress.interruptions
+        self._mkdir(t.staging_dir)
+        self._save_progress()
+        return self.report
+
+    def done(self, shard: int) -> bool:
+        return str(shard) in self.progress.shards
+
+    def start_shard(self, shard: int) -> None:
+        if self.checkpointing:
+            self.progress.in_flight = shard
+            self._save_progress()
+
+    def write_shard(self, shard: int, tables: Iterable[pa.Table], rows_in: int) -> int:
+        """Writes a finished shard atomically and records it; returns its output rows."""
+        name = f"shard-{shard:05d}.parquet"
+        path = f"{self.target.staging_dir}/{name}"
+        tmp = f"{path}.tmp" if self.target.local else path
+        rows = 0
+        with pq.ParquetWriter(tmp, self.schema, filesystem=self.target.fs) as out:
+            for table in tables:
+                table = table.select(self.schema.names).cast(self.schema)
+                out.write_table(table)
+                rows += table.num_rows
+        if self.target.local:
+            self.target.fs.move(tmp, path)
+        if shard == self._redo_shard:
+            # A graceful stop recorded how far the shard had got; after a kill without notice
+            # the whole shard counts as redone.
+            known = self._redo_rows
+            self.report.rows_redone += known if known is not None else rows_in
+        self.progress.shards[str(shard)] = {"file": name, "rows_in": rows_in, "rows_out": rows}
+        self.progress.in_flight, self.progress.discarded_rows = None, None
+        self._save_progress()
+        if self._lease is not None:
+            self._lease.renew()
+        return rows
+
+    def record_interruption(self, shard: int | None, rows_discarded: int) -> None:
+        self.progress.interruptions += 1
+        self.progress.in_flight = shard
+        self.progress.discarded_rows = rows_discarded
+        self.report.interruptions = self.progress.interruptions
+        self._save_progress()
+
+    def commit(self, shards: int) -> ShardReport:
+        """Publishes shards 0..shards-1 as the partition, replacing any previous one."""
+        t = self.target
+        missing = [i for i in range(shards) if not self.done(i)]
+        if missing:
+            raise RuntimeError(f"cannot commit {t.uri(t.final_dir)}: shards {missing} missing")
+        files = [str(self.progress.shards[str(i)]["file"]) for i in range(shards)]
+        rows = sum(int(self.progress.shards[str(i)]["rows_out"]) for i in range(shards))
+        manifest = {
+            "fingerprint": self.fp,
+            "lineage": self.lineage,
+            "rows": rows,
+            "committed_at": time.time(),
+            "attempts": self.progress.attempts,
+            "interruptions": self.progress.interruptions,
+        }
+        if t.local:
+            self._commit_by_rename(files, manifest)
+        else:
+            self._commit_by_manifest(files, manifest)
+        self.report.shards, self.report.uri, self.report.rows_out = shards, t.uri(t.final_dir), rows
+        return self.report
+
+    def discard_staging(self) -> None:
+        """Removes what an uncommitted attempt left in staging (used when not checkpointing)."""
+        self._delete_dir(self.target.staging_dir)
+
+    def close(self) -> None:
+        if self._lease is not None:
+            self._lease.release()
+            self._lease = None
+
+    # -- commit strategies ---------------------------------------------------------------
+    def _commit_by_rename(self, files: list[str], manifest: dict) -> None:
+        t = self.target
+        self._write_json(f"{t.staging_dir}/{MANIFEST}", {**manifest, "files": files})
+        if self.checkpointing:
+            # The manifest now records attempts and interruptions; progress has done its job.
+            t.fs.delete_file(f"{t.staging_dir}/{PROGRESS}")
+        old = f"{t.trash_dir}/{uuid.uuid4().hex}"
+        if self._exists(t.final_dir):
+            self._mkdir(t.trash_dir)
+            t.fs.move(t.final_dir, old)
+        t.fs.move(t.staging_dir, t.final_dir)
+        self._delete_dir(t.trash_dir)
+
+    def _commit_by_manifest(self, files: list[str], manifest: dict) -> None:
+        t = self.target
+        commit = uuid.uuid4().hex[:12]
+        parts = []
+        for i, name in enumerate(files):
+            part = f"part-{commit}-{i:05d}.parquet"
+            t.fs.copy_file(f"{t.staging_dir}/{name}", f"{t.final_dir}/{part}")
+            parts.append(part)
+        # The manifest is the commit point: written last, in one PUT.
+        self._write_json(f"{t.final_dir}/{MANIFEST}", {**manifest, "files": parts})
+        keep = {*parts, MANIFEST}
+        for info in t.fs.get_file_info(pafs.FileSelector(t.final_dir)):
+            if info.base_name not in keep:
+                t.fs.delete_file(info.path)
+        self._delete_dir(t.staging_dir)
+
+    # -- small helpers -------------------------------------------------------------------
+    def _save_progress(self) -> None:
+        if self.checkpointing:
+            self._write_json(f"{self.target.staging_dir}/{PROGRESS}", self.progress.__dict__)
+
+    def _write_json(self, path: str, data: dict) -> None:
+        raw = json.dumps(data, sort_keys=True).encode()
+        fs = self.target.fs
+        tmp = f"{path}.tmp-{uuid.uuid4().hex[:8]}" if self.target.local else path
+        with fs.open_output_stream(tmp) as out:
+            out.write(raw)
+        if tmp != path:
+            fs.move(tmp, path)
+
+    def _read_json(self, path: str) -> dict | None:
+        try:
+            with self.target.fs.open_input_stream(path) as stream:
+                return json.loads(stream.read())
+        except (FileNotFoundError, OSError):
+            return None
+
+    def _exists(self, path: str) -> bool:
+        return self.target.fs.get_file_info(path).type != pafs.FileType.NotFound
+
+    def _delete_dir(self, path: str) -> None:
+        if self._exists(path):
+            self.target.fs.delete_dir(path)
+
+    def _mkdir(self, path: str) -> None:
+        self.target.fs.create_dir(path, recursive=True)
+
+
+Transform = Callable[[pa.RecordBatch, Any], pa.Table | pa.RecordBatch]
+Prepare = Callable[[pa.RecordBatch], Any]
+StopCheck = Callable[[], str | None]
+
+
+def run_sharded(
+    writer: ShardedWriter,
+    batches: Iterable[pa.RecordBatch],
+    transform: Transform,
+    *,
+    batch_size: int,
+    prepare: Prepare | None = None,
+    stop: StopCheck = lambda: None,
+    metrics: BatchMetrics | None = None,
+    prefetch_depth: int = 2,
+) -> ShardReport:
+    """Runs the model over the input in shards and commits the partition.
+
+    Reading and ``prepare`` (tokenising, assembling features) run in a background thread,
+    ``prefetch_depth`` batches ahead of the model; batches of finished shards are read but
+    neither prepared nor computed.
+
+    Args:
+        writer: the partition's writer (``begin`` is called here).
+        batches: the input as record batches, in a deterministic order.
+        transform: the model step: ``(batch, prepared) -> output rows``.
+        batch_size: rows per model call.
+        prepare: CPU-side preparation of one batch; ``prepared`` is the batch itself without it.
+        stop: returns a reason when the node is going away; checked before every batch.
+        metrics: receives per-batch timings and the read/preprocess/compute/write split.
+        prefetch_depth: batches read and prepared ahead.
+
+    Raises:
+        Interrupted: ``stop`` fired; finished shards are kept for the retry.
+    """
+    metrics = metrics or BatchMetrics()
+    report = writer.begin()
+
+    def staged():
+        # Shards are cut by input rows, then each into model batches: a batch never spans two
+        # shards, and a different batch size on the retry does not invalidate the progress.
+        for shard, rows in enumerate(rebatch(batches, writer.shard_rows or (1 << 62))):
+            for batch in rebatch([rows], batch_size):
+                if writer.done(shard):
+                    yield shard, batch, None, 0.0
+                    continue
+                started = time.perf_counter()
+                prepared = prepare(batch) if prepare else batch
+                yield shard, batch, prepared, time.perf_counter() - started
+
+    def interrupt(reason: str, shard: int | None, rows: int) -> Interrupted:
+        writer.record_interruption(shard, rows)
+        return Interrupted(reason, len(writer.progress.shards), rows, writer.progress.interruptions)
+
+    try:
+        if report.already_committed:
+            return report
+        source = Prefetcher(staged(), depth=prefetch_depth)
+        current, outputs, rows_in, shards = -1, [], 0, 0
+        clock = time.perf_counter()
+        for shard, batch, prepared, prep_seconds in source:
+            metrics.add_phase("read", time.perf_counter() - clock)
+            metrics.add_phase("preprocess", prep_seconds)
+            metrics.observe_queue_depth(source.depth)
+            if shard != current:
+                if current >= 0 and not writer.done(current):
+                    _finish_shard(writer, current, outputs, rows_in, metrics)
+                current, outputs, rows_in, shards = shard, [], 0, shard + 1
+                if writer.done(shard):
+                    report.shards_resumed += 1
+                else:
+                    writer.start_shard(shard)
+            if writer.done(shard):
+                clock = time.perf_counter()
+                continue
+            reason = stop()
+            if reason:
+                raise interrupt(reason, shard, rows_in)
+            started = time.perf_counter()
+            out = transform(batch, prepared)
+            elapsed = time.perf_counter() - started
+            out = out if isinstance(out, pa.Table) else pa.Table.from_batches([out])
+            metrics.record_batch(batch.num_rows, out.num_rows, elapsed)
+            metrics.add_phase("compute", elapsed)
+            outputs.append(out)
+            rows_in += batch.num_rows
+            clock = time.perf_counter()
+        if current >= 0 and not writer.done(current):
+            _finish_shard(writer, current, outputs, rows_in, metrics)
+        reason = stop()
+        if reason:
+            raise interrupt(reason, None, 0)
+        if shards == 0:  # an empty partition is still published, as an empty file
+            writer.write_shard(0, [], 0)
+            shards = 1
+        started = time.perf_counter()
+        writer.commit(shards)
+        metrics.add_phase("write", time.perf_counter() - started)
+        return writer.report
+    finally:
+        writer.close()
+
+
+def _finish_shard(
+    writer: ShardedWriter, shard: int, outputs: list[pa.Table], rows_in: int, metrics: BatchMetrics
+) -> None:
+    started = time.perf_counter()
+    writer.write_shard(shard, outputs, rows_in)
+    metrics.add_phase("write", time.perf_counter() - started)

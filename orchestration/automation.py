@@ -1,0 +1,226 @@
+"""Automation policy: when downstream assets run by themselves, when scoring is late, run priority
+and GPU tags, and the sensor that reports failed partitions with the reason they failed.
+"""
+
+from __future__ import annotations
+
+import datetime as dt
+from collections.abc import Sequence
+from dataclasses import dataclass
+
+from dagster import (
+    AssetKey,
+    AssetSelection,
+    AssetObservation,
+    AutomationCondition,
+    AutomationConditionSensorDefinition,
+    DagsterEventType,
+    DagsterInstance,
+    DagsterRun,
+    DefaultSensorStatus,
+    FreshnessPolicy,
+    MetadataValue,
+    PartitionKeyRange,
+    RunFailureSensorContext,
+    run_failure_sensor,
+)
+
+from orchestration.partitions import daily_partitions
+
+# --- Run tags the queue acts on (deploy/local/dagster.yaml holds the limits) -------------------
+
+PRIORITY_TAG = "dagster/priority"
+# The queue launches higher numbers first; backfills carry none (0), so a re-score that a new
+# landing partition triggered, and the nightly schedule, overtake a month-long backfill.
+SENSOR_PRIORITY = {PRIORITY_TAG: "10"}
+SCHEDULE_PRIORITY = {PRIORITY_TAG: "5"}
+
+# GPU-heavy jobs name the GPU they use; the run queue admits one run per distinct value.
+GPU_TAG = "nightshift/gpu"
+GPU_TAGS = {GPU_TAG: "0"}
+# Backfills launched from the asset graph run outside any job and so carry no job tags: the
+# GPU-heavy assets also sit in this pool, which the instance limits at run granularity.
+GPU_POOL = "gpu"
+
+# --- Declarative automation and freshness -----------------------------------------------------
+
+# How far back a parent's new partitions still update their children: a month-long re-score
+# after a model change refreshes that month's alerts and digests, not only yesterday's.
+AUTOMATION_LOOKBACK = dt.timedelta(days=31)
+
+# A downstream partition (alerts, digest) materialises once its parent partition is updated and
+# every blocking check on the parent passed; never while the parent is missing or still running.
+after_parent_passes_checks = (
+    AutomationCondition.eager()
+    .replace(
+        "in_latest_time_window",
+        AutomationCondition.in_latest_time_window(lookback_delta=AUTOMATION_LOOKBACK),
+    )
+    .with_label("eager (31-day lookback)")
+    & AutomationCondition.all_deps_blocking_checks_passed()
+)
+
+# The business reads scores, recommendations and summaries from 07:00 UTC: the day that just
+# ended must be scored between midnight and then, or the asset shows as stale (overdue).
+scored_by_0700_utc = FreshnessPolicy.cron(
+    deadline_cron="0 7 * * *", lower_bound_delta=dt.timedelta(hours=7), timezone="UTC"
+)
+
+# Declared so that it runs without a click: Dagster's implicit one starts STOPPED.
+automation_condition_sensor = AutomationConditionSensorDefinition(
+    "automation_condition_sensor",
+    target=AssetSelection.all(),
+    default_status=DefaultSensorStatus.RUNNING,
+    minimum_interval_seconds=30,
+    description="Materialises fraud_alerts and daily_digest once their parent partition is "
+    "scored and its blocking checks passed.",
+)
+
+# --- Reporting failed runs --------------------------------------------------------------------
+
+INTERRUPTED_TAG = "nightshift/interrupted"
+INTERRUPTIONS_TAG = "nightshift/interruptions"
+PARENT_RUN_TAG = "dagster/parent_run_id"
+CHECK_FAILED_ERROR = "DagsterAssetCheckFailedError"
+
+INTERRUPTED, CHECK_FAILED, ERROR = "interrupted", "check failed", "error"
+
+
+@dataclass(frozen=True)
+class FailureReport:
+    """Why one run failed and which partitions it leaves unscored."""
+
+    run_id: str
+    job_name: str
+    reason: str
+    partitions: list[str]
+    assets: list[str]
+    detail: str
+
+    @property
+    def message(self) -> str:
+        where = _describe_partitions(self.partitions) or "no partition"
+        targets = ", ".join(self.assets) or self.job_name
+        return f"{targets} {where} failed ({self.reason}) in run {self.run_id}: {self.detail}"
+
+
+def run_partitions(run: DagsterRun) -> list[str]:
+    """The partition keys a run covers: one, a range (single-run backfill), or none."""
+    tags = run.tags
+    if "dagster/partition" in tags:
+        return [tags["dagster/partition"]]
+    start = tags.get("dagster/asset_partition_range_start")
+    end = tags.get("dagster/asset_partition_range_end")
+    if start and end:
+        return list(daily_partitions.get_partition_keys_in_range(PartitionKeyRange(start, end)))
+    return []
+
+
+def classify_failure(instance: DagsterInstance, run: DagsterRun) -> FailureReport:
+    """Tells an interruption (retry resumes) from a failed blocking check (the data is wrong)
+    from any other error (the code or the input is wrong), from the run's tags and events.
+    """
+    step_failures = _events(instance, run.run_id, DagsterEventType.STEP_FAILURE)
+    failed_checks = sorted(
+        {
+            f"{e.asset_key.to_user_string()}.{e.check_name}"
+            for e in _check_evaluations(instance, run.run_id)
+            if not e.passed and e.blocking
+        }
+    )
+    errors = [f.step_failure_data.error for f in step_failures if f.step_failure_data.error]
+    failed_steps = sorted({f.step_key for f in step_failures if f.step_key})
+    if _interrupted_in_this_run(instance, run):
+        count = run.tags.get(INTERRUPTIONS_TAG, "1")
+        reason, detail = INTERRUPTED, f"{count} interruption(s); a retry resumes from its shards"
+    elif failed_checks or any(e.cls_name == CHECK_FAILED_ERROR for e in errors):
+        reason, detail = CHECK_FAILED, "blocking checks failed: " + (", ".join(failed_checks) or "?")
+    else:
+        reason = ERROR
+        first = errors[0] if errors else None
+        detail = f"{first.cls_name}: {first.message.strip()}" if first else "the run failed"
+    return FailureReport(
+        run_id=run.run_id,
+        job_name=run.job_name,
+        reason=reason,
+        partitions=run_partitions(run),
+        assets=_unfinished_assets(instance, run.run_id, failed_steps),
+        detail=detail[:500],
+    )
+
+
+def _unfinished_assets(instance: DagsterInstance, run_id: str, failed_steps: list[str]) -> list[str]:
+    """Assets the run planned and whose step failed or that it never materialised (skipped)."""
+    planned = _events(instance, run_id, DagsterEventType.ASSET_MATERIALIZATION_PLANNED)
+    done = _events(instance, run_id, DagsterEventType.ASSET_MATERIALIZATION)
+    materialised = {e.asset_key for e in done}
+    return sorted(
+        {
+            e.asset_key.to_user_string()
+            for e in planned
+            if e.step_key in failed_steps or e.asset_key not in materialised
+        }
+    )
+
+
+def _events(instance: DagsterInstance, run_id: str, event_type: DagsterEventType) -> list:
+    records = instance.get_records_for_run(run_id, of_type=event_type).records
+    return [r.event_log_entry.dagster_event for r in records]
+
+
+def _check_evaluations(instance: DagsterInstance, run_id: str) -> list:
+    events = _events(instance, run_id, DagsterEventType.ASSET_CHECK_EVALUATION)
+    return [e.event_specific_data for e in events]
+
+
+def _interrupted_in_this_run(instance: DagsterInstance, run: DagsterRun) -> bool:
+    """True when this run (not only an earlier attempt) was interrupted.
+
+    A retry copies its parent's tags, so the flag alone may be inherited: the interruption
+    count must have grown since the parent run.
+    """
+    if run.tags.get(INTERRUPTED_TAG) != "true":
+        return False
+    parent_id = run.tags.get(PARENT_RUN_TAG)
+    parent = instance.get_run_by_id(parent_id) if parent_id else None
+    if parent is None or parent.tags.get(INTERRUPTED_TAG) != "true":
+        return True
+    return _count(run.tags.get(INTERRUPTIONS_TAG)) > _count(parent.tags.get(INTERRUPTIONS_TAG))
+
+
+def _count(value: str | None) -> int:
+    return int(value) if value and value.isdigit() else 0
+
+
+def _describe_partitions(partitions: Sequence[str]) -> str:
+    if len(partitions) > 1:
+        return f"{partitions[0]}...{partitions[-1]} ({len(partitions)} partitions)"
+    return partitions[0] if partitions else ""
+
+
+def failure_observations(report: FailureReport) -> list[AssetObservation]:
+    """One observation per failed asset partition, so the asset's page shows why it is missing."""
+    metadata = {
+        "failure_reason": report.reason,
+        "failure_detail": report.detail,
+        "failed_run": MetadataValue.dagster_run(report.run_id),
+    }
+    return [
+        AssetObservation(asset_key=AssetKey.from_user_string(asset), partition=p, metadata=metadata)
+        for asset in report.assets
+        for p in report.partitions or [None]
+    ]
+
+
+@run_failure_sensor(
+    name="run_failure_sensor",
+    default_status=DefaultSensorStatus.RUNNING,
+    minimum_interval_seconds=30,
+    description="Reports each failed run's partitions with the reason: interrupted (a retry "
+    "resumes), check failed (the output is wrong) or error.",
+)
+def run_failure_sensor(context: RunFailureSensorContext) -> None:
+    report = classify_failure(context.instance, context.dagster_run)
+    context.log.error(report.message)
+    for observation in failure_observations(report):
+        context.instance.report_runless_asset_event(observation)

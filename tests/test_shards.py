@@ -1,0 +1,129 @@
+"""Sharded checkpointed execution: resume after interruption or kill, invalidation, leases, commit."""
+
+from __future__ import annotations
+
+import json
+
+import numpy as np
+import pyarrow as pa
+import pytest
+
+from inference.leases import PartitionLeasedError, acquire_lease
+from inference.metrics import BatchMetrics
+from inference.shards import Interrupted, ShardedWriter, run_sharded
+from resources.storage import DataStore
+
+SCHEMA = pa.schema([("id", pa.int64()), ("y", pa.float64())])
+
+
+def _input(n: int = 1000, chunk: int = 130) -> list[pa.RecordBatch]:
+    ids = np.arange(n)
+    return [pa.record_batch({"id": ids[i : i + chunk]}) for i in range(0, n, chunk)]
+
+
+class Model:
+    """Doubles ids; counts the rows it computed, so redone work is visible."""
+
+    def __init__(self, fail_after_rows: int | None = None, stop_after_rows: int | None = None):
+        self.rows = 0
+        self.fail_after_rows, self.stop_after_rows = fail_after_rows, stop_after_rows
+
+    def __call__(self, batch: pa.RecordBatch, prepared) -> pa.Table:
+        if self.fail_after_rows is not None and self.rows >= self.fail_after_rows:
+            raise MemoryError("node vanished")  # stands in for a SIGKILL: no graceful stop
+        self.rows += batch.num_rows
+        ids = batch["id"].to_numpy()
+        return pa.table({"id": ids, "y": ids * 2.0})
+
+    def stop(self) -> str | None:
+        if self.stop_after_rows is not None and self.rows >= self.stop_after_rows:
+            return "SIGTERM received"
+        return None
+
+
+def _writer(store: DataStore, fp: str = "fp1", shard_rows: int = 200, lineage: str = "run-a"):
+    return ShardedWriter(store.partition_target("out", "2026-03-01"), SCHEMA, fp, shard_rows, lineage)
+
+
+def _expected(n: int = 1000) -> list[float]:
+    return [2.0 * i for i in range(n)]
+
+
+@pytest.mark.parametrize("stop_after", [0, 50, 200, 390, 1000])
+def test_interrupted_run_resumes_and_matches_an_uninterrupted_one(store, stop_after) -> None:
+    first = Model(stop_after_rows=stop_after)
+    with pytest.raises(Interrupted) as err:
+        run_sharded(_writer(store), _input(), first, batch_size=50, stop=first.stop)
+    assert not store.output_exists("out", "2026-03-01")
+    finished = err.value.shards_done
+    computed = min(1000, -(-stop_after // 50) * 50)  # the stop is seen at batch boundaries
+    assert first.rows == computed and finished == computed // 200
+    retry = Model()
+    report = run_sharded(_writer(store), _input(), retry, batch_size=64, stop=retry.stop)
+    out = store.read_output("out", "2026-03-01")
+    assert out["y"].to_pylist() == _expected()
+    assert report.shards_resumed == finished and report.attempt == 2 and report.interruptions == 1
+    assert retry.rows == 1000 - finished * 200
+    assert report.rows_redone == err.value.rows_discarded <= 200
+
+
+def test_killed_run_redoes_at_most_the_shard_in_flight(store) -> None:
+    with pytest.raises(MemoryError):
+        run_sharded(_writer(store), _input(), Model(fail_after_rows=450), batch_size=50)
+    retry = Model()
+    report = run_sharded(_writer(store, lineage="run-a"), _input(), retry, batch_size=50)
+    assert store.read_output("out", "2026-03-01")["y"].to_pylist() == _expected()
+    assert report.shards_resumed == 2 and retry.rows == 600 and report.rows_redone == 200
+
+
+def test_a_changed_fingerprint_discards_old_progress(store) -> None:
+    first = Model(stop_after_rows=600)
+    with pytest.raises(Interrupted):
+        run_sharded(_writer(store, fp="model-v1"), _input(), first, batch_size=100, stop=first.stop)
+    retry = Model()
+    report = run_sharded(_writer(store, fp="model-v2"), _input(), retry, batch_size=100)
+    assert report.shards_resumed == 0 and retry.rows == 1000 and report.attempt == 1
+
+
+def test_rerun_replaces_a_committed_partition_and_a_retry_after_commit_is_a_no_op(store) -> None:
+    run_sharded(_writer(store, lineage="run-a"), _input(), Model(), batch_size=100)
+    again = Model()
+    report = run_sharded(_writer(store, lineage="run-a"), _input(), again, batch_size=100)
+    assert report.already_committed and again.rows == 0
+    fresh = Model()
+    run_sharded(_writer(store, lineage="run-b"), _input(300), fresh, batch_size=100)
+    out = store.read_output("out", "2026-03-01")
+    assert fresh.rows == 300 and out.num_rows == 300
+    manifest = json.loads(store.read_bytes(f"{store.output_path('out', '2026-03-01')}/_manifest.json"))
+    assert manifest["lineage"] == "run-b" and manifest["rows"] == 300
+
+
+def test_empty_input_publishes_an_empty_partition(store) -> None:
+    report = run_sharded(_writer(store), [], Model(), batch_size=10)
+    assert report.rows_out == 0 and store.read_output("out", "2026-03-01").num_rows == 0
+
+
+def test_checkpointing_off_writes_no_progress(store) -> None:
+    metrics = BatchMetrics()
+    run_sharded(_writer(store, shard_rows=0), _input(), Model(), batch_size=100, metrics=metrics)
+    assert store.read_output("out", "2026-03-01").num_rows == 1000
+    assert metrics.batches == 10 and metrics.phase_seconds["compute"] > 0
+
+
+def test_a_live_lease_of_another_lineage_blocks_a_second_writer(store) -> None:
+    target = store.partition_target("out", "2026-03-01")
+    lease = acquire_lease(target.cas, target.lease_path, "run-x", seconds=60)
+    # The holder is this very process, alive: another lineage must not write beside it.
+    with pytest.raises(PartitionLeasedError, match="being written by lineage run-x"):
+        run_sharded(_writer(store, lineage="run-y"), _input(), Model(), batch_size=100)
+    assert not store.output_exists("out", "2026-03-01")
+    lease.release()
+    run_sharded(_writer(store, lineage="run-y"), _input(), Model(), batch_size=100)
+    assert store.output_exists("out", "2026-03-01")
+
+
+def test_an_expired_lease_is_taken_over(store) -> None:
+    target = store.partition_target("out", "2026-03-01")
+    acquire_lease(target.cas, target.lease_path, "run-x", seconds=-1)
+    run_sharded(_writer(store, lineage="run-y"), _input(), Model(), batch_size=100)
+    assert store.read_output("out", "2026-03-01").num_rows == 1000
