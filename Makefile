@@ -9,7 +9,7 @@ export DAGSTER_HOME ?= $(CURDIR)/.nightshift/dagster_home
 export HF_HUB_OFFLINE := 1
 export TRANSFORMERS_OFFLINE := 1
 
-.PHONY: install run test ui clean
+.PHONY: install run test ui clean bench bench-quick
 
 install: $(STAMP)
 
@@ -27,6 +27,15 @@ run: $(STAMP)
 
 test: $(STAMP)
 	$(BIN)/pytest
+
+# The throughput benchmark (a few minutes on 2 cores): writes benchmarks/results.json and .md.
+# BENCH_ARGS passes options through, e.g. BENCH_ARGS="--threads 2 --texts 5000".
+bench: $(STAMP)
+	$(BIN)/pip install -q --disable-pip-version-check -e '.[bench]'
+	$(BIN)/python -m benchmarks.bench --texts 1000 $(BENCH_ARGS)
+
+bench-quick: $(STAMP)
+	$(BIN)/python -m benchmarks.bench --quick --out .nightshift/bench $(BENCH_ARGS)
 
 ui: $(STAMP)
 	mkdir -p "$(DAGSTER_HOME)"

@@ -122,6 +122,9 @@ class SpotSafeRun:
                 f"{asset} {date}: resumed {shards.shards_resumed} finished shards, "
                 f"redid {shards.rows_redone} rows (attempt {shards.attempt})"
             )
+        # Rows in and out describe the whole partition, resumed shards included; the batch
+        # figures (batches, rows_computed) describe the work this attempt did.
+        metrics.rows_in, metrics.rows_out = shards.rows_in, shards.rows_out
         published = Published(uri=shards.uri, rows=shards.rows_out, files=shards.shards)
         return PartitionReport(date, metrics.finish(), published, shards)
 

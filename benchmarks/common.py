@@ -41,7 +41,9 @@ class Comparison:
         if self.higher_is_better:
             self.ratio = self.subject_value / self.peer_value if self.peer_value else float("inf")
         else:
-            self.ratio = self.peer_value / self.subject_value if self.subject_value else float("inf")
+            self.ratio = (
+                self.peer_value / self.subject_value if self.subject_value else float("inf")
+            )
         self.met = None if self.target is None else self.ratio >= self.target
 
     def as_dict(self) -> dict[str, Any]:
@@ -101,8 +103,23 @@ def set_threads(threads: int) -> int:
 
 
 def peak_rss_mb() -> float:
-    """This process's peak resident memory so far, in MiB (Linux reports KiB)."""
+    """This process's peak resident memory so far, in MiB.
+
+    Read from ``VmHWM`` where Linux has it: ``ru_maxrss`` of a child process starts at its
+    parent's peak (the high-water mark survives the exec), which would hide the child's own.
+    """
+    try:
+        with open("/proc/self/status") as handle:
+            for line in handle:
+                if line.startswith("VmHWM:"):
+                    return int(line.split()[1]) / 1024
+    except OSError:
+        pass
     return resource.getrusage(resource.RUSAGE_SELF).ru_maxrss / 1024
+
+
+# Dagster's console logger prints every event at DEBUG; the benchmark keeps errors only.
+QUIET_RUN_CONFIG = {"loggers": {"console": {"config": {"log_level": "ERROR"}}}}
 
 
 def environment(threads: int) -> dict[str, Any]:

@@ -6,6 +6,7 @@ works; which one is decided from its config's ``is_encoder_decoder``. Nothing is
 
 from __future__ import annotations
 
+import importlib.util
 import time
 from collections.abc import Callable, Sequence
 from dataclasses import dataclass, field
@@ -109,8 +110,10 @@ def generate_summaries(
     max_batch_tokens: int,
     max_batch_size: int,
     prompt: str | None = None,
+    strategy: str = "static",
+    decisions: dict[str, str] | None = None,
 ) -> Generated:
-    """Summarises texts greedily in static batches of similar length.
+    """Summarises texts greedily in static batches of similar length, or another strategy.
 
     A batch's token budget counts the prompt and the tokens to be generated, since a causal
     model's sequence (and a seq2seq decoder's) grows by ``max_new_tokens``.
@@ -124,14 +127,34 @@ def generate_summaries(
         max_batch_size: documents per generate call.
         prompt: a template with ``{text}``; default ``summarize: {text}`` for seq2seq and
             ``{text}\\nTL;DR:`` for causal models.
+        strategy: ``static`` (above), or for causal models ``continuous`` or ``auto`` (see
+            :func:`generate_tokens`); encoder-decoder models always run static.
+        decisions: where ``auto`` keeps its measured choice between calls.
     """
     if not texts:
         return Generated([])
+    if strategy not in STRATEGIES:
+        raise ValueError(f"unknown strategy '{strategy}': expected one of {', '.join(STRATEGIES)}")
     template = prompt or (SEQ2SEQ_PROMPT if generator.is_encoder_decoder else CAUSAL_PROMPT)
     tokenizer = generator.tokenizer
     # The document is cut, not the prompt: a causal prompt ends in its cue ("TL;DR:").
     prompts = [template.replace("{text}", t) for t in _truncate(tokenizer, texts, max_input_tokens)]
     ids = tokenizer(prompts)["input_ids"]
+    if strategy != "static" and not generator.is_encoder_decoder:
+        run = generate_tokens(
+            generator.model,
+            ids,
+            [max_new_tokens] * len(ids),
+            strategy=strategy,
+            pad_token_id=tokenizer.pad_token_id,
+            eos_token_id=tokenizer.eos_token_id,
+            max_batch_size=max_batch_size,
+            max_batch_tokens=max_batch_tokens,
+            decisions=decisions,
+        )
+        decoded = tokenizer.batch_decode(run.tokens, skip_special_tokens=True)
+        # One entry: every document went through one generation call of the strategy.
+        return Generated([t.strip() for t in decoded], [len(ids)])
     lengths = np.fromiter((len(i) for i in ids), dtype=np.int64, count=len(ids))
     buckets = length_buckets(lengths + max_new_tokens, max_batch_tokens, max_batch_size)
     out: list[str] = [""] * len(texts)
@@ -323,6 +346,9 @@ def generate_continuous(
     in_flight = min(max_batch_size, len(prompts))
     blocks_per_request = -(-longest // page_size) + 1
     cb_config = ContinuousBatchingConfig(
+        # Only switch to flash attention when its package is installed: the kernels-hub
+        # fallback would try to download one, and nothing here may be downloaded.
+        auto_switch_to_flash=importlib.util.find_spec("flash_attn") is not None,
         page_size=page_size,
         num_blocks=in_flight * blocks_per_request + 2,
         max_batch_tokens=max(max_batch_tokens // 4, longest),

@@ -73,7 +73,7 @@ class BatchMetrics:
 
     @property
     def mean_batch_size(self) -> float:
-        return self.rows_in / self.batches if self.batches else 0.0
+        return sum(self.batch_sizes) / self.batches if self.batches else 0.0
 
     def latency_percentiles(self) -> dict[str, float]:
         """Model-call latency p50/p95/p99 in milliseconds (empty when no batch ran)."""
@@ -91,6 +91,7 @@ class BatchMetrics:
             "rows_out": self.rows_out,
             "seconds": round(self.seconds, 4),
             "rows_per_second": round(self.rows_per_second, 1),
+            "rows_computed": sum(self.batch_sizes),
             "batch_count": self.batches,
             "mean_batch_size": round(self.mean_batch_size, 1),
             "compute_seconds": round(self.compute_seconds, 4),

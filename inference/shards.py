@@ -79,6 +79,7 @@ class ShardReport:
     interruptions: int = 0
     already_committed: bool = False
     uri: str = ""
+    rows_in: int = 0
     rows_out: int = 0
 
     def as_dict(self) -> dict[str, Any]:
@@ -159,6 +160,7 @@ class ShardedWriter:
             # commit but before the orchestrator heard of it): nothing to redo.
             self.report.already_committed = True
             self.report.uri, self.report.rows_out = t.uri(t.final_dir), committed.get("rows", 0)
+            self.report.rows_in = committed.get("rows_in", 0)
             return self.report
         stored = self._read_json(f"{t.staging_dir}/{PROGRESS}") if self.checkpointing else None
         if (
@@ -226,10 +228,14 @@ class ShardedWriter:
             raise RuntimeError(f"cannot commit {t.uri(t.final_dir)}: shards {missing} missing")
         files = [str(self.progress.shards[str(i)]["file"]) for i in range(shards)]
         rows = sum(int(self.progress.shards[str(i)]["rows_out"]) for i in range(shards))
+        self.report.rows_in = sum(
+            int(self.progress.shards[str(i)]["rows_in"]) for i in range(shards)
+        )
         manifest = {
             "fingerprint": self.fp,
             "lineage": self.lineage,
             "rows": rows,
+            "rows_in": self.report.rows_in,
             "committed_at": time.time(),
             "attempts": self.progress.attempts,
             "interruptions": self.progress.interruptions,

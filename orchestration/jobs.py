@@ -2,16 +2,28 @@
 
 from __future__ import annotations
 
-from dagster import AssetSelection, Backoff, Jitter, RetryPolicy, define_asset_job
+from dagster import (
+    AssetSelection,
+    Backoff,
+    Jitter,
+    RetryPolicy,
+    define_asset_job,
+    in_process_executor,
+)
 
 from orchestration.automation import GPU_TAGS
 from orchestration.partitions import daily_partitions
+from resources.inference import DEFAULT_INTERRUPTION_BUDGET
 
 # Errors in user code (bad model, bad data) get a small budget with backoff, then fail loudly.
 # Errors that a retry cannot fix (a missing landing partition) raise Failure(allow_retries=False).
 ERROR_RETRY_POLICY = RetryPolicy(
     max_retries=2, delay=5, backoff=Backoff.EXPONENTIAL, jitter=Jitter.PLUS_MINUS
 )
+
+# Interruptions have their own, larger budget: the daemon relaunches an interrupted run up to
+# this many times (the step tags such runs as retryable; see assets/checkpointing.py).
+INTERRUPTION_RETRY_TAGS = {"dagster/max_retries": str(DEFAULT_INTERRUPTION_BUDGET)}
 
 PIPELINES: dict[str, list[str]] = {
     "fraud_scoring_job": ["transactions", "fraud_model", "fraud_scores", "fraud_alerts"],
@@ -37,7 +49,10 @@ pipeline_jobs = [
         selection=AssetSelection.assets(*keys),
         partitions_def=daily_partitions,
         op_retry_policy=ERROR_RETRY_POLICY,
-        tags=GPU_TAGS,
+        # One process per run: each model loads once, and an interruption is handled by the
+        # run-level retry (the node is going away), not by re-running the step in this process.
+        executor_def=in_process_executor,
+        tags={**GPU_TAGS, **INTERRUPTION_RETRY_TAGS},
         description=f"Scores one day (or a range in one run): {', '.join(keys)}.",
     )
     for name, keys in PIPELINES.items()

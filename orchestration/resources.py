@@ -6,12 +6,40 @@ and locations only ever come in through `EnvVar`, resolved when a run starts.
 
 from __future__ import annotations
 
+import os
+
 from dagster import EnvVar
 
 from resources.inference import InferenceResource
 from resources.storage import StorageResource
 
 ENVIRONMENTS = ("local", "aws")
+
+
+# Engine settings an operator may tune per deployment without touching code.
+ENGINE_SETTINGS = {
+    "NIGHTSHIFT_MAX_BATCH_SIZE": ("max_batch_size", int),
+    "NIGHTSHIFT_MAX_BATCH_TOKENS": ("max_batch_tokens", int),
+    "NIGHTSHIFT_CPU_THREADS": ("cpu_threads", int),
+    "NIGHTSHIFT_SHARD_ROWS": ("shard_rows", int),
+    "NIGHTSHIFT_SPOT_NOTICE": ("spot_notice", str),
+    "NIGHTSHIFT_SPOT_ENDPOINT": ("spot_endpoint", str),
+    "NIGHTSHIFT_NOTICE_POLL_SECONDS": ("notice_poll_seconds", float),
+}
+
+
+def engine_overrides() -> dict:
+    """Inference settings given as environment variables (see the README's table)."""
+    overrides = {}
+    for variable, (field, kind) in ENGINE_SETTINGS.items():
+        if os.environ.get(variable):
+            try:
+                overrides[field] = kind(os.environ[variable])
+            except ValueError as exc:
+                raise ValueError(
+                    f"{variable}={os.environ[variable]!r} is not a {kind.__name__}"
+                ) from exc
+    return overrides
 
 
 def build_resources(env: str = "local") -> dict:
@@ -25,7 +53,7 @@ def build_resources(env: str = "local") -> dict:
         return {
             # data_root unset: $NIGHTSHIFT_DATA_ROOT at run time, else .nightshift/data in the repo.
             "storage": StorageResource(),
-            "inference": InferenceResource(device="auto", precision="auto"),
+            "inference": InferenceResource(device="auto", precision="auto", **engine_overrides()),
         }
     if env == "aws":
         return {

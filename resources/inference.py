@@ -13,6 +13,9 @@ from inference.interrupt import InterruptionWatcher, notice_source
 
 T = TypeVar("T")
 
+# Relaunches after interruptions (spot reclaims), counted apart from retries after errors.
+DEFAULT_INTERRUPTION_BUDGET = 5
+
 
 class InferenceResource(ConfigurableResource):
     """Runs models on the best device present (CUDA when there is one, else CPU)."""
@@ -43,7 +46,7 @@ class InferenceResource(ConfigurableResource):
     )
     notice_poll_seconds: float = Field(default=5.0, description="How often to poll for notices.")
     interruption_budget: int = Field(
-        default=5,
+        default=DEFAULT_INTERRUPTION_BUDGET,
         description="Retries after interruptions, counted apart from the error-retry budget.",
     )
     on_demand_after: int = Field(

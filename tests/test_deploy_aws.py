@@ -255,7 +255,7 @@ def test_aws_dagster_yaml_loads_as_a_real_instance(aws_instance: DagsterInstance
     queue = aws_instance.get_concurrency_config().run_queue_config
     assert queue.max_concurrent_runs == 16
     assert [limit["key"] for limit in queue.tag_concurrency_limits] == [CAPACITY_TAG]
-    # Storage is the Postgres server: a run written here is read back through a new connection.
+    # Postgres, which the daemon test below shares between this process, the CLI and the daemon.
     assert type(aws_instance.run_storage).__name__ == "PostgresRunStorage"
 
 
@@ -301,26 +301,12 @@ def test_daemon_launches_on_gpu_spot_and_retries_an_interrupted_run_on_demand(
             "ecs/container_overrides": json.dumps({"resourceRequirements": gpu}),
         }
         # The CLI queues the run (QueuedRunCoordinator); the daemon dequeues and launches it.
-        subprocess.run(
-            [
-                BIN / "dagster",
-                "job",
-                "launch",
-                "-w",
-                "workspace.yaml",
-                "-j",
-                "fraud_scoring_job",
-                "--run-id",
-                run_id,
-                "--tags",
-                json.dumps(tags),
-            ],
-            cwd=REPO,
-            env=env,
-            check=True,
-            capture_output=True,
-            timeout=180,
+        launch = [BIN / "dagster", "job", "launch", "-w", "workspace.yaml"]
+        launch += ["-j", "fraud_scoring_job", "--run-id", run_id, "--tags", json.dumps(tags)]
+        done = subprocess.run(
+            launch, cwd=REPO, env=env, capture_output=True, text=True, timeout=180
         )
+        assert done.returncode == 0, done.stderr[-4000:]
         run = _wait_for(lambda: _launched(aws_instance, run_id), 120, "the ECS launch", log)
 
         task = _task_of(run)
@@ -334,11 +320,10 @@ def test_daemon_launches_on_gpu_spot_and_retries_an_interrupted_run_on_demand(
         assert (container["cpu"], container["memory"]) == (2048, 8192)
         assert (task["overrides"]["cpu"], task["overrides"]["memory"]) == ("2048", "8192")
         ecs_tags = {t["key"]: t["value"] for t in task["tags"]}
-        assert (
-            ecs_tags["dagster/run_id"] == run_id and ecs_tags["dagster/partition"] == "2026-03-01"
-        )
+        assert ecs_tags["dagster/run_id"] == run_id
+        assert ecs_tags["dagster/partition"] == "2026-03-01"
 
-        # The spot node goes away; the lead's interruption path tags the run, then it fails.
+        # The spot node goes away: the interruption path tags the run, then the run fails.
         aws_instance.add_run_tags(
             run_id, capacity_tags(1, on_demand_after=1, current_tags=run.tags)
         )
@@ -353,6 +338,7 @@ def test_daemon_launches_on_gpu_spot_and_retries_an_interrupted_run_on_demand(
             )
 
         retry = _wait_for(retry_launched, 120, "the daemon's retry run", log)
+        assert retry.tags["dagster/retry_number"] == "1"  # the daemon's run_retries made it
         assert retry.tags[CAPACITY_TAG] == "on-demand"
         retry_task = _task_of(retry)
         assert retry_task["capacityProviderName"] == ON_DEMAND_PROVIDER

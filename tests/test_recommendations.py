@@ -366,3 +366,37 @@ def test_checks_catch_seen_items_and_broken_ranks(landed, resources, instance) -
     assert verdicts["no_seen_items_recommended"].metadata["seen_items_recommended"].value == 1
     assert not verdicts["recommendation_lists_are_ranked"].passed
     assert verdicts["every_active_user_has_recommendations"].passed
+
+
+@pytest.mark.parametrize("with_bias", [True, False])
+def test_grouped_top_k_on_a_large_catalogue_is_exact(with_bias: bool) -> None:
+    """The cache-tiled grouped path (CPU, fp32, big catalogues) against brute force, with
+    seen items taken from each user's true top-k so exclusion changes the answer."""
+    from inference.recommend import GROUPED_MIN_ITEMS, ItemTiles, _grouped_fits
+
+    rng = np.random.default_rng(11)
+    n_users, n_items, dims, k = 300, GROUPED_MIN_ITEMS + 1000, 8, 20
+    users = torch.from_numpy(rng.normal(size=(n_users, dims)).astype(np.float32))
+    items = torch.from_numpy(rng.normal(size=(n_items, dims)).astype(np.float32))
+    bias = torch.from_numpy(rng.normal(size=n_items).astype(np.float32)) if with_bias else None
+    assert _grouped_fits(items, k)
+    expected_scores = (users @ items.T + (bias if with_bias else 0)).numpy()
+    true_top = np.argsort(-expected_scores, axis=1)[:, :k]
+    seen = [set(true_top[u, rng.integers(0, k, 5)].tolist()) for u in range(n_users)]
+    seen = [s | set(rng.integers(0, n_items, 10).tolist()) for s in seen]
+    seen[0] = set(range(n_items - 7))  # 7 eligible items, fewer than k
+    rows = np.repeat(np.arange(n_users), [len(s) for s in seen])
+    cols = np.array([i for s in seen for i in sorted(s)], dtype=np.int64)
+
+    scores, ranked = top_k(users, items, bias, SparseRows.from_pairs(rows, cols, n_users), k, 128)
+
+    expected = brute_force_top_k(expected_scores, seen, k)
+    for user in range(n_users):
+        valid = ranked[user][ranked[user] >= 0]
+        assert valid.tolist() == expected[user]
+        np.testing.assert_allclose(
+            scores[user][: len(valid)], expected_scores[user][valid], rtol=1e-5
+        )
+    assert ranked[0].tolist()[:7] == expected[0] and np.all(ranked[0][7:] == -1)
+    assert np.all(np.isneginf(scores[0][7:]))
+    assert ItemTiles.build(items, bias).n_items == n_items

@@ -72,8 +72,11 @@ class DagsterStack:
         request = urllib.request.Request(
             f"{self.url}/graphql", data=body, headers={"Content-Type": "application/json"}
         )
-        with urllib.request.urlopen(request, timeout=60) as response:
-            payload = json.load(response)
+        try:
+            with urllib.request.urlopen(request, timeout=60) as response:
+                payload = json.load(response)
+        except urllib.error.HTTPError as exc:
+            raise AssertionError(f"GraphQL {exc.code}: {exc.read().decode()[:2000]}") from None
         if payload.get("errors"):
             raise AssertionError(f"GraphQL errors: {payload['errors']}")
         return payload["data"]
@@ -221,11 +224,16 @@ def launch_asset_backfill(stack: DagsterStack, asset: str, start: str, end: str)
     return result["backfillId"]
 
 
-def wait_for_backfill(stack: DagsterStack, backfill_id: str, timeout: float = 240) -> dict:
+def wait_for_backfill(
+    stack: DagsterStack, backfill_id: str, timeout: float = 240, runs_only: bool = False
+) -> dict:
+    """Waits until the backfill's runs finished and (unless `runs_only`) the daemon closed it."""
+
     def finished() -> dict | None:
         backfill = stack.graphql(BACKFILL, id=backfill_id)["partitionBackfillOrError"]
-        runs_done = all(r["status"] in {"SUCCESS", "FAILURE", "CANCELED"} for r in backfill["runs"])
-        return backfill if backfill["status"] in DONE and runs_done else None
+        runs = backfill["runs"]
+        runs_done = runs and all(r["status"] in {"SUCCESS", "FAILURE", "CANCELED"} for r in runs)
+        return backfill if runs_done and (runs_only or backfill["status"] in DONE) else None
 
     try:
         return wait_for(finished, timeout, f"backfill {backfill_id}", every=2)

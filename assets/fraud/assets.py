@@ -89,14 +89,15 @@ def fraud_model(
         validation_fraction=config.validation_fraction,
         seed=config.seed,
     )
-    version, manifest, seconds = pipeline.train_and_save(
-        store,
-        config.features,
-        config.history_days,
-        train_config,
-        inference.runtime.device,
-        context.log.info,
-    )
+    with fail_fast_on_bad_input():
+        version, manifest, seconds = pipeline.train_and_save(
+            store,
+            config.features,
+            config.history_days,
+            train_config,
+            inference.runtime.device,
+            context.log.info,
+        )
     metadata = model_metadata(manifest, version)
     return MaterializeResult(
         metadata={**metadata, "reused": False, "training_seconds": round(seconds, 2)}

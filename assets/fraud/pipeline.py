@@ -37,7 +37,7 @@ from assets.fraud.schemas import (
 from inference.device import Runtime
 from inference.modelstore import load_model, save_model
 from inference.tabular import TabularScorer, TrainConfig, train_classifier
-from resources.storage import DataStore, Published
+from resources.storage import DataStore, LandingDataError, Published
 
 
 def profile(store: DataStore, dataset: str, date: str, schema: pa.Schema) -> PartitionProfile:
@@ -80,7 +80,7 @@ def train_and_save(
     dates = store.landing_dates(TRANSACTIONS_LABELLED)[-history_days:]
     if not dates:
         where = store.uri(store.path("landing", TRANSACTIONS_LABELLED))
-        raise FileNotFoundError(f"no labelled history to train on under {where}")
+        raise LandingDataError(f"no labelled history to train on under {where}")
     x, y = training_set(store, dates, features, log)
     trained = train_classifier(x, y, features, config, device)
     manifest = trained.manifest({"trained_on": {"dataset": TRANSACTIONS_LABELLED, "dates": dates}})

@@ -1,0 +1,122 @@
+"""Workload 4: generation with a small random causal LM: continuous vs static batches vs auto."""
+
+from __future__ import annotations
+
+import numpy as np
+import torch
+
+from benchmarks.common import Workload
+from inference.generate import TokenRun, generate_continuous, generate_static, generate_tokens
+
+
+def random_llama(layers: int, width: int, vocab: int = 1024, dtype: torch.dtype = torch.float32):
+    """A randomly initialised Llama built in memory: nothing is downloaded."""
+    from transformers import LlamaConfig, LlamaForCausalLM
+
+    torch.manual_seed(0)
+    config = LlamaConfig(
+        vocab_size=vocab,
+        hidden_size=width,
+        intermediate_size=2 * width,
+        num_hidden_layers=layers,
+        num_attention_heads=max(1, width // 64),
+        num_key_value_heads=max(1, width // 128),
+        max_position_embeddings=1024,
+        pad_token_id=0,
+        bos_token_id=1,
+        eos_token_id=2,
+    )
+    return LlamaForCausalLM(config).to(dtype).eval()
+
+
+def make_requests(count: int, vocab: int, seed: int = 0) -> tuple[list[list[int]], list[int]]:
+    """Prompts of 16..128 tokens and output lengths of 8..128 tokens, uniform."""
+    rng = np.random.default_rng(seed)
+    prompts = [rng.integers(3, vocab, n).tolist() for n in rng.integers(16, 129, count)]
+    return prompts, rng.integers(8, 129, count).tolist()
+
+
+def run(
+    count: int, layers: int, width: int, device: str = "cpu", dtype: torch.dtype = torch.float32
+) -> Workload:
+    w = Workload("4 generation")
+    model = random_llama(layers, width, dtype=dtype).to(device)
+    prompts, limits = make_requests(count, model.config.vocab_size)
+    w.facts.update(
+        requests=count,
+        layers=layers,
+        width=width,
+        device=device,
+        dtype=str(dtype),
+        requested_tokens=sum(limits),
+    )
+    limits_kw = {"eos_token_id": None, "max_batch_size": 32, "max_batch_tokens": 32 * 256}
+    generate_static(model, prompts[:4], [4] * 4, pad_token_id=0, **limits_kw)  # warm-up
+
+    runs: dict[str, TokenRun] = {
+        "static-32": generate_static(
+            model, prompts, limits, pad_token_id=0, bucketed=False, **limits_kw
+        ),
+        "static bucketed": generate_static(model, prompts, limits, pad_token_id=0, **limits_kw),
+        "continuous": generate_continuous(model, prompts, limits, **limits_kw),
+    }
+    decisions: dict[str, str] = {}
+    runs["auto (first call: probes)"] = generate_tokens(
+        model, prompts, limits, pad_token_id=0, decisions=decisions, **limits_kw
+    )
+    runs["auto (decided)"] = generate_tokens(
+        model, prompts, limits, pad_token_id=0, decisions=decisions, **limits_kw
+    )
+    reference = runs["static-32"].tokens
+    for name, r in runs.items():
+        w.facts[name] = {
+            "strategy": r.strategy,
+            "seconds": round(r.seconds, 2),
+            "tokens_per_second": round(r.tokens_per_second, 1),
+            **{k: round(v, 3) for k, v in r.first_token_percentiles().items()},
+            "same_tokens_as_static_32": r.tokens == reference,
+            **r.probe,
+        }
+    rate = {name: r.tokens_per_second for name, r in runs.items()}
+    better = max(rate["static-32"], rate["continuous"])
+    cuda = device.startswith("cuda")
+    w.compare(
+        "continuous batching",
+        "static batches of 32",
+        rate["continuous"],
+        rate["static-32"],
+        "tokens/s",
+        True,
+        2.0 if cuda else None,
+        "target applies on CUDA" if not cuda else "",
+    )
+    w.compare(
+        "static length-bucketed batches",
+        "static batches of 32",
+        rate["static bucketed"],
+        rate["static-32"],
+        "tokens/s",
+        True,
+        None,
+    )
+    for name in ("auto (first call: probes)", "auto (decided)"):
+        w.compare(
+            name,
+            "better of continuous and static-32",
+            rate[name],
+            better,
+            "tokens/s",
+            True,
+            1.0,
+            f"chose {runs[name].strategy.removeprefix('auto:')}",
+        )
+    w.compare(
+        "continuous batching",
+        "static batches of 32 (time to first token, p50)",
+        runs["continuous"].first_token_percentiles()["ttft_p50_s"],
+        runs["static-32"].first_token_percentiles()["ttft_p50_s"],
+        "s",
+        False,
+        None,
+    )
+    return w

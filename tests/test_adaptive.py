@@ -1,0 +1,132 @@
+"""Out-of-memory back-off: halve and retry the same batch, remember the size, grow back, no storms."""
+
+from __future__ import annotations
+
+import numpy as np
+import pytest
+import torch
+
+from inference.adaptive import AdaptiveBatchSize, BatchTooLargeError, is_out_of_memory
+from inference.device import make_runtime
+from inference.tabular import Standardizer, TabularScorer, build_mlp
+
+
+class FakeDevice:
+    """Runs batches like a device with room for ``capacity`` rows: larger ones raise the CUDA
+    out-of-memory error, exactly the type torch raises on a GPU."""
+
+    def __init__(self, capacity: int):
+        self.capacity = capacity
+        self.calls: list[tuple[int, int]] = []
+
+    def __call__(self, start: int, stop: int) -> list[int]:
+        self.calls.append((start, stop))
+        if stop - start > self.capacity:
+            raise torch.cuda.OutOfMemoryError(
+                f"CUDA out of memory. Tried to allocate {stop - start} rows"
+            )
+        return list(range(start, stop))
+
+
+def test_out_of_memory_halves_and_retries_the_same_batch() -> None:
+    device = FakeDevice(capacity=300)
+    sizer = AdaptiveBatchSize(1024, patience=100)
+
+    batches = list(sizer.run(5000, device))
+
+    # Every row exactly once, in order, although the first tries did not fit.
+    assert [row for _, _, rows in batches for row in rows] == list(range(5000))
+    assert device.calls[:3] == [(0, 1024), (0, 512), (0, 256)]
+    assert sizer.size == 256 and sizer.failed_at == 512 and sizer.ooms == 2
+    # Once a size fits it is kept: no further failures for the rest of the partition.
+    assert all(stop - start <= 256 for start, stop in device.calls[3:])
+    assert len(device.calls) == len(batches) + 2
+
+
+def test_size_grows_after_a_run_of_successes_and_backs_off_from_a_known_bad_size() -> None:
+    device = FakeDevice(capacity=300)
+    sizer = AdaptiveBatchSize(256, maximum=1024, patience=4)
+
+    batches = list(sizer.run(20_000, device))
+
+    assert sum(len(rows) for _, _, rows in batches) == 20_000
+    failures = [c for c in device.calls if c[1] - c[0] > 300]
+    # The first growth (256 -> 512) fails; each failure at a known-bad size doubles the wait
+    # before the next attempt, so failures stay logarithmic in the number of batches.
+    assert sizer.grows >= 2 and sizer.ooms == len(failures)
+    assert 2 <= len(failures) <= 6
+    assert sizer.patience >= 4 * 2 ** (len(failures) - 1)
+    assert sizer.history[0] == ("grow", 512) and sizer.history[1] == ("oom", 512)
+
+
+def test_growth_is_capped_at_the_maximum() -> None:
+    sizer = AdaptiveBatchSize(8, maximum=32, patience=1)
+    for _ in range(10):
+        sizer.record_success()
+    assert sizer.size == 32
+
+
+def test_out_of_memory_at_the_minimum_size_is_raised_not_retried() -> None:
+    device = FakeDevice(capacity=0)
+    sizer = AdaptiveBatchSize(64, minimum=8)
+
+    with pytest.raises(BatchTooLargeError, match="minimum batch size 8"):
+        list(sizer.run(100, device))
+    # 64, 32, 16, 8: one try per halving, then it gives up.
+    assert [stop - start for start, stop in device.calls] == [64, 32, 16, 8]
+
+
+def test_other_errors_pass_through_untouched() -> None:
+    sizer = AdaptiveBatchSize(16)
+
+    def broken(start: int, stop: int) -> None:
+        raise ValueError("feature column 'amount' holds NaN")
+
+    with pytest.raises(ValueError, match="NaN"):
+        list(sizer.run(100, broken))
+    assert sizer.ooms == 0 and sizer.size == 16
+
+
+@pytest.mark.parametrize(
+    ("exc", "expected"),
+    [
+        (torch.cuda.OutOfMemoryError("CUDA out of memory"), True),
+        (RuntimeError("MPS backend out of memory (MPS allocated: 1 GB)"), True),
+        (RuntimeError("shape mismatch"), False),
+        (MemoryError(), False),
+    ],
+)
+def test_out_of_memory_recognition(exc: BaseException, expected: bool) -> None:
+    assert is_out_of_memory(exc) is expected
+
+
+def test_invalid_settings_are_rejected() -> None:
+    with pytest.raises(ValueError, match="minimum"):
+        AdaptiveBatchSize(4, minimum=8)
+    with pytest.raises(ValueError, match="maximum"):
+        AdaptiveBatchSize(64, maximum=32)
+
+
+def test_scores_with_back_off_equal_scores_in_one_batch() -> None:
+    """A real scorer behind a device that cannot hold big batches gives the same scores."""
+    rng = np.random.default_rng(0)
+    x = rng.normal(size=(3000, 6)).astype(np.float32)
+    torch.manual_seed(0)
+    scorer = TabularScorer(
+        build_mlp(6, [16]),
+        Standardizer.fit(x),
+        [f"f{i}" for i in range(6)],
+        0.5,
+        make_runtime("cpu", "fp32"),
+    )
+    expected = scorer.score(x)
+
+    def score(start: int, stop: int) -> np.ndarray:
+        if stop - start > 500:
+            raise torch.cuda.OutOfMemoryError("CUDA out of memory")
+        return scorer.score(x[start:stop])
+
+    sizer = AdaptiveBatchSize(2048)
+    got = np.concatenate([scores for _, _, scores in sizer.run(len(x), score)])
+    np.testing.assert_allclose(got, expected, rtol=1e-6)
+    assert sizer.size == 256

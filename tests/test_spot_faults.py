@@ -1,0 +1,255 @@
+"""Fault injection on real `dagster job execute` processes: SIGTERM, SIGKILL and spot notices."""
+
+from __future__ import annotations
+
+import json
+import os
+import signal
+import subprocess
+import sys
+import threading
+import time
+from collections.abc import Iterator
+from http.server import BaseHTTPRequestHandler, ThreadingHTTPServer
+from pathlib import Path
+
+import pyarrow.compute as pc
+import pytest
+from dagster import DagsterInstance, materialize
+
+from assets.fraud import fraud_model, fraud_scores, transactions
+from assets.fraud.demo_data import generate_day
+from resources.inference import InferenceResource
+from resources.storage import DataStore, StorageResource
+
+BIN = Path(sys.executable).parent
+TRAIN_DAY, DAY = "2026-03-01", "2026-03-02"
+# Shards hold whole batches here, so every model call sees the same rows as in the baseline
+# and scores match bit for bit.
+SHARD_ROWS, BATCH = 9_600, 32
+SHARDS = -(-100_000 // SHARD_ROWS)
+# Small batches and one thread make a 100k-row partition take several seconds to score, so
+# there is time to interrupt it between its first and last shard.
+SLOW = {
+    "NIGHTSHIFT_MAX_BATCH_SIZE": str(BATCH),
+    "NIGHTSHIFT_SHARD_ROWS": str(SHARD_ROWS),
+    "NIGHTSHIFT_CPU_THREADS": "1",
+}
+
+
+@pytest.fixture(scope="module")
+def world(tmp_path_factory) -> dict:
+    """A data root with a trained fraud model, a 100k-row day, and its uninterrupted scores."""
+    root = tmp_path_factory.mktemp("spot")
+    data, home = root / "data", root / "home"
+    home.mkdir()
+    (home / "dagster.yaml").write_text("telemetry:\n  enabled: false\n")
+    store = DataStore(str(data))
+    generate_day(store, TRAIN_DAY, scale=0.05)
+    generate_day(store, DAY, scale=1.0)
+    resources = {
+        "storage": StorageResource(data_root=str(data)),
+        "inference": InferenceResource(
+            device="cpu", precision="fp32", max_batch_size=BATCH, shard_rows=0, cpu_threads=1
+        ),
+    }
+    with DagsterInstance.from_config(str(home)) as instance:
+        assert materialize([fraud_model], resources=resources, instance=instance).success
+        baseline = materialize(
+            [transactions, fraud_model, fraud_scores],
+            partition_key=DAY,
+            resources=resources,
+            instance=instance,
+        )
+    assert baseline.success
+    expected = store.read_output("fraud_scores", DAY).sort_by("transaction_id")
+    env = {**os.environ, **SLOW, "NIGHTSHIFT_DATA_ROOT": str(data), "DAGSTER_HOME": str(home)}
+    return {"store": store, "expected": expected, "env": env, "home": home}
+
+
+def _launch(env: dict, log: Path) -> subprocess.Popen:
+    command = [
+        str(BIN / "dagster"), "job", "execute", "-m", "orchestration.definitions",
+        "-j", "fraud_scoring_job", "--tags", json.dumps({"dagster/partition": DAY}),
+    ]  # fmt: skip
+    return subprocess.Popen(
+        command, env=env, stdout=log.open("w"), stderr=subprocess.STDOUT, start_new_session=True
+    )
+
+
+def _progress(store: DataStore) -> dict | None:
+    path = f"{store.path('outputs', 'fraud_scores', '_staging', f'date={DAY}')}/_progress.json"
+    try:
+        return json.loads(store.read_bytes(path))
+    except (FileNotFoundError, OSError, ValueError):
+        return None
+
+
+def _wait_for_shards(process: subprocess.Popen, store: DataStore, shards: int) -> dict:
+    deadline = time.monotonic() + 240
+    while time.monotonic() < deadline:
+        progress = _progress(store)
+        if progress is not None and len(progress["shards"]) >= shards:
+            return progress
+        assert process.poll() is None, "the run ended before the kill point"
+        time.sleep(0.05)
+    raise AssertionError(f"no progress with {shards} shards within 240 s")
+
+
+def _wait_for_commit(process: subprocess.Popen, store: DataStore) -> dict:
+    """Waits until every shard is written: the commit starts at once (progress then vanishes)."""
+    seen: dict = {"shards": {}}
+    deadline = time.monotonic() + 240
+    while time.monotonic() < deadline and process.poll() is None:
+        progress = _progress(store)
+        if progress is None and seen["shards"]:
+            return seen  # committing or committed: progress moved into the output
+        if progress is not None:
+            seen = progress
+            if len(progress["shards"]) == SHARDS:
+                return seen
+    return seen
+
+
+def _assert_matches_uninterrupted(world: dict) -> None:
+    got = world["store"].read_output("fraud_scores", DAY).sort_by("transaction_id")
+    expected = world["expected"]
+    assert got.num_rows == expected.num_rows
+    assert pc.count_distinct(got["transaction_id"]).as_py() == got.num_rows  # no duplicates
+    assert got["transaction_id"].equals(expected["transaction_id"])
+    diff = pc.max(pc.abs(pc.subtract(got["score"], expected["score"]))).as_py()
+    mismatched = pc.sum(pc.not_equal(got["flagged"], expected["flagged"])).as_py()
+    assert (diff, mismatched) == (0.0, 0), f"max score difference {diff}, {mismatched} flags"
+
+
+def _latest_metadata(home: Path) -> dict:
+    with DagsterInstance.from_config(str(home)) as instance:
+        event = instance.get_latest_materialization_event(
+            __import__("dagster").AssetKey("fraud_scores")
+        )
+    return {k: v.value for k, v in event.asset_materialization.metadata.items()}
+
+
+@pytest.mark.parametrize(
+    ("kill", "after_shards"),
+    [
+        ("SIGTERM", 0),  # scoring started, no shard finished yet
+        ("SIGTERM", 4),  # mid-partition
+        ("SIGTERM", SHARDS),  # every shard finished: the commit is under way
+        ("SIGKILL", 3),  # no notice at all
+    ],
+)
+def test_interrupted_run_resumes_and_equals_an_uninterrupted_one(
+    world, tmp_path, kill, after_shards
+) -> None:
+    store = world["store"]
+    store.fs.delete_dir_contents(store.path("outputs"), missing_dir_ok=True)
+    process = _launch(world["env"], tmp_path / "interrupted.log")
+    if after_shards == SHARDS:
+        before = _wait_for_commit(process, store)
+    else:
+        before = _wait_for_shards(process, store, after_shards)
+    if process.poll() is None:
+        os.killpg(process.pid, getattr(signal, kill))
+    code = process.wait(timeout=120)
+    log = (tmp_path / "interrupted.log").read_text()
+    if kill == "SIGKILL":
+        assert code == -signal.SIGKILL
+    elif code == 0:
+        # The signal landed after the commit: the work was done and published whole.
+        assert after_shards == SHARDS and "RUN_SUCCESS" in log
+    else:
+        assert "interrupted (SIGTERM received)" in log, log[-3000:]
+        assert not store.output_exists("fraud_scores", DAY)  # nothing partial published
+
+    retry = _launch(world["env"], tmp_path / "retry.log")
+    assert retry.wait(timeout=300) == 0, (tmp_path / "retry.log").read_text()[-3000:]
+    _assert_matches_uninterrupted(world)
+    meta = _latest_metadata(world["home"])
+    assert meta["shards"] == SHARDS and meta["rows_redone"] <= SHARD_ROWS
+    if code != 0:
+        assert meta["shards_resumed"] >= len(before["shards"])
+    assert not store.exists(store.path("outputs", "fraud_scores", "_staging", f"date={DAY}"))
+
+
+class FakeImds(BaseHTTPRequestHandler):
+    """IMDSv2 on loopback: a token, then 404 for instance-action until a notice is posted."""
+
+    notice: dict | None = None
+    noticed_at: float | None = None
+    on_first_notice = staticmethod(lambda: None)
+    at_first_notice: dict | None = None
+    calls: list[tuple[str, str, str | None]] = []
+
+    def do_PUT(self) -> None:  # noqa: N802
+        FakeImds.calls.append(
+            ("PUT", self.path, self.headers.get("X-aws-ec2-metadata-token-ttl-seconds"))
+        )
+        self._reply(200, b"token-1")
+
+    def do_GET(self) -> None:  # noqa: N802
+        token = self.headers.get("X-aws-ec2-metadata-token")
+        FakeImds.calls.append(("GET", self.path, token))
+        if token != "token-1":
+            self._reply(401, b"")
+        elif self.path.endswith("/spot/instance-action") and FakeImds.notice:
+            if FakeImds.noticed_at is None:
+                # What was finished at the instant the node learnt of the reclaim.
+                FakeImds.noticed_at = time.monotonic()
+                FakeImds.at_first_notice = FakeImds.on_first_notice()
+            self._reply(200, json.dumps(FakeImds.notice).encode())
+        else:
+            self._reply(404, b"")
+
+    def _reply(self, status: int, body: bytes) -> None:
+        self.send_response(status)
+        self.send_header("Content-Length", str(len(body)))
+        self.end_headers()
+        self.wfile.write(body)
+
+    def log_message(self, *args) -> None:
+        pass
+
+
+@pytest.fixture
+def imds() -> Iterator[str]:
+    server = ThreadingHTTPServer(("127.0.0.1", 0), FakeImds)
+    FakeImds.notice, FakeImds.noticed_at, FakeImds.calls = None, None, []
+    FakeImds.at_first_notice = None
+    thread = threading.Thread(target=server.serve_forever, daemon=True)
+    thread.start()
+    yield f"http://127.0.0.1:{server.server_address[1]}"
+    server.shutdown()
+
+
+def test_spot_notice_mid_run_stops_the_run_which_resumes_on_retry(world, tmp_path, imds) -> None:
+    store = world["store"]
+    store.fs.delete_dir_contents(store.path("outputs"), missing_dir_ok=True)
+    poll = 0.2
+    env = {**world["env"], "NIGHTSHIFT_SPOT_NOTICE": "aws", "NIGHTSHIFT_SPOT_ENDPOINT": imds,
+           "NIGHTSHIFT_NOTICE_POLL_SECONDS": str(poll)}  # fmt: skip
+    process = _launch(env, tmp_path / "noticed.log")
+    _wait_for_shards(process, store, 2)
+    FakeImds.on_first_notice = staticmethod(lambda: _progress(store))
+    posted = time.monotonic()
+    FakeImds.notice = {"action": "terminate", "time": "2026-03-02T02:00:00Z"}
+    assert process.wait(timeout=120) != 0
+    stopped = time.monotonic()
+    log = (tmp_path / "noticed.log").read_text()
+    assert "interrupted (aws spot terminate at 2026-03-02T02:00:00Z)" in log, log[-3000:]
+    after, at_notice = _progress(store), FakeImds.at_first_notice
+    # The notice is seen within one poll interval of being posted, and work stops at the next
+    # batch boundary: at most the batch in flight when the notice was served could complete a
+    # shard, never the rest of the partition.
+    assert at_notice is not None and len(after["shards"]) <= len(at_notice["shards"]) + 1 < SHARDS
+    assert after["interruptions"] == 1
+    print(
+        f"notice served {FakeImds.noticed_at - posted:.2f}s after it was posted (poll {poll}s); "
+        f"run exited {stopped - FakeImds.noticed_at:.2f}s after that"
+    )
+    assert ("PUT", "/latest/api/token", "21600") in FakeImds.calls
+
+    retry = _launch(world["env"], tmp_path / "retry.log")
+    assert retry.wait(timeout=300) == 0, (tmp_path / "retry.log").read_text()[-3000:]
+    _assert_matches_uninterrupted(world)
+    assert _latest_metadata(world["home"])["shards_resumed"] == len(after["shards"])

@@ -1,0 +1,75 @@
+"""The fraud_scores asset page in a real headless Chromium: materialised partitions and throughput metadata as a person sees them."""
+
+from __future__ import annotations
+
+import re
+from collections.abc import Iterator
+from pathlib import Path
+
+import pytest
+from ui_stack import DagsterStack, wait_for_backfill
+
+CHROMIUM = Path("/usr/bin/chromium")
+ARTIFACTS = Path(__file__).parent / "artifacts"
+
+
+@pytest.fixture(scope="module")
+def browser() -> Iterator:
+    """Debian's Chromium driven by Playwright; nothing is downloaded or installed here."""
+    if not CHROMIUM.exists():
+        pytest.fail(
+            f"Chromium is missing at {CHROMIUM}: install Debian's package "
+            "(`apt-get install -y chromium`, as .ci/run does); this test installs nothing"
+        )
+    from playwright.sync_api import sync_playwright
+
+    with sync_playwright() as playwright:
+        chromium = playwright.chromium.launch(executable_path=str(CHROMIUM), headless=True)
+        try:
+            yield chromium
+        finally:
+            chromium.close()
+
+
+@pytest.fixture(scope="module")
+def page(browser, ui_stack: DagsterStack) -> Iterator:
+    wait_for_backfill(ui_stack, ui_stack.facts["backfill_id"], runs_only=True)
+    context = browser.new_context(viewport={"width": 1400, "height": 1000})
+    page = context.new_page()
+    page.set_default_timeout(30_000)
+    ARTIFACTS.mkdir(exist_ok=True)
+    yield page
+    context.close()
+
+
+def test_partitions_tab_shows_the_backfilled_days_materialised(page, ui_stack: DagsterStack) -> None:
+    days = ui_stack.facts["days"]
+    page.goto(f"{ui_stack.url}/assets/fraud_scores?view=partitions")
+    materialized = page.get_by_text(re.compile(r"^Materialized \(\d+\)$"))
+    count = int(re.search(r"\d+", materialized.inner_text()).group())
+    # The backfilled days, and yesterday once the landing sensor's run has scored it.
+    assert count in (len(days), len(days) + 1)
+
+    # Show only materialised partitions, as a person would: untick "Missing".
+    page.get_by_text(re.compile(r"^Missing \(\d+\)$")).click()
+    for day in days:
+        page.locator(f'[title="{day}"]').wait_for()
+    tooltips = page.locator("[data-tooltip]").evaluate_all("els => els.map(e => e.dataset.tooltip)")
+    listed = [t for t in tooltips if re.fullmatch(r"\d{4}-\d{2}-\d{2}", t)]
+    assert set(days) <= set(listed) and len(listed) == count, listed
+
+    # A partition's own page: its latest materialisation with the throughput of the run.
+    page.locator(f'[title="{days[1]}"]').click()
+    page.get_by_text("rows_per_second", exact=True).wait_for()
+    page.screenshot(path=str(ARTIFACTS / "fraud_scores_partitions.png"), full_page=True)
+
+
+def test_overview_shows_throughput_metadata(page, ui_stack: DagsterStack) -> None:
+    page.goto(f"{ui_stack.url}/assets/fraud_scores")
+    row = page.locator("tr", has=page.get_by_text("rows_per_second", exact=True))
+    row.first.wait_for()
+    cells = row.first.locator("td").all_inner_texts()
+    assert cells[0] == "rows_per_second", cells
+    assert float(cells[-1].replace(",", "")) > 0, cells
+    assert page.get_by_text("Freshness policy").first.is_visible()
+    page.screenshot(path=str(ARTIFACTS / "fraud_scores_overview.png"), full_page=True)
