@@ -28,7 +28,16 @@ from dagster import AssetExecutionContext, Failure, RetryRequested
 from assets.common import PartitionReport
 from inference.interrupt import InterruptionWatcher
 from inference.metrics import BatchMetrics
-from inference.shards import Interrupted, ShardedWriter, fingerprint, input_fingerprint, run_sharded
+from inference.quarantine import QuarantinePlan
+from inference.shards import (
+    CountOut,
+    Interrupted,
+    Observe,
+    ShardedWriter,
+    fingerprint,
+    input_fingerprint,
+    run_sharded,
+)
 from resources.inference import InferenceResource
 from resources.storage import DataStore, Published
 
@@ -37,6 +46,13 @@ from resources.storage import DataStore, Published
 RETRY_ON_STEP_FAILURE_TAG = "dagster/retry_on_asset_or_op_failure"
 INTERRUPTED_TAG = "nightshift/interrupted"
 INTERRUPTIONS_TAG = "nightshift/interruptions"
+# In-place retries after soft interruptions, so error retries can be told apart from them.
+SOFT_INTERRUPTIONS_TAG = "nightshift/soft_interruptions"
+
+
+def quarantine_asset(asset: str) -> str:
+    """Where an asset's quarantined rows are published: ``outputs/<asset>_quarantine/``."""
+    return f"{asset}_quarantine"
 
 
 def run_lineage(context: AssetExecutionContext) -> str:
@@ -58,8 +74,12 @@ class SpotSafeRun:
 
     def metadata(self) -> dict[str, int]:
         """Retry counts of this step: error retries in this run, and run-level relaunches."""
+        # Read fresh: the tag is added during this run, after the step context was built.
+        tags = self.context.instance.get_run_by_id(self.context.run_id).tags
+        soft = int(tags.get(SOFT_INTERRUPTIONS_TAG, 0))
         return {
-            "error_retries": self.context.retry_number,
+            "error_retries": self.context.retry_number - soft,
+            "soft_interruptions": soft,
             "run_attempt": int(self.context.run.tags.get("dagster/retry_number", 0)) + 1,
         }
 
@@ -81,6 +101,9 @@ class SpotSafeRun:
         batch_size: int | None = None,
         shard_rows: int | None = None,
         metrics: BatchMetrics | None = None,
+        quarantine: QuarantinePlan | None = None,
+        observe: Observe | None = None,
+        count_out: CountOut | None = None,
     ) -> PartitionReport:
         """Scores one partition and commits it exactly once.
 
@@ -98,15 +121,24 @@ class SpotSafeRun:
             shard_rows: rows per shard for this asset (default: the resource's ``shard_rows``);
                 ignored when the resource turns checkpointing off.
             metrics: where timings go (a new BatchMetrics by default).
+            quarantine: rows to set aside, published to ``outputs/<asset>_quarantine/``.
+            observe: adds each output batch to the partition's exact statistics.
+            count_out: input rows an output batch answers for (default: its row count).
         """
         metrics = metrics or BatchMetrics()
+        decided_by = [input_fingerprint(self.store.fs, inputs), depends_on]
+        if quarantine is not None:
+            decided_by.append(quarantine.digest())
         writer = ShardedWriter(
             self.store.partition_target(asset, date),
             schema,
-            fingerprint(input_fingerprint(self.store.fs, inputs), depends_on),
+            fingerprint(*decided_by),
             shard_rows if shard_rows and self.inference.shard_rows else self.inference.shard_rows,
             run_lineage(self.context),
             self.inference.lease_seconds,
+            quarantine=(
+                self.store.partition_target(quarantine_asset(asset), date) if quarantine else None
+            ),
         )
         shards = run_sharded(
             writer,
@@ -116,6 +148,9 @@ class SpotSafeRun:
             prepare=prepare,
             stop=self.stop,
             metrics=metrics,
+            quarantine=quarantine,
+            observe=observe,
+            count_out=count_out,
         )
         if shards.shards_resumed or shards.rows_redone:
             self.context.log.info(
@@ -157,6 +192,10 @@ def _leave_for_retry(
     within_budget = count <= budget
     if not node_lost and within_budget:
         context.log.warning(f"{exc}; retrying in place")
+        soft = int(
+            context.instance.get_run_by_id(context.run_id).tags.get(SOFT_INTERRUPTIONS_TAG, 0)
+        )
+        context.instance.add_run_tags(context.run_id, {SOFT_INTERRUPTIONS_TAG: str(soft + 1)})
         raise RetryRequested(max_retries=context.retry_number + 1, seconds_to_wait=5) from exc
     tags = {INTERRUPTED_TAG: "true", INTERRUPTIONS_TAG: str(count)}
     if within_budget:

@@ -74,7 +74,9 @@ def observability_metadata(
         metadata["gpu_peak_memory_gib"] = round(gpu.peak_memory_gib, 3)
         if gpu.utilisation_pct is not None:
             metadata["gpu_utilisation_pct"] = round(gpu.utilisation_pct, 1)
-    cost = cost_metadata(run_seconds if run_seconds is not None else metrics.seconds, price, capacity)
+    cost = cost_metadata(
+        run_seconds if run_seconds is not None else metrics.seconds, price, capacity
+    )
     metadata.update(cost)
     metadata["summary"] = MetadataValue.md(summary_markdown(metrics, device, gpu, cost))
     return metadata
@@ -177,7 +179,9 @@ def summary_markdown(
         f"(**{metrics.rows_per_second:,.0f} rows/s**) on `{device}`"
     ]
     if metrics.tokens and metrics.seconds > 0:
-        lines.append(f"{metrics.tokens:,} tokens ({metrics.tokens / metrics.seconds:,.0f} tokens/s)")
+        lines.append(
+            f"{metrics.tokens:,} tokens ({metrics.tokens / metrics.seconds:,.0f} tokens/s)"
+        )
     latency = metrics.latency_percentiles()
     if latency:
         p50, p95, p99 = latency.values()

@@ -24,6 +24,7 @@ def _materialize(root: Path, home: Path, partition_args: list[str], threads: int
         "NIGHTSHIFT_DATA_ROOT": str(root),
         "DAGSTER_HOME": str(home),
         "OMP_NUM_THREADS": str(threads),
+        "NIGHTSHIFT_CPU_THREADS": str(threads),
     }
     dagster = Path(sys.executable).with_name("dagster")
     command = [

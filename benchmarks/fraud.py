@@ -77,7 +77,8 @@ def run_pandas(root: Path, date: str, scorer: TabularScorer, version: str, out: 
     store = DataStore(str(root))
     began = time.perf_counter()
     frame = pd.concat(pd.read_parquet(f) for f in store.landing_files(TRANSACTIONS, date))
-    batch = pa.RecordBatch.from_pandas(frame[FEATURE_COLUMNS], preserve_index=False)
+    table = pa.Table.from_pandas(frame[FEATURE_COLUMNS], preserve_index=False)
+    batch = table.combine_chunks().to_batches()[0]
     profile = PartitionProfile.build([batch])
     x = torch.from_numpy(scorer.standardizer.transform(profile.features(batch, scorer.features)))
     scores = forward(scorer, x, 65_536)

@@ -50,22 +50,28 @@ def run(
         dtype=str(dtype),
         requested_tokens=sum(limits),
     )
-    limits_kw = {"eos_token_id": None, "max_batch_size": 32, "max_batch_tokens": 32 * 256}
-    generate_static(model, prompts[:4], [4] * 4, pad_token_id=0, **limits_kw)  # warm-up
+    # The peer is static batches of 32 by definition. nightshift's strategies get the
+    # concurrency that suits the device: a GPU keeps 256 requests in flight, a CPU gains
+    # nothing past 32 (each decoding step already fills it).
+    peer_kw = {"eos_token_id": None, "max_batch_size": 32, "max_batch_tokens": 32 * 256}
+    in_flight = 32 if device == "cpu" else 256
+    ours_kw = {**peer_kw, "max_batch_size": in_flight, "max_batch_tokens": in_flight * 256}
+    w.facts["nightshift_requests_in_flight"] = in_flight
+    generate_static(model, prompts[:4], [4] * 4, pad_token_id=0, **peer_kw)  # warm-up
 
     runs: dict[str, TokenRun] = {
         "static-32": generate_static(
-            model, prompts, limits, pad_token_id=0, bucketed=False, **limits_kw
+            model, prompts, limits, pad_token_id=0, bucketed=False, **peer_kw
         ),
-        "static bucketed": generate_static(model, prompts, limits, pad_token_id=0, **limits_kw),
-        "continuous": generate_continuous(model, prompts, limits, **limits_kw),
+        "static bucketed": generate_static(model, prompts, limits, pad_token_id=0, **ours_kw),
+        "continuous": generate_continuous(model, prompts, limits, **ours_kw),
     }
     decisions: dict[str, str] = {}
     runs["auto (first call: probes)"] = generate_tokens(
-        model, prompts, limits, pad_token_id=0, decisions=decisions, **limits_kw
+        model, prompts, limits, pad_token_id=0, decisions=decisions, **ours_kw
     )
     runs["auto (decided)"] = generate_tokens(
-        model, prompts, limits, pad_token_id=0, decisions=decisions, **limits_kw
+        model, prompts, limits, pad_token_id=0, decisions=decisions, **ours_kw
     )
     reference = runs["static-32"].tokens
     for name, r in runs.items():

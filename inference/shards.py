@@ -9,6 +9,13 @@ staging folder is renamed into place (readers see the old or the new partition, 
 on S3 the shards are copied under commit-unique names and ``_manifest.json`` is written last,
 so manifest-aware readers never see a partial partition. A lease makes the partition single-writer
 (see ``inference.leases``); a re-run of a committed partition replaces it.
+
+Quarantine (see ``inference.quarantine``): rows a partition's plan sets aside are written with
+their shard, as ``_quarantine/shard-NNNNN.parquet`` in the same staging folder and recorded in
+the same progress entry, so a shard's outputs and its quarantined rows are kept or redone
+together. The commit publishes them to ``outputs/<asset>_quarantine/date=D/`` first, then the
+partition, both manifests carrying the same commit id; a retry after a crash between the two
+re-publishes both. Exact output statistics (``inference.invariants``) travel the same way.
 """
 
 from __future__ import annotations
@@ -17,6 +24,7 @@ import hashlib
 import json
 import time
 import uuid
+from collections import Counter
 from collections.abc import Callable, Iterable
 from dataclasses import dataclass, field
 from typing import Any
@@ -26,11 +34,17 @@ import pyarrow.fs as pafs
 import pyarrow.parquet as pq
 
 from inference.batching import Prefetcher, rebatch
+from inference.invariants import StreamStats
 from inference.leases import CasStore, Lease, acquire_lease
 from inference.metrics import BatchMetrics
+from inference.quarantine import REASON, QuarantinePlan, RowConservationError
 
 PROGRESS = "_progress.json"
 MANIFEST = "_manifest.json"
+# Underscore folders are skipped by Hive-style readers (pyarrow, Spark, Athena) of a partition.
+QUARANTINE_DIR = "_quarantine"
+# Statistics counts named "quarantined:<reason>" hold the partition's quarantined rows by reason.
+QUARANTINED_PREFIX = "quarantined:"
 
 
 class Interrupted(Exception):
@@ -81,6 +95,10 @@ class ShardReport:
     uri: str = ""
     rows_in: int = 0
     rows_out: int = 0
+    rows_scored: int = 0
+    rows_quarantined: int = 0
+    quarantine_uri: str = ""
+    stats: StreamStats = field(default_factory=StreamStats)
 
     def as_dict(self) -> dict[str, Any]:
         return {
@@ -124,6 +142,8 @@ class ShardedWriter:
         shard_rows: input rows per shard; 0 disables checkpointing (one shard, no progress).
         lineage: the run lineage that may take over its own stale lease at once.
         lease_seconds: how long the lease lasts without renewal (renewed after every shard).
+        quarantine: where quarantined rows are published (``outputs/<asset>_quarantine/``);
+            None when the caller quarantines nothing.
     """
 
     def __init__(
@@ -134,8 +154,10 @@ class ShardedWriter:
         shard_rows: int,
         lineage: str,
         lease_seconds: float = 600.0,
+        quarantine: PartitionTarget | None = None,
     ):
         self.target, self.schema, self.fp = target, schema, fingerprint
+        self.quarantine = quarantine
         self.shard_rows, self.lineage, self.lease_seconds = shard_rows, lineage, lease_seconds
         self.checkpointing = shard_rows > 0
         self.progress = _Progress(fingerprint, shard_rows)
@@ -161,6 +183,11 @@ class ShardedWriter:
             self.report.already_committed = True
             self.report.uri, self.report.rows_out = t.uri(t.final_dir), committed.get("rows", 0)
             self.report.rows_in = committed.get("rows_in", 0)
+            self.report.rows_scored = committed.get("rows_scored", self.report.rows_in)
+            self.report.rows_quarantined = committed.get("rows_quarantined", 0)
+            self.report.stats = StreamStats.from_json(committed.get("stats"))
+            if self.quarantine is not None:
+                self.report.quarantine_uri = self.quarantine.uri(self.quarantine.final_dir)
             return self.report
         stored = self._read_json(f"{t.staging_dir}/{PROGRESS}") if self.checkpointing else None
         if (
@@ -188,25 +215,44 @@ class ShardedWriter:
             self.progress.in_flight = shard
             self._save_progress()
 
-    def write_shard(self, shard: int, tables: Iterable[pa.Table], rows_in: int) -> int:
-        """Writes a finished shard atomically and records it; returns its output rows."""
+    def write_shard(
+        self,
+        shard: int,
+        tables: Iterable[pa.Table],
+        rows_in: int,
+        quarantined: list[pa.Table] | None = None,
+        stats: StreamStats | None = None,
+        rows_scored: int | None = None,
+    ) -> int:
+        """Writes a finished shard atomically and records it; returns its output rows.
+
+        Args:
+            shard: the shard's index.
+            tables: its output rows.
+            rows_in: its input rows, quarantined ones included.
+            quarantined: its quarantined rows, written beside it before the progress entry.
+            stats: its output statistics, saved in the progress entry.
+            rows_scored: input rows the model scored (default: all of ``rows_in``).
+        """
         name = f"shard-{shard:05d}.parquet"
-        path = f"{self.target.staging_dir}/{name}"
-        tmp = f"{path}.tmp" if self.target.local else path
-        rows = 0
-        with pq.ParquetWriter(tmp, self.schema, filesystem=self.target.fs) as out:
-            for table in tables:
-                table = table.select(self.schema.names).cast(self.schema)
-                out.write_table(table)
-                rows += table.num_rows
-        if self.target.local:
-            self.target.fs.move(tmp, path)
+        rows = self._write_parquet(f"{self.target.staging_dir}/{name}", tables, self.schema)
+        held = [t for t in quarantined or [] if t.num_rows]
+        quarantine_file = self._write_quarantine(name, held)
         if shard == self._redo_shard:
             # A graceful stop recorded how far the shard had got; after a kill without notice
             # the whole shard counts as redone.
             known = self._redo_rows
             self.report.rows_redone += known if known is not None else rows_in
-        self.progress.shards[str(shard)] = {"file": name, "rows_in": rows_in, "rows_out": rows}
+        rows_quarantined = sum(t.num_rows for t in held)
+        self.progress.shards[str(shard)] = {
+            "file": name,
+            "rows_in": rows_in,
+            "rows_out": rows,
+            "rows_scored": rows_in - rows_quarantined if rows_scored is None else rows_scored,
+            "rows_quarantined": rows_quarantined,
+            "quarantine_file": quarantine_file,
+            "stats": (stats or StreamStats()).to_json(),
+        }
         self.progress.in_flight, self.progress.discarded_rows = None, None
         self._save_progress()
         if self._lease is not None:
@@ -226,26 +272,42 @@ class ShardedWriter:
         missing = [i for i in range(shards) if not self.done(i)]
         if missing:
             raise RuntimeError(f"cannot commit {t.uri(t.final_dir)}: shards {missing} missing")
-        files = [str(self.progress.shards[str(i)]["file"]) for i in range(shards)]
-        rows = sum(int(self.progress.shards[str(i)]["rows_out"]) for i in range(shards))
-        self.report.rows_in = sum(
-            int(self.progress.shards[str(i)]["rows_in"]) for i in range(shards)
-        )
+        entries = [self.progress.shards[str(i)] for i in range(shards)]
+        files = [str(e["file"]) for e in entries]
+        rows = sum(int(e["rows_out"]) for e in entries)
+        report = self.report
+        report.rows_in = sum(int(e["rows_in"]) for e in entries)
+        report.rows_scored = sum(int(e.get("rows_scored", e["rows_in"])) for e in entries)
+        report.rows_quarantined = sum(int(e.get("rows_quarantined", 0)) for e in entries)
+        report.stats = StreamStats()
+        for e in entries:
+            report.stats.merge(StreamStats.from_json(e.get("stats")))
+        commit = uuid.uuid4().hex[:12]
         manifest = {
             "fingerprint": self.fp,
             "lineage": self.lineage,
+            "commit": commit,
             "rows": rows,
-            "rows_in": self.report.rows_in,
+            "rows_in": report.rows_in,
+            "rows_scored": report.rows_scored,
+            "rows_quarantined": report.rows_quarantined,
+            "stats": report.stats.to_json(),
             "committed_at": time.time(),
             "attempts": self.progress.attempts,
             "interruptions": self.progress.interruptions,
         }
+        if self.quarantine is not None:
+            # First: a crash before the partition's own commit leaves the retry to redo both.
+            held = [str(e["quarantine_file"]) for e in entries if e.get("quarantine_file")]
+            self._commit_quarantine(held, {**manifest, "rows": report.rows_quarantined})
+            report.quarantine_uri = self.quarantine.uri(self.quarantine.final_dir)
         if t.local:
             self._commit_by_rename(files, manifest)
         else:
-            self._commit_by_manifest(files, manifest)
-        self.report.shards, self.report.uri, self.report.rows_out = shards, t.uri(t.final_dir), rows
-        return self.report
+            self._commit_by_manifest(t, t.staging_dir, files, manifest)
+            self._delete_dir(t.staging_dir)
+        report.shards, report.uri, report.rows_out = shards, t.uri(t.final_dir), rows
+        return report
 
     def discard_staging(self) -> None:
         """Removes what an uncommitted attempt left in staging (used when not checkpointing)."""
@@ -263,6 +325,12 @@ class ShardedWriter:
         if self.checkpointing:
             # The manifest now records attempts and interruptions; progress has done its job.
             t.fs.delete_file(f"{t.staging_dir}/{PROGRESS}")
+        self._swap_in(t)
+        # Published to its own partition already; this copy only served retries.
+        self._delete_dir(f"{t.final_dir}/{QUARANTINE_DIR}")
+
+    def _swap_in(self, t: PartitionTarget) -> None:
+        """Renames the staging folder into place; readers see the old or the new partition."""
         old = f"{t.trash_dir}/{uuid.uuid4().hex}"
         if self._exists(t.final_dir):
             self._mkdir(t.trash_dir)
@@ -270,13 +338,13 @@ class ShardedWriter:
         t.fs.move(t.staging_dir, t.final_dir)
         self._delete_dir(t.trash_dir)
 
-    def _commit_by_manifest(self, files: list[str], manifest: dict) -> None:
-        t = self.target
-        commit = uuid.uuid4().hex[:12]
+    def _commit_by_manifest(
+        self, t: PartitionTarget, source: str, files: list[str], manifest: dict
+    ) -> None:
         parts = []
         for i, name in enumerate(files):
-            part = f"part-{commit}-{i:05d}.parquet"
-            t.fs.copy_file(f"{t.staging_dir}/{name}", f"{t.final_dir}/{part}")
+            part = f"part-{manifest['commit']}-{i:05d}.parquet"
+            t.fs.copy_file(f"{source}/{name}", f"{t.final_dir}/{part}")
             parts.append(part)
         # The manifest is the commit point: written last, in one PUT.
         self._write_json(f"{t.final_dir}/{MANIFEST}", {**manifest, "files": parts})
@@ -284,7 +352,48 @@ class ShardedWriter:
         for info in t.fs.get_file_info(pafs.FileSelector(t.final_dir)):
             if info.base_name not in keep:
                 t.fs.delete_file(info.path)
-        self._delete_dir(t.staging_dir)
+
+    def _commit_quarantine(self, files: list[str], manifest: dict) -> None:
+        """Publishes the quarantined rows (possibly none) as their own partition, replacing any
+        earlier one, while the shards' copies stay in staging until the partition commits."""
+        q = self.quarantine
+        assert q is not None
+        source = f"{self.target.staging_dir}/{QUARANTINE_DIR}"
+        if not q.local:
+            self._mkdir(q.final_dir)
+            self._commit_by_manifest(q, source, files, manifest)
+            return
+        self._delete_dir(q.staging_dir)
+        self._mkdir(q.staging_dir)
+        for name in files:
+            q.fs.copy_file(f"{source}/{name}", f"{q.staging_dir}/{name}")
+        self._write_json(f"{q.staging_dir}/{MANIFEST}", {**manifest, "files": files})
+        self._swap_in(q)
+
+    def _write_parquet(self, path: str, tables: Iterable[pa.Table], schema: pa.Schema) -> int:
+        tmp = f"{path}.tmp" if self.target.local else path
+        rows = 0
+        with pq.ParquetWriter(tmp, schema, filesystem=self.target.fs) as out:
+            for table in tables:
+                table = table.select(schema.names).cast(schema)
+                out.write_table(table)
+                rows += table.num_rows
+        if self.target.local:
+            self.target.fs.move(tmp, path)
+        return rows
+
+    def _write_quarantine(self, name: str, tables: list[pa.Table]) -> str | None:
+        """Writes a shard's quarantined rows; removes a stale file when it now has none."""
+        path = f"{self.target.staging_dir}/{QUARANTINE_DIR}/{name}"
+        if not tables:
+            if self.quarantine is not None and self._exists(path):
+                self.target.fs.delete_file(path)
+            return None
+        if self.quarantine is None:
+            raise ValueError("rows were quarantined but the writer has no quarantine target")
+        self._mkdir(f"{self.target.staging_dir}/{QUARANTINE_DIR}")
+        self._write_parquet(path, tables, tables[0].schema)
+        return name
 
     # -- small helpers -------------------------------------------------------------------
     def _save_progress(self) -> None:
@@ -321,6 +430,22 @@ class ShardedWriter:
 Transform = Callable[[pa.RecordBatch, Any], pa.Table | pa.RecordBatch]
 Prepare = Callable[[pa.RecordBatch], Any]
 StopCheck = Callable[[], str | None]
+# Adds one model call's exact statistics (rows scored, their output) to its shard's.
+Observe = Callable[[pa.RecordBatch, pa.Table, StreamStats], None]
+# How many input rows an output batch answers for (recommendations: distinct users).
+CountOut = Callable[[pa.Table], int]
+
+
+@dataclass
+class _Shard:
+    """The shard being computed: its outputs, quarantined rows and statistics so far."""
+
+    index: int
+    outputs: list[pa.Table] = field(default_factory=list)
+    quarantined: list[pa.Table] = field(default_factory=list)
+    stats: StreamStats = field(default_factory=StreamStats)
+    rows_in: int = 0
+    rows_scored: int = 0
 
 
 def run_sharded(
@@ -333,6 +458,9 @@ def run_sharded(
     stop: StopCheck = lambda: None,
     metrics: BatchMetrics | None = None,
     prefetch_depth: int = 2,
+    quarantine: QuarantinePlan | None = None,
+    observe: Observe | None = None,
+    count_out: CountOut | None = None,
 ) -> ShardReport:
     """Runs the model over the input in shards and commits the partition.
 
@@ -349,9 +477,14 @@ def run_sharded(
         stop: returns a reason when the node is going away; checked before every batch.
         metrics: receives per-batch timings and the read/preprocess/compute/write split.
         prefetch_depth: batches read and prepared ahead.
+        quarantine: rows to set aside instead of scoring; the model never sees them.
+        observe: adds each model call (rows scored, output) to its shard's statistics.
+        count_out: input rows an output batch answers for (default: its row count).
 
     Raises:
         Interrupted: ``stop`` fired; finished shards are kept for the retry.
+        RowConservationError: the model step answered for more or fewer rows than it was
+            given; nothing is committed.
     """
     metrics = metrics or BatchMetrics()
     report = writer.begin()
@@ -359,14 +492,17 @@ def run_sharded(
     def staged():
         # Shards are cut by input rows, then each into model batches: a batch never spans two
         # shards, and a different batch size on the retry does not invalidate the progress.
+        offset = 0
         for shard, rows in enumerate(rebatch(batches, writer.shard_rows or (1 << 62))):
             for batch in rebatch([rows], batch_size):
+                start, offset = offset, offset + batch.num_rows
                 if writer.done(shard):
-                    yield shard, batch, None, 0.0
+                    yield shard, batch, None, None, None, 0.0
                     continue
                 started = time.perf_counter()
-                prepared = prepare(batch) if prepare else batch
-                yield shard, batch, prepared, time.perf_counter() - started
+                good, held = quarantine.split(batch, start) if quarantine else (batch, None)
+                prepared = prepare(good) if prepare and good.num_rows else good
+                yield shard, batch, good, held, prepared, time.perf_counter() - started
 
     def interrupt(reason: str, shard: int | None, rows: int) -> Interrupted:
         writer.record_interruption(shard, rows)
@@ -376,16 +512,17 @@ def run_sharded(
         if report.already_committed:
             return report
         source = Prefetcher(staged(), depth=prefetch_depth)
-        current, outputs, rows_in, shards = -1, [], 0, 0
+        current: _Shard | None = None
+        shards = 0
         clock = time.perf_counter()
-        for shard, batch, prepared, prep_seconds in source:
+        for shard, batch, good, held, prepared, prep_seconds in source:
             metrics.add_phase("read", time.perf_counter() - clock)
             metrics.add_phase("preprocess", prep_seconds)
             metrics.observe_queue_depth(source.depth)
-            if shard != current:
-                if current >= 0 and not writer.done(current):
-                    _finish_shard(writer, current, outputs, rows_in, metrics)
-                current, outputs, rows_in, shards = shard, [], 0, shard + 1
+            if current is None or shard != current.index:
+                if current is not None and not writer.done(current.index):
+                    _finish_shard(writer, current, metrics)
+                current, shards = _Shard(shard), shard + 1
                 if writer.done(shard):
                     report.shards_resumed += 1
                 else:
@@ -395,18 +532,17 @@ def run_sharded(
                 continue
             reason = stop()
             if reason:
-                raise interrupt(reason, shard, rows_in)
-            started = time.perf_counter()
-            out = transform(batch, prepared)
-            elapsed = time.perf_counter() - started
-            out = out if isinstance(out, pa.Table) else pa.Table.from_batches([out])
-            metrics.record_batch(batch.num_rows, out.num_rows, elapsed)
-            metrics.add_phase("compute", elapsed)
-            outputs.append(out)
-            rows_in += batch.num_rows
+                raise interrupt(reason, shard, current.rows_in)
+            if held is not None:
+                current.quarantined.append(held)
+                for why, n in Counter(held.column(REASON).to_pylist()).items():
+                    current.stats.count(f"{QUARANTINED_PREFIX}{why}", n)
+            if good.num_rows:
+                _score(current, good, prepared, transform, observe, count_out, metrics, writer)
+            current.rows_in += batch.num_rows
             clock = time.perf_counter()
-        if current >= 0 and not writer.done(current):
-            _finish_shard(writer, current, outputs, rows_in, metrics)
+        if current is not None and not writer.done(current.index):
+            _finish_shard(writer, current, metrics)
         reason = stop()
         if reason:
             raise interrupt(reason, None, 0)
@@ -421,9 +557,45 @@ def run_sharded(
         writer.close()
 
 
-def _finish_shard(
-    writer: ShardedWriter, shard: int, outputs: list[pa.Table], rows_in: int, metrics: BatchMetrics
+def _score(
+    shard: _Shard,
+    good: pa.RecordBatch,
+    prepared: Any,
+    transform: Transform,
+    observe: Observe | None,
+    count_out: CountOut | None,
+    metrics: BatchMetrics,
+    writer: ShardedWriter,
 ) -> None:
+    """One model call, checked for row conservation before its rows can reach a shard."""
     started = time.perf_counter()
-    writer.write_shard(shard, outputs, rows_in)
+    out = transform(good, prepared)
+    elapsed = time.perf_counter() - started
+    out = out if isinstance(out, pa.Table) else pa.Table.from_batches([out])
+    answered = count_out(out) if count_out else out.num_rows
+    if answered != good.num_rows:
+        where = writer.target.uri(writer.target.final_dir)
+        raise RowConservationError(
+            f"{where}: the model step answered for {answered} rows but was given "
+            f"{good.num_rows} (shard {shard.index}); a model call must never drop or add rows, "
+            "so nothing was committed"
+        )
+    metrics.record_batch(good.num_rows, out.num_rows, elapsed)
+    metrics.add_phase("compute", elapsed)
+    if observe is not None:
+        observe(good, out, shard.stats)
+    shard.outputs.append(out)
+    shard.rows_scored += good.num_rows
+
+
+def _finish_shard(writer: ShardedWriter, shard: _Shard, metrics: BatchMetrics) -> None:
+    started = time.perf_counter()
+    writer.write_shard(
+        shard.index,
+        shard.outputs,
+        shard.rows_in,
+        quarantined=shard.quarantined,
+        stats=shard.stats,
+        rows_scored=shard.rows_scored,
+    )
     metrics.add_phase("write", time.perf_counter() - started)

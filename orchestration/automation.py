@@ -5,13 +5,14 @@ and GPU tags, and the sensor that reports failed partitions with the reason they
 from __future__ import annotations
 
 import datetime as dt
-from collections.abc import Sequence
+from collections.abc import Callable, Sequence
 from dataclasses import dataclass
 
 from dagster import (
+    AssetCheckSeverity,
     AssetKey,
-    AssetSelection,
     AssetObservation,
+    AssetSelection,
     AutomationCondition,
     AutomationConditionSensorDefinition,
     DagsterEventType,
@@ -58,7 +59,7 @@ after_parent_passes_checks = (
     )
     .with_label("eager (31-day lookback)")
     & AutomationCondition.all_deps_blocking_checks_passed()
-)
+).with_label("parent updated and its blocking checks passed")
 
 # The business reads scores, recommendations and summaries from 07:00 UTC: the day that just
 # ended must be scored between midnight and then, or the asset shows as stale (overdue).
@@ -94,7 +95,7 @@ class FailureReport:
     job_name: str
     reason: str
     partitions: list[str]
-    assets: list[str]
+    assets: dict[str, bool]  # failed or skipped asset -> whether it is partitioned
     detail: str
 
     @property
@@ -116,56 +117,88 @@ def run_partitions(run: DagsterRun) -> list[str]:
     return []
 
 
-def classify_failure(instance: DagsterInstance, run: DagsterRun) -> FailureReport:
+def classify_failure(
+    instance: DagsterInstance,
+    run: DagsterRun,
+    is_partitioned: Callable[[AssetKey], bool] | None = None,
+) -> FailureReport:
     """Tells an interruption (retry resumes) from a failed blocking check (the data is wrong)
     from any other error (the code or the input is wrong), from the run's tags and events.
+
+    Args:
+        is_partitioned: from the asset graph; without it an asset counts as partitioned when
+            the run planned it for a partition (true of every asset in a partitioned run).
     """
     step_failures = _events(instance, run.run_id, DagsterEventType.STEP_FAILURE)
     failed_checks = sorted(
         {
             f"{e.asset_key.to_user_string()}.{e.check_name}"
             for e in _check_evaluations(instance, run.run_id)
-            if not e.passed and e.blocking
+            if not e.passed and e.blocking and e.severity == AssetCheckSeverity.ERROR
         }
     )
-    errors = [f.step_failure_data.error for f in step_failures if f.step_failure_data.error]
+    chains = [_chain(f.step_failure_data.error) for f in step_failures if f.step_failure_data.error]
+    errors = [error for chain in chains for error in chain]
     failed_steps = sorted({f.step_key for f in step_failures if f.step_key})
     if _interrupted_in_this_run(instance, run):
         count = run.tags.get(INTERRUPTIONS_TAG, "1")
         reason, detail = INTERRUPTED, f"{count} interruption(s); a retry resumes from its shards"
     elif failed_checks or any(e.cls_name == CHECK_FAILED_ERROR for e in errors):
-        reason, detail = CHECK_FAILED, "blocking checks failed: " + (", ".join(failed_checks) or "?")
+        reason, detail = (
+            CHECK_FAILED,
+            "blocking checks failed: " + (", ".join(failed_checks) or "?"),
+        )
     else:
         reason = ERROR
-        first = errors[0] if errors else None
-        detail = f"{first.cls_name}: {first.message.strip()}" if first else "the run failed"
+        # The root cause (the user's exception), not Dagster's wrapper around it.
+        root = chains[0][-1] if chains else None
+        detail = root.message.strip() if root else "the run failed"  # "ValueError: ..."
     return FailureReport(
         run_id=run.run_id,
         job_name=run.job_name,
         reason=reason,
         partitions=run_partitions(run),
-        assets=_unfinished_assets(instance, run.run_id, failed_steps),
+        assets=_unfinished_assets(instance, run.run_id, failed_steps, is_partitioned),
         detail=detail[:500],
     )
 
 
-def _unfinished_assets(instance: DagsterInstance, run_id: str, failed_steps: list[str]) -> list[str]:
-    """Assets the run planned and whose step failed or that it never materialised (skipped)."""
+def _unfinished_assets(
+    instance: DagsterInstance,
+    run_id: str,
+    failed_steps: list[str],
+    is_partitioned: Callable[[AssetKey], bool] | None,
+) -> dict[str, bool]:
+    """Assets the run planned and whose step failed or that it never materialised (skipped),
+    each with whether it was planned for partitions."""
     planned = _events(instance, run_id, DagsterEventType.ASSET_MATERIALIZATION_PLANNED)
     done = _events(instance, run_id, DagsterEventType.ASSET_MATERIALIZATION)
     materialised = {e.asset_key for e in done}
-    return sorted(
-        {
-            e.asset_key.to_user_string()
-            for e in planned
-            if e.step_key in failed_steps or e.asset_key not in materialised
-        }
-    )
+    unfinished: dict[str, bool] = {}
+    for event in planned:
+        if event.step_key in failed_steps or event.asset_key not in materialised:
+            data = event.event_specific_data
+            partitioned = (
+                is_partitioned(event.asset_key)
+                if is_partitioned
+                else bool(data.partition or data.partitions_subset)
+            )
+            name = event.asset_key.to_user_string()
+            unfinished[name] = unfinished.get(name, False) or partitioned
+    return dict(sorted(unfinished.items()))
 
 
 def _events(instance: DagsterInstance, run_id: str, event_type: DagsterEventType) -> list:
     records = instance.get_records_for_run(run_id, of_type=event_type).records
     return [r.event_log_entry.dagster_event for r in records]
+
+
+def _chain(error) -> list:
+    """An error and the errors that caused it, outermost first."""
+    chain = [error]
+    while chain[-1].cause is not None and len(chain) < 10:
+        chain.append(chain[-1].cause)
+    return chain
 
 
 def _check_evaluations(instance: DagsterInstance, run_id: str) -> list:
@@ -207,8 +240,8 @@ def failure_observations(report: FailureReport) -> list[AssetObservation]:
     }
     return [
         AssetObservation(asset_key=AssetKey.from_user_string(asset), partition=p, metadata=metadata)
-        for asset in report.assets
-        for p in report.partitions or [None]
+        for asset, partitioned in report.assets.items()
+        for p in (report.partitions if partitioned and report.partitions else [None])
     ]
 
 
@@ -220,7 +253,12 @@ def failure_observations(report: FailureReport) -> list[AssetObservation]:
     "resumes), check failed (the output is wrong) or error.",
 )
 def run_failure_sensor(context: RunFailureSensorContext) -> None:
-    report = classify_failure(context.instance, context.dagster_run)
+    graph = context.repository_def.asset_graph if context.repository_def else None
+    report = classify_failure(
+        context.instance,
+        context.dagster_run,
+        (lambda key: graph.has(key) and graph.get(key).is_partitioned) if graph else None,
+    )
     context.log.error(report.message)
     for observation in failure_observations(report):
         context.instance.report_runless_asset_event(observation)

@@ -38,7 +38,11 @@ def landing_sensor(context: SensorEvaluationContext, storage: StorageResource) -
                     job_name=job_name,
                     partition_key=date,
                     run_key=f"{dataset}:{date}",
-                    tags={"nightshift/trigger": "landing_sensor", "nightshift/dataset": dataset, **SENSOR_PRIORITY},
+                    tags={
+                        "nightshift/trigger": "landing_sensor",
+                        "nightshift/dataset": dataset,
+                        **SENSOR_PRIORITY,
+                    },
                 )
             )
         seen[dataset] = sorted(already | set(new))

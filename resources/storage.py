@@ -142,9 +142,22 @@ class DataStore:
         columns: list[str] | None = None,
         batch_size: int = 65_536,
     ) -> Iterator[pa.RecordBatch]:
-        """Streams a landing partition as record batches cast to the required schema."""
-        dataset_ = self.landing_dataset(dataset, date, required)
-        yield from dataset_.to_batches(columns=columns, batch_size=batch_size)
+        """Streams a landing partition as record batches cast to the required schema.
+
+        Files are read one at a time, in order, so a file whose data cannot be decoded (a
+        corrupt page, a truncated column chunk) fails naming the file, and the row group,
+        column and byte range where decoding failed.
+        """
+        for file in self.landing_dataset(dataset, date, required).files:
+            part = ds.dataset(file, schema=required, filesystem=self.fs, format="parquet")
+            try:
+                yield from part.to_batches(columns=columns, batch_size=batch_size)
+            except (pa.ArrowInvalid, OSError) as exc:
+                where = _locate_damage(self.fs, file, columns or required.names)
+                raise LandingDataError(
+                    f"unreadable parquet file {self.uri(file)} in dataset '{dataset}', "
+                    f"date {date}{where}: {exc}"
+                ) from exc
 
     def read_landing(
         self, dataset: str, date: str, required: pa.Schema, columns: list[str] | None = None
@@ -259,6 +272,26 @@ class DataStore:
     def _delete_dir(self, path: str) -> None:
         if self.exists(path):
             self.fs.delete_dir(path)
+
+
+def _locate_damage(fs: pafs.FileSystem, file: str, columns: list[str]) -> str:
+    """Where a parquet file stops decoding: ", row group R, column 'C', bytes A-B", or ""."""
+    try:
+        parquet = pq.ParquetFile(file, filesystem=fs)
+        meta = parquet.metadata
+        names = parquet.schema_arrow.names
+        for group in range(meta.num_row_groups):
+            for name in [c for c in columns if c in names]:
+                try:
+                    parquet.read_row_group(group, columns=[name])
+                except (pa.ArrowInvalid, OSError):
+                    chunk = meta.row_group(group).column(names.index(name))
+                    start = chunk.dictionary_page_offset or chunk.data_page_offset
+                    end = start + chunk.total_compressed_size
+                    return f", row group {group}, column '{name}', bytes {start}-{end}"
+    except (pa.ArrowInvalid, OSError):
+        return ""
+    return ""
 
 
 def check_schema(actual: pa.Schema, required: pa.Schema, where: str) -> None:

@@ -44,7 +44,9 @@ def test_numbers_the_ui_plots() -> None:
     assert meta["device"] == "cuda:0 (bf16)"
     # Plain numbers (not strings) are what the UI plots over partitions and time.
     numeric = [k for k, v in meta.items() if isinstance(v, int | float)]
-    assert {"rows_per_second", "batch_latency_p99_ms", "cost_usd", "compute_seconds"} <= set(numeric)
+    assert {"rows_per_second", "batch_latency_p99_ms", "cost_usd", "compute_seconds"} <= set(
+        numeric
+    )
 
 
 def test_cost_is_price_times_node_hours_with_the_spot_saving() -> None:

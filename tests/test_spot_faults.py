@@ -4,6 +4,7 @@ from __future__ import annotations
 
 import json
 import os
+import re
 import signal
 import subprocess
 import sys
@@ -253,3 +254,81 @@ def test_spot_notice_mid_run_stops_the_run_which_resumes_on_retry(world, tmp_pat
     assert retry.wait(timeout=300) == 0, (tmp_path / "retry.log").read_text()[-3000:]
     _assert_matches_uninterrupted(world)
     assert _latest_metadata(world["home"])["shards_resumed"] == len(after["shards"])
+
+
+def _run_worker_pid(instance: DagsterInstance, run_id: str) -> int | None:
+    """The pid of the process executing the run, as its engine events report it."""
+    for record in instance.all_logs(run_id):
+        found = re.search(r"pid: (\d+)", record.message or "")
+        if found and int(found.group(1)) != os.getpid():
+            return int(found.group(1))
+    return None
+
+
+def _wait(probe, timeout: float, what: str):
+    deadline = time.monotonic() + timeout
+    while time.monotonic() < deadline:
+        value = probe()
+        if value:
+            return value
+        time.sleep(0.2)
+    raise AssertionError(f"timed out after {timeout:.0f}s waiting for {what}")
+
+
+def test_daemon_relaunches_a_terminated_run_which_resumes(world, tmp_path) -> None:
+    from dagster import DagsterEventType, DagsterRunStatus, RunsFilter
+
+    repo = Path(__file__).resolve().parents[1]
+    store, home = world["store"], tmp_path / "home"
+    store.fs.delete_dir_contents(store.path("outputs"), missing_dir_ok=True)
+    home.mkdir()
+    (home / "dagster.yaml").write_text((repo / "deploy/local/dagster.yaml").read_text())
+    env = {**world["env"], "DAGSTER_HOME": str(home)}
+    # Create the SQLite storages once, before two processes race to migrate them.
+    DagsterInstance.from_config(str(home)).dispose()
+    daemon = subprocess.Popen(
+        [str(BIN / "dagster-daemon"), "run", "-w", "workspace.yaml"],
+        cwd=repo, env=env, stdout=(tmp_path / "daemon.log").open("w"),
+        stderr=subprocess.STDOUT, start_new_session=True,
+    )  # fmt: skip
+    try:
+        launch = subprocess.run(
+            [str(BIN / "dagster"), "job", "launch", "-w", "workspace.yaml", "-j",
+             "fraud_scoring_job", "--tags", json.dumps({"dagster/partition": DAY})],
+            cwd=repo, env=env, capture_output=True, text=True, timeout=180,
+        )  # fmt: skip
+        assert launch.returncode == 0, launch.stderr[-3000:]
+        with DagsterInstance.from_config(str(home)) as instance:
+            [first] = instance.get_runs(limit=1)
+            pid = _wait(lambda: _run_worker_pid(instance, first.run_id), 180, "the run worker")
+            _wait(lambda: (_progress(store) or {"shards": {}})["shards"], 240, "a finished shard")
+            os.kill(pid, signal.SIGTERM)
+
+            def retried():
+                runs = instance.get_runs(RunsFilter(tags={"dagster/parent_run_id": first.run_id}))
+                return (
+                    runs
+                    and runs[0].status in (DagsterRunStatus.SUCCESS, DagsterRunStatus.FAILURE)
+                    and runs[0]
+                )
+
+            retry = _wait(retried, 300, "the daemon's retry run to finish")
+            first = instance.get_run_by_id(first.run_id)
+            assert first.status == DagsterRunStatus.FAILURE
+            assert first.tags["nightshift/interrupted"] == "true"
+            assert retry.status == DagsterRunStatus.SUCCESS, (tmp_path / "daemon.log").read_text()[
+                -3000:
+            ]
+            assert retry.tags["dagster/retry_number"] == "1"
+            started = {
+                e.step_key
+                for e in instance.all_logs(retry.run_id, of_type=DagsterEventType.STEP_START)
+            }
+            # FROM_FAILURE: the steps that had succeeded (validation, model) are not run again.
+            assert "fraud_scores" in started and not started & {"transactions", "fraud_model"}
+        _assert_matches_uninterrupted(world)
+        meta = _latest_metadata(home)
+        assert meta["shards_resumed"] >= 1 and meta["run_attempt"] == 2
+    finally:
+        os.killpg(daemon.pid, signal.SIGTERM)
+        daemon.wait(timeout=60)

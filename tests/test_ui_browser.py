@@ -42,7 +42,9 @@ def page(browser, ui_stack: DagsterStack) -> Iterator:
     context.close()
 
 
-def test_partitions_tab_shows_the_backfilled_days_materialised(page, ui_stack: DagsterStack) -> None:
+def test_partitions_tab_shows_the_backfilled_days_materialised(
+    page, ui_stack: DagsterStack
+) -> None:
     days = ui_stack.facts["days"]
     page.goto(f"{ui_stack.url}/assets/fraud_scores?view=partitions")
     materialized = page.get_by_text(re.compile(r"^Materialized \(\d+\)$"))

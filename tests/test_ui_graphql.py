@@ -5,10 +5,7 @@ from __future__ import annotations
 import datetime as dt
 import json
 
-import pytest
 from ui_stack import DagsterStack, set_sensor_cursor, wait_for, wait_for_backfill
-
-pytestmark = pytest.mark.filterwarnings("ignore::ResourceWarning")
 
 RUNS = """
 query Runs($filter: RunsFilter) {
@@ -111,7 +108,10 @@ def test_ui_backfill_scores_the_range_in_one_run(ui_stack: DagsterStack) -> None
     [run] = backfill["runs"]
     assert run["status"] == "SUCCESS"
     tags = _tags(run)
-    assert (tags["dagster/asset_partition_range_start"], tags["dagster/asset_partition_range_end"]) == (days[0], days[-1])
+    assert (
+        tags["dagster/asset_partition_range_start"],
+        tags["dagster/asset_partition_range_end"],
+    ) == (days[0], days[-1])
 
     materialized = _materializations(ui_stack, "fraud_scores", days)
     assert sorted(m["partition"] for m in materialized) == days
@@ -142,7 +142,11 @@ def test_new_landing_partition_launches_exactly_one_run(ui_stack: DagsterStack) 
     assert tick["runKeys"] == [run_key]
     by_key = {"dagster/run_key": run_key}
     [run] = wait_for(lambda: _finished(_runs(ui_stack, by_key)), 240, "the sensor's run", every=2)
-    assert (run["runId"], run["jobName"], run["status"]) == (tick["runIds"][0], "fraud_scoring_job", "SUCCESS")
+    assert (run["runId"], run["jobName"], run["status"]) == (
+        tick["runIds"][0],
+        "fraud_scoring_job",
+        "SUCCESS",
+    )
     tags = _tags(run)
     assert tags["dagster/partition"] == landed
     # Latency-sensitive work goes ahead of backfills in the queue, on the one GPU.
@@ -153,7 +157,11 @@ def test_new_landing_partition_launches_exactly_one_run(ui_stack: DagsterStack) 
     set_sensor_cursor(ui_stack, "landing_sensor", ui_stack.facts["cursor_before_landing"])
 
     def deduplicated() -> dict | None:
-        later = [t for t in _sensor_ticks(ui_stack, "landing_sensor") if t["timestamp"] > tick["timestamp"]]
+        later = [
+            t
+            for t in _sensor_ticks(ui_stack, "landing_sensor")
+            if t["timestamp"] > tick["timestamp"]
+        ]
         return next((t for t in later if t["runKeys"] == [run_key]), None)
 
     repeat = wait_for(deduplicated, 150, "a later landing_sensor tick asking again", every=3)

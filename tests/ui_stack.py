@@ -145,7 +145,16 @@ def dagster_dev(workdir: Path) -> Iterator[DagsterStack]:
     url = f"http://127.0.0.1:{port}"
     with log.open("wb") as out:
         process = subprocess.Popen(
-            [str(BIN / "dagster"), "dev", "-w", "workspace.yaml", "-h", "127.0.0.1", "-p", str(port)],
+            [
+                str(BIN / "dagster"),
+                "dev",
+                "-w",
+                "workspace.yaml",
+                "-h",
+                "127.0.0.1",
+                "-p",
+                str(port),
+            ],
             cwd=REPO,
             env=env,
             stdout=out,

@@ -1,0 +1,193 @@
+"""Fraud data quality as plain functions: which transactions cannot be scored, and the exact
+figures the checks read.
+
+One screening pass over a landing partition (the columns the model needs) finds the rows that
+cannot be scored, each with a reason, and builds the feature profile from the clean rows only,
+so a duplicate or a malformed row never skews another transaction's features. While the clean
+rows stream through the model, :func:`score_observer` keeps exact statistics of the scores.
+"""
+
+from __future__ import annotations
+
+from dataclasses import dataclass
+from datetime import UTC, datetime, timedelta
+from typing import Any
+
+import numpy as np
+import pyarrow as pa
+import pyarrow.compute as pc
+
+from assets.fraud.features import FEATURE_COLUMNS, PROFILE_COLUMNS, PartitionProfile
+from assets.fraud.schemas import TRANSACTIONS, TRANSACTIONS_SCHEMA
+from inference.invariants import StreamStats
+from inference.quarantine import (
+    QuarantinePlan,
+    Screener,
+    below,
+    is_null,
+    not_finite,
+    outside,
+)
+from resources.storage import DataStore, LandingDataError
+
+SCREEN_COLUMNS = ["transaction_id", *FEATURE_COLUMNS]
+# Currency is carried to alerts but not scored: a missing one is no reason to skip a transaction.
+REQUIRED = ["transaction_id", "account_id", "merchant_id", "amount", "ts", "channel", "country"]
+SCORE_BINS = 20
+REASONS = (
+    *(f"null_{c}" for c in REQUIRED),
+    "non_finite_amount",
+    "negative_amount",
+    "ts_outside_day",
+    "duplicate_transaction_id",
+)
+
+
+def day_bounds(date: str) -> tuple[pa.Scalar, pa.Scalar]:
+    """The partition's day, [midnight, next midnight) UTC, as timestamp scalars."""
+    start = datetime.fromisoformat(date).replace(tzinfo=UTC)
+    kind = TRANSACTIONS_SCHEMA.field("ts").type
+    return pa.scalar(start, kind), pa.scalar(start + timedelta(days=1), kind)
+
+
+@dataclass
+class TransactionScreen:
+    """What the screening pass found in one day of transactions."""
+
+    plan: QuarantinePlan
+    figures: dict[str, Any]
+    sample: pa.Table
+    profile: PartitionProfile | None = None
+
+
+def screen_transactions(
+    store: DataStore,
+    date: str,
+    *,
+    build_profile: bool = False,
+    sample_rows: int = 0,
+    seed: int = 0,
+) -> TransactionScreen:
+    """Screens one landing partition: quarantine plan, exact figures, a seeded row sample.
+
+    Args:
+        store: the data store.
+        date: the partition.
+        build_profile: also build the feature profile from the rows that will be scored.
+        sample_rows: size of the seeded random sample of landing rows (for row-level checks).
+        seed: the sample's seed.
+
+    Raises:
+        LandingDataError: the partition is missing, unreadable, malformed or empty.
+    """
+    start, end = day_bounds(date)
+    rows = store.count_landing(TRANSACTIONS, date, TRANSACTIONS_SCHEMA)
+    if rows == 0:
+        files = store.landing_files(TRANSACTIONS, date)
+        raise LandingDataError(
+            f"landing partition empty: dataset '{TRANSACTIONS}', date {date}: "
+            f"{len(files)} file(s) with no rows under {store.uri(store.landing_path(TRANSACTIONS, date))}"
+        )
+    wanted = _sample_positions(rows, sample_rows, seed)
+    screener, parts, sampled = Screener(), [], []
+    amount_low, amount_high = np.inf, -np.inf
+    for batch in store.iter_landing(TRANSACTIONS, date, TRANSACTIONS_SCHEMA, SCREEN_COLUMNS):
+        offset = screener.rows
+        amount = batch["amount"]
+        rules = {f"null_{c}": is_null(batch[c]) for c in REQUIRED}
+        rules["non_finite_amount"] = not_finite(amount)
+        rules["negative_amount"] = below(amount, 0.0)
+        rules["ts_outside_day"] = outside(batch["ts"], start, end)
+        screener.add(batch.num_rows, rules)
+        screener.keys(batch["transaction_id"], "duplicate_transaction_id")
+        extremes = pc.min_max(amount).as_py()
+        if extremes["min"] is not None:
+            amount_low = min(amount_low, extremes["min"])
+            amount_high = max(amount_high, extremes["max"])
+        if build_profile:
+            parts.append(batch.select(PROFILE_COLUMNS))
+        local = wanted[(wanted >= offset) & (wanted < offset + batch.num_rows)] - offset
+        if len(local):
+            sampled.append(batch.take(pa.array(local)))
+    plan = screener.plan()
+    figures: dict[str, Any] = {
+        "rows": rows,
+        "rows_quarantined": plan.count,
+        "quarantine_rate": plan.rate,
+        **dict.fromkeys(REASONS, 0),
+        **plan.counts(),
+        "amount_min": float(amount_low) if np.isfinite(amount_low) else 0.0,
+        "amount_max": float(amount_high) if np.isfinite(amount_high) else 0.0,
+    }
+    sample = pa.Table.from_batches(sampled, schema=_schema(SCREEN_COLUMNS))
+    profile = _clean_profile(parts, plan) if build_profile else None
+    return TransactionScreen(plan, figures, sample, profile)
+
+
+def _schema(columns: list[str]) -> pa.Schema:
+    return pa.schema([TRANSACTIONS_SCHEMA.field(c) for c in columns])
+
+
+def _sample_positions(rows: int, size: int, seed: int) -> np.ndarray:
+    if size <= 0:
+        return np.zeros(0, np.int64)
+    if rows <= size:
+        return np.arange(rows)
+    return np.sort(np.random.default_rng(seed).choice(rows, size=size, replace=False))
+
+
+def _clean_profile(parts: list[pa.RecordBatch], plan: QuarantinePlan) -> PartitionProfile:
+    """The feature profile over the rows that will be scored: quarantined rows never count."""
+    table = pa.Table.from_batches(parts)
+    if plan.count:
+        keep = np.ones(table.num_rows, bool)
+        keep[plan.positions] = False
+        table = table.filter(pa.array(keep))
+    return PartitionProfile.build(table.to_batches())
+
+
+def score_observer(threshold: float, version: str):
+    """Exact statistics of ``fraud_scores`` batches, for the output checks.
+
+    Counts scores that are null, not finite or outside [0, 1], flags that disagree with the
+    threshold, missing model versions, and rows whose transaction_id is not the id of the input
+    row they scored (so the output ids are exactly the screened, duplicate-free input ids).
+    """
+    cut = np.float32(threshold)
+
+    def observe(scored: pa.RecordBatch, out: pa.Table, stats: StreamStats) -> None:
+        score = out["score"]
+        values = score.to_numpy(zero_copy_only=False).astype(np.float64)
+        finite = np.isfinite(values)
+        stats.count("score_null", score.null_count)
+        stats.count("score_not_finite", int((~finite).sum()) - score.null_count)
+        stats.count("score_outside_unit_interval", int(((values < 0) | (values > 1)).sum()))
+        stats.extremes("score", values)
+        stats.histogram("score", values, SCORE_BINS, 0.0, 1.0)
+        flagged = out["flagged"].to_numpy(zero_copy_only=False)
+        stats.count("flagged", int(flagged.sum()))
+        expected = values.astype(np.float32) >= cut
+        stats.count("flag_mismatch", int((flagged != expected).sum()))
+        versions = out["model_version"]
+        wrong = pc.fill_null(pc.not_equal(versions, version), True)
+        stats.count("model_version_missing", int(pc.sum(wrong).as_py() or 0))
+        ids = out["transaction_id"]
+        same = ids.equals(pa.chunked_array([scored["transaction_id"]]))
+        stats.count("ids_not_passed_through", 0 if same else _mismatches(ids, scored))
+        stats.count("transaction_id_null", ids.null_count)
+
+    return observe
+
+
+def _mismatches(ids: pa.ChunkedArray, scored: pa.RecordBatch) -> int:
+    if len(ids) != scored.num_rows:
+        return max(len(ids), scored.num_rows)
+    differs = pc.fill_null(pc.not_equal(ids, scored["transaction_id"]), True)
+    return int(pc.sum(differs).as_py() or 0)
+
+
+def score_histogram(scores: np.ndarray) -> list[int]:
+    """Scores in the fixed bins the output statistics use (the training reference)."""
+    stats = StreamStats()
+    stats.histogram("score", np.asarray(scores, np.float64), SCORE_BINS, 0.0, 1.0)
+    return stats.histograms["score"]

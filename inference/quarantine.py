@@ -1,0 +1,234 @@
+"""Quarantine: rows that cannot be scored are set aside with a reason, never dropped or guessed.
+
+A domain screens a whole partition before any inference (:class:`Screener`), marking rows by
+their position in the partition's deterministic input order, each with one reason. The engine
+then splits every batch into rows to score and rows to quarantine (:meth:`QuarantinePlan.split`).
+Positions are fixed by the input, so a retry that resumes from a checkpoint sets aside exactly
+the same rows, and ``rows in = rows scored + rows quarantined`` holds shard by shard.
+"""
+
+from __future__ import annotations
+
+import hashlib
+from collections import Counter
+from dataclasses import dataclass
+
+import numpy as np
+import pyarrow as pa
+import pyarrow.compute as pc
+
+ROW_NUMBER = "row_number"
+REASON = "reason"
+
+
+class QuarantineRateExceeded(ValueError):
+    """More of a partition would be quarantined than the configured limit allows."""
+
+    def __init__(self, what: str, plan: QuarantinePlan, limit: float):
+        super().__init__(
+            f"{what}: {plan.rate:.2%} of rows ({plan.count} of {plan.rows}) cannot be scored, "
+            f"above the {limit:.2%} quarantine limit; nothing was published. "
+            f"Top reasons: {plan.describe()}"
+        )
+        self.rate, self.limit, self.reasons = plan.rate, limit, plan.counts()
+
+
+class RowConservationError(RuntimeError):
+    """The model step returned a different number of results than the rows it was given."""
+
+
+@dataclass(frozen=True)
+class QuarantinePlan:
+    """Which rows of one partition are quarantined, and why.
+
+    Attributes:
+        rows: rows in the partition.
+        positions: sorted positions (0-based, in input order) of the quarantined rows.
+        reasons: one reason per position.
+    """
+
+    rows: int
+    positions: np.ndarray
+    reasons: np.ndarray
+
+    @classmethod
+    def empty(cls, rows: int) -> QuarantinePlan:
+        return cls(rows, np.zeros(0, np.int64), np.zeros(0, object))
+
+    @property
+    def count(self) -> int:
+        return len(self.positions)
+
+    @property
+    def rate(self) -> float:
+        return self.count / self.rows if self.rows else 0.0
+
+    def counts(self) -> dict[str, int]:
+        """Quarantined rows per reason, most common first."""
+        return dict(Counter(self.reasons.tolist()).most_common())
+
+    def describe(self, top: int = 3) -> str:
+        counts = list(self.counts().items())
+        if not counts:
+            return "none"
+        return ", ".join(f"{reason} {n}" for reason, n in counts[:top])
+
+    def digest(self) -> str:
+        """A stable hash of the plan: part of the checkpoint fingerprint, so progress made under
+        different screening rules is never mixed with this attempt's."""
+        h = hashlib.sha256(np.ascontiguousarray(self.positions, np.int64).tobytes())
+        h.update("\n".join(self.reasons.tolist()).encode())
+        return h.hexdigest()[:16]
+
+    def check_rate(self, limit: float, what: str) -> None:
+        """Raises QuarantineRateExceeded when more than ``limit`` of the rows are quarantined."""
+        if self.rate > limit:
+            raise QuarantineRateExceeded(what, self, limit)
+
+    def split(self, batch: pa.RecordBatch, offset: int) -> tuple[pa.RecordBatch, pa.Table | None]:
+        """Splits a batch starting at input position ``offset`` into (rows to score, quarantine).
+
+        The quarantined rows keep every input column, plus their ``row_number`` in the partition
+        and the ``reason``; None when the batch has none.
+        """
+        lo, hi = np.searchsorted(self.positions, [offset, offset + batch.num_rows])
+        if lo == hi:
+            return batch, None
+        local = self.positions[lo:hi] - offset
+        keep = np.ones(batch.num_rows, bool)
+        keep[local] = False
+        bad = pa.Table.from_batches([batch.take(pa.array(local))])
+        bad = bad.append_column(ROW_NUMBER, pa.array(self.positions[lo:hi], pa.int64()))
+        bad = bad.append_column(REASON, pa.array(self.reasons[lo:hi].tolist(), pa.string()))
+        return batch.filter(pa.array(keep)), bad
+
+
+class Screener:
+    """Builds a :class:`QuarantinePlan` while a partition streams past, batch by batch.
+
+    Each batch is screened with named boolean masks, in priority order: a row flagged by several
+    rules gets the first reason. Keys registered with :meth:`keys` are checked for duplicates at
+    the end, among rows not already quarantined: the first clean occurrence is scored, any later
+    one is quarantined, since scoring both would publish two answers for one id.
+    """
+
+    def __init__(self) -> None:
+        self.rows = 0
+        self._positions: list[np.ndarray] = []
+        self._reasons: list[np.ndarray] = []
+        self._keys: list[pa.Array] = []
+        self._key_reason = "duplicate_id"
+
+    def add(self, rows: int, rules: dict[str, np.ndarray]) -> np.ndarray:
+        """Screens the next ``rows`` rows; returns the mask of rows quarantined so far in them."""
+        flagged = np.zeros(rows, bool)
+        reasons = np.empty(rows, object)
+        for reason, mask in rules.items():
+            new = np.asarray(mask, bool) & ~flagged
+            reasons[new] = reason
+            flagged |= new
+        local = np.flatnonzero(flagged)
+        self._positions.append(local + self.rows)
+        self._reasons.append(reasons[local])
+        self.rows += rows
+        return flagged
+
+    def keys(self, values: pa.Array | pa.ChunkedArray, reason: str) -> None:
+        """Registers the id column of the rows added so far (call once per batch, after add)."""
+        self._key_reason = reason
+        if isinstance(values, pa.ChunkedArray):
+            values = values.combine_chunks()
+        self._keys.append(values)
+
+    def plan(self) -> QuarantinePlan:
+        positions = np.concatenate(self._positions or [np.zeros(0, np.int64)]).astype(np.int64)
+        reasons = np.concatenate(self._reasons or [np.zeros(0, object)])
+        if self._keys:
+            dup = duplicates(pa.chunked_array(self._keys), exclude=positions)
+            positions = np.concatenate([positions, dup])
+            reasons = np.concatenate([reasons, np.full(len(dup), self._key_reason, object)])
+            order = np.argsort(positions, kind="stable")
+            positions, reasons = positions[order], reasons[order]
+        return QuarantinePlan(self.rows, positions, reasons)
+
+
+def duplicates(keys: pa.ChunkedArray, exclude: np.ndarray | None = None) -> np.ndarray:
+    """Positions of repeated keys after their first occurrence, ignoring nulls and ``exclude``.
+
+    Counting distinct values is the cheap common case (no key repeats at all); positions are
+    only worked out when some do.
+    """
+    distinct = len(pc.unique(keys)) - (1 if keys.null_count else 0)
+    if distinct == len(keys) - keys.null_count:
+        return np.zeros(0, np.int64)
+    codes = keys.combine_chunks().dictionary_encode().indices
+    codes = pc.fill_null(codes, -1).to_numpy(zero_copy_only=False).astype(np.int64)
+    if exclude is not None and len(exclude):
+        codes[exclude] = -1
+    _, first = np.unique(codes, return_index=True)
+    repeated = codes >= 0
+    repeated[first] = False
+    return np.flatnonzero(repeated).astype(np.int64)
+
+
+# -- rules: boolean masks over one batch's column --------------------------------------------
+
+
+def is_null(values: pa.Array | pa.ChunkedArray) -> np.ndarray:
+    if not values.null_count:
+        return np.zeros(len(values), bool)
+    return pc.is_null(values).to_numpy(zero_copy_only=False)
+
+
+def not_finite(values: pa.Array | pa.ChunkedArray) -> np.ndarray:
+    """NaN or infinite (nulls are reported by :func:`is_null`)."""
+    return pc.fill_null(pc.invert(pc.is_finite(values)), False).to_numpy(zero_copy_only=False)
+
+
+def below(values: pa.Array | pa.ChunkedArray, floor: float) -> np.ndarray:
+    return pc.fill_null(pc.less(values, floor), False).to_numpy(zero_copy_only=False)
+
+
+def outside(values: pa.Array | pa.ChunkedArray, start: pa.Scalar, end: pa.Scalar) -> np.ndarray:
+    """Values outside ``[start, end)``, e.g. timestamps outside the partition's day."""
+    inside = pc.and_(pc.greater_equal(values, start), pc.less(values, end))
+    return pc.fill_null(pc.invert(inside), False).to_numpy(zero_copy_only=False)
+
+
+def invalid_utf8(values: pa.Array | pa.ChunkedArray) -> np.ndarray:
+    """Strings whose bytes are not UTF-8 (Arrow does not check on read; Python would crash)."""
+    chunks = values.chunks if isinstance(values, pa.ChunkedArray) else [values]
+    masks = []
+    for chunk in chunks:
+        try:
+            chunk.validate(full=True)
+            masks.append(np.zeros(len(chunk), bool))
+        except pa.ArrowInvalid:
+            raw = chunk.view(pa.binary()).to_pylist()
+            masks.append(np.array([_not_utf8(b) for b in raw], bool))
+    return np.concatenate(masks or [np.zeros(0, bool)])
+
+
+def _not_utf8(raw: bytes | None) -> bool:
+    if raw is None:
+        return False
+    try:
+        raw.decode("utf-8")
+    except UnicodeDecodeError:
+        return True
+    return False
+
+
+def blank(values: pa.Array | pa.ChunkedArray, valid: np.ndarray | None = None) -> np.ndarray:
+    """Null, empty or whitespace-only strings; ``valid`` masks rows safe to inspect (UTF-8)."""
+    if valid is not None and not valid.all():
+        values = pc.if_else(pa.array(valid), values, pa.scalar("x", values.type))
+    trimmed = pc.utf8_trim_whitespace(values)
+    return pc.fill_null(pc.equal(pc.utf8_length(trimmed), 0), True).to_numpy(zero_copy_only=False)
+
+
+def longer_than(values: pa.Array | pa.ChunkedArray, limit: int) -> np.ndarray:
+    """Strings of more than ``limit`` bytes."""
+    return pc.fill_null(pc.greater(pc.binary_length(values), limit), False).to_numpy(
+        zero_copy_only=False
+    )

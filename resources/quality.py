@@ -1,0 +1,315 @@
+"""Data-quality gates: Great Expectations 1.x suites run as Dagster asset checks.
+
+``dagster-ge`` pins great-expectations<1, so nightshift calls GE directly: one ephemeral context
+per process, a pandas data source, and ``batch.validate(suite)``. Validating every row of a
+million-row partition with GE costs more than scoring it, so each suite has two parts:
+
+- ``statistics``: expectations over one row of exact figures that the engine computed while the
+  partition streamed through it (counts, nulls, extremes, conservation) — every row counts;
+- ``sample``: row-level expectations over a bounded, seeded random sample of the published
+  rows, whose size and seed are recorded in the check's metadata.
+
+Suites live beside each domain as reviewable JSON (``assets/<domain>/suites/<asset>.json``), one
+file per asset; each named suite in it is one Dagster check with its severity.
+"""
+
+from __future__ import annotations
+
+import json
+import logging
+from collections.abc import Iterator, Sequence
+from contextlib import contextmanager
+from dataclasses import dataclass, field
+from functools import cache
+from pathlib import Path
+from typing import Any
+
+import numpy as np
+import pandas as pd
+import pyarrow as pa
+import pyarrow.dataset as ds
+from dagster import (
+    AssetCheckResult,
+    AssetCheckSeverity,
+    AssetCheckSpec,
+    Failure,
+    MetadataValue,
+)
+
+from inference.quarantine import QuarantineRateExceeded, RowConservationError
+from resources.storage import DataStore
+
+SEVERITIES = {"ERROR": AssetCheckSeverity.ERROR, "WARN": AssetCheckSeverity.WARN}
+# Offending values shown per failed expectation: enough to recognise the problem in the UI.
+EXAMPLES = 5
+DEFAULT_SAMPLE_ROWS = 10_000
+DEFAULT_SEED = 0
+# The share of a partition's rows that may be quarantined before the run fails instead.
+DEFAULT_MAX_QUARANTINE_RATE = 0.01
+
+
+@dataclass(frozen=True)
+class CheckSuite:
+    """One named suite of a domain's JSON file: a Dagster check and its expectations."""
+
+    name: str
+    asset: str
+    severity: str
+    description: str
+    statistics: list[dict] = field(default_factory=list)
+    sample: list[dict] = field(default_factory=list)
+
+    @property
+    def blocking(self) -> bool:
+        return self.severity == "ERROR"
+
+    def spec(self) -> AssetCheckSpec:
+        return AssetCheckSpec(
+            self.name, asset=self.asset, blocking=self.blocking, description=self.description
+        )
+
+
+def load_suites(path: Path) -> dict[str, CheckSuite]:
+    """Reads an asset's suites file; raises ValueError naming the file on a malformed suite."""
+    data = json.loads(path.read_text())
+    suites = {}
+    for entry in data["checks"]:
+        severity = entry.get("severity", "ERROR")
+        if severity not in SEVERITIES:
+            raise ValueError(f"{path}: check '{entry['name']}' has severity {severity!r}")
+        suites[entry["name"]] = CheckSuite(
+            name=entry["name"],
+            asset=data["asset"],
+            severity=severity,
+            description=entry.get("description", ""),
+            statistics=list(entry.get("statistics", [])),
+            sample=list(entry.get("sample", [])),
+        )
+    return suites
+
+
+# -- running Great Expectations ---------------------------------------------------------------
+
+
+@cache
+def _frames():
+    """The process's GE batch definition over pandas frames, built on first use.
+
+    Imported here, not at module load: great_expectations takes seconds to import, which only
+    a run that validates something should pay, and only once per process.
+    """
+    import great_expectations as gx
+    from great_expectations.data_context.types.base import ProgressBarsConfig
+
+    logging.getLogger("great_expectations").setLevel(logging.WARNING)
+    context = gx.get_context(mode="ephemeral")
+    # GE draws tqdm bars on stderr for every validation; they would flood the run's logs.
+    context.variables.progress_bars = ProgressBarsConfig(globally=False, metric_calculations=False)
+    asset = context.data_sources.add_pandas("nightshift").add_dataframe_asset("frame")
+    return asset.add_batch_definition_whole_dataframe("whole")
+
+
+def _validate(expectations: list[dict], frame: pd.DataFrame, parameters: dict) -> list:
+    import great_expectations as gx
+
+    suite = gx.ExpectationSuite(name="nightshift", expectations=[dict(e) for e in expectations])
+    batch = _frames().get_batch(batch_parameters={"dataframe": frame})
+    result = batch.validate(
+        suite,
+        expectation_parameters=parameters,
+        result_format={"result_format": "SUMMARY", "partial_unexpected_count": EXAMPLES},
+    )
+    return list(result.results)
+
+
+@dataclass
+class Evidence:
+    """What one suite found on one partition."""
+
+    partition: str
+    evaluated: int = 0
+    failures: list[dict[str, Any]] = field(default_factory=list)
+
+    @property
+    def passed(self) -> bool:
+        return not self.failures
+
+
+def validate(
+    suites: Sequence[CheckSuite],
+    partition: str,
+    statistics: dict[str, Any],
+    sample: pd.DataFrame | None = None,
+    parameters: dict[str, Any] | None = None,
+) -> dict[str, Evidence]:
+    """Runs the suites over one partition's statistics and sample, two GE validations in all.
+
+    Args:
+        suites: the checks to run.
+        partition: the partition's key, for the evidence.
+        statistics: one value per statistic named in the suites' ``statistics`` part.
+        sample: the sampled rows for the ``sample`` part (skipped when None or empty).
+        parameters: values for ``{"$PARAMETER": name}`` placeholders in the suites.
+
+    Returns:
+        the evidence per suite name.
+    """
+    evidence = {s.name: Evidence(partition) for s in suites}
+    frames = [("statistics", pd.DataFrame([statistics]))]
+    if sample is not None and len(sample):
+        frames.append(("sample", sample))
+    for part, frame in frames:
+        tagged = [
+            {**e, "meta": {**e.get("meta", {}), "check": s.name, "part": part}}
+            for s in suites
+            for e in getattr(s, part)
+        ]
+        if not tagged:
+            continue
+        for result in _validate(tagged, frame, parameters or {}):
+            config = result.expectation_config
+            found = evidence[config.meta["check"]]
+            found.evaluated += 1
+            if not result.success:
+                found.failures.append(_failure(part, config, result))
+    return evidence
+
+
+def _failure(part: str, config, result) -> dict[str, Any]:
+    details = result.result or {}
+    kwargs = {k: v for k, v in config.kwargs.items() if k != "batch_id"}
+    if result.exception_info and result.exception_info.get("raised_exception"):
+        details = {"error": str(result.exception_info.get("exception_message"))[:200]}
+    return {
+        "part": part,
+        "expectation": config.type,
+        "kwargs": kwargs,
+        "unexpected_count": details.get("unexpected_count"),
+        "unexpected_percent": details.get("unexpected_percent"),
+        "examples": _plain(details.get("partial_unexpected_list", [])[:EXAMPLES]),
+        "observed": _plain(details.get("observed_value")),
+        "error": details.get("error"),
+    }
+
+
+def _plain(value: Any) -> Any:
+    """JSON-safe values for metadata (numpy scalars, timestamps)."""
+    return json.loads(json.dumps(value, default=lambda v: v.item() if hasattr(v, "item") else str(v)))
+
+
+def check_result(
+    suite: CheckSuite,
+    evidence: Sequence[Evidence],
+    metadata: dict[str, Any] | None = None,
+    severity: str | None = None,
+) -> AssetCheckResult:
+    """The Dagster result of one suite over the run's partitions, with its evidence.
+
+    Metadata: expectations evaluated and failed, the failures (expectation, column, unexpected
+    count and percent, a few offending values) as a table, and whatever the caller adds (sample
+    size and seed, the statistics behind it).
+    """
+    failures = [{**f, "partition": e.partition} for e in evidence for f in e.failures]
+    meta: dict[str, Any] = {
+        "expectations_evaluated": sum(e.evaluated for e in evidence),
+        "expectations_failed": len(failures),
+        "partitions_failed": sum(1 for e in evidence if not e.passed),
+    }
+    if failures:
+        meta["failures"] = MetadataValue.md(_failure_table(failures))
+        first = failures[0]
+        meta["unexpected_count"] = int(first["unexpected_count"] or 0)
+        if first["unexpected_percent"] is not None:
+            meta["unexpected_percent"] = round(float(first["unexpected_percent"]), 4)
+    meta.update(metadata or {})
+    return AssetCheckResult(
+        check_name=suite.name,
+        asset_key=suite.asset,
+        passed=not failures,
+        severity=SEVERITIES[severity or suite.severity],
+        metadata=meta,
+        description=suite.description or None,
+    )
+
+
+def _failure_table(failures: list[dict]) -> str:
+    rows = [
+        "| partition | part | expectation | column / arguments | unexpected | % | examples |",
+        "|---|---|---|---|---|---|---|",
+    ]
+    for f in failures[:20]:
+        args = f["kwargs"].get("column") or ", ".join(f"{k}={v}" for k, v in f["kwargs"].items())
+        percent = "" if f["unexpected_percent"] is None else f"{f['unexpected_percent']:.3g}"
+        shown = f["examples"] or f["observed"] or f["error"] or ""
+        rows.append(
+            f"| {f['partition']} | {f['part']} | {f['expectation']} | {args} | "
+            f"{f['unexpected_count'] if f['unexpected_count'] is not None else ''} | {percent} | "
+            f"{json.dumps(shown)[:120]} |"
+        )
+    return "\n".join(rows)
+
+
+# -- samples of published partitions ----------------------------------------------------------
+
+
+def sample_positions(rows: int, size: int, seed: int) -> np.ndarray:
+    """``size`` distinct row positions out of ``rows``, sorted, the same for the same seed."""
+    if rows <= size:
+        return np.arange(rows)
+    return np.sort(np.random.default_rng(seed).choice(rows, size=size, replace=False))
+
+
+def sample_output(
+    store: DataStore, asset: str, date: str, size: int, seed: int, columns: list[str] | None = None
+) -> pd.DataFrame:
+    """A seeded random sample of a published partition's rows, as pandas for GE."""
+    files = store.output_files(asset, date)
+    if not files:
+        return pd.DataFrame(columns=columns or [])
+    dataset = ds.dataset(files, filesystem=store.fs, format="parquet")
+    table = dataset.to_table(columns=columns)
+    return table.take(pa.array(sample_positions(table.num_rows, size, seed))).to_pandas()
+
+
+def published_rows(store: DataStore, asset: str, date: str) -> int:
+    """Rows in a published partition, from its files' footers (no data is read)."""
+    files = store.output_files(asset, date)
+    if not files:
+        return 0
+    return ds.dataset(files, filesystem=store.fs, format="parquet").count_rows()
+
+
+# -- failing fast -----------------------------------------------------------------------------
+
+
+@contextmanager
+def fail_fast_on_bad_rows() -> Iterator[None]:
+    """Too many unscorable rows, or a model that loses rows, fails the step without retries:
+    both would be the same on a retry, and nothing has been published."""
+    try:
+        yield
+    except QuarantineRateExceeded as exc:
+        raise Failure(
+            description=str(exc),
+            metadata={
+                "quarantine_rate": round(exc.rate, 6),
+                "quarantine_limit": exc.limit,
+                "quarantine_reasons": MetadataValue.json(exc.reasons),
+            },
+            allow_retries=False,
+        ) from exc
+    except RowConservationError as exc:
+        raise Failure(description=str(exc), allow_retries=False) from exc
+
+
+def quarantine_metadata(rows_in: int, quarantined: dict[str, int], uri: str) -> dict[str, Any]:
+    """Materialisation metadata: how many rows were quarantined, why, and where they are."""
+    total = sum(quarantined.values())
+    meta: dict[str, Any] = {
+        "rows_quarantined": total,
+        "quarantine_rate": round(total / rows_in, 6) if rows_in else 0.0,
+        "quarantine_reasons": MetadataValue.json(quarantined),
+    }
+    if uri:
+        meta["quarantine"] = MetadataValue.path(uri)
+    return meta

@@ -1,0 +1,123 @@
+"""Two retry budgets: errors retry by RetryPolicy, interruptions by their own durable count."""
+
+
+import os
+import signal
+
+import numpy as np
+import pyarrow as pa
+import pytest
+from dagster import (
+    AssetExecutionContext,
+    Backoff,
+    MaterializeResult,
+    RetryPolicy,
+    asset,
+    materialize,
+)
+
+from assets.checkpointing import spot_safe
+from assets.common import partition_dates, scoring_result
+from orchestration.partitions import daily_partitions
+from resources.inference import InferenceResource
+from resources.storage import StorageResource
+
+SCHEMA = pa.schema([("id", pa.int64()), ("y", pa.float64())])
+DAY = "2026-03-02"
+PLAN: dict = {}  # what each attempt of the test asset does: "error", a signal, or nothing
+
+
+@asset(
+    partitions_def=daily_partitions,
+    retry_policy=RetryPolicy(max_retries=2, delay=0, backoff=Backoff.LINEAR),
+)
+def doubled(
+    context: AssetExecutionContext, storage: StorageResource, inference: InferenceResource
+) -> MaterializeResult:
+    """Doubles 1,000 ids in shards of 200; the test plan injects failures per attempt."""
+    store = storage.store()
+    action = PLAN["attempts"][context.retry_number]
+    batches = [pa.record_batch({"id": np.arange(1000)})]
+
+    def transform(batch: pa.RecordBatch, prepared) -> pa.Table:
+        if batch["id"][0].as_py() == 400 and action == "error":
+            raise ValueError("a bad batch of data")
+        if batch["id"][0].as_py() == 400 and isinstance(action, signal.Signals):
+            os.kill(os.getpid(), action)
+        ids = batch["id"].to_numpy()
+        return pa.table({"id": ids, "y": ids * 2.0})
+
+    reports = []
+    with spot_safe(context, store, inference) as run:
+        for date in partition_dates(context):
+            reports.append(
+                run.partition(
+                    "doubled",
+                    date,
+                    SCHEMA,
+                    batches,
+                    transform,
+                    inputs=[],
+                    depends_on="v1",
+                    batch_size=100,
+                )  # fmt: skip
+            )
+    return scoring_result(
+        reports, model_version="v1", device="cpu", model_loads=0, extra=run.metadata()
+    )
+
+
+def _materialize(data_root, instance):
+    resources = {
+        "storage": StorageResource(data_root=str(data_root)),
+        "inference": InferenceResource(device="cpu", shard_rows=200, interruption_budget=2),
+    }
+    return materialize(
+        [doubled], partition_key=DAY, resources=resources, instance=instance, raise_on_error=False
+    )
+
+
+def _metadata(result) -> dict:
+    [mat] = result.asset_materializations_for_node("doubled")
+    return {k: v.value for k, v in mat.metadata.items()}
+
+
+def test_error_and_soft_interruption_are_counted_apart(data_root, store, instance) -> None:
+    PLAN["attempts"] = ["error", signal.SIGUSR1, None]
+    result = _materialize(data_root, instance)
+    assert result.success
+    meta = _metadata(result)
+    assert (meta["error_retries"], meta["soft_interruptions"], meta["interruptions"]) == (1, 1, 1)
+    # The soft interruption kept the two shards finished before it; the error kept the same two.
+    assert meta["shards_resumed"] == 2 and meta["rows_out"] == 1000
+    assert store.read_output("doubled", DAY)["y"].to_pylist() == [2.0 * i for i in range(1000)]
+
+
+def test_hard_interruption_fails_the_run_and_tags_it_for_the_daemon(data_root, instance) -> None:
+    PLAN["attempts"] = [signal.SIGTERM]
+    result = _materialize(data_root, instance)
+    assert not result.success
+    tags = instance.get_run_by_id(result.run_id).tags
+    assert tags["nightshift/interrupted"] == "true" and tags["nightshift/interruptions"] == "1"
+    assert tags["dagster/retry_on_asset_or_op_failure"] == "true"
+    [failure] = result.get_step_failure_events()
+    assert "interrupted (SIGTERM received)" in failure.step_failure_data.error.message
+    assert "will be relaunched" in failure.step_failure_data.error.message
+
+
+def test_interruption_budget_is_its_own(data_root, instance) -> None:
+    PLAN["attempts"] = [signal.SIGTERM]
+    for attempt in (1, 2, 3):
+        result = _materialize(data_root, instance)
+        tags = instance.get_run_by_id(result.run_id).tags
+        assert tags["nightshift/interruptions"] == str(attempt)
+    # Over the budget of 2: no run-level retry is asked for, and the message says why.
+    assert "dagster/retry_on_asset_or_op_failure" not in tags
+    [failure] = result.get_step_failure_events()
+    assert "interruption budget of 2 retries exhausted" in failure.step_failure_data.error.message
+
+
+@pytest.fixture(autouse=True)
+def _clean_plan():
+    yield
+    PLAN.clear()
