@@ -26,6 +26,7 @@ import pyarrow as pa
 from dagster import AssetExecutionContext, Failure, RetryRequested
 
 from assets.common import PartitionReport
+from assets.observability import GpuMonitor
 from inference.interrupt import InterruptionWatcher
 from inference.metrics import BatchMetrics
 from inference.quarantine import QuarantinePlan
@@ -53,6 +54,11 @@ SOFT_INTERRUPTIONS_TAG = "nightshift/soft_interruptions"
 def quarantine_asset(asset: str) -> str:
     """Where an asset's quarantined rows are published: ``outputs/<asset>_quarantine/``."""
     return f"{asset}_quarantine"
+
+
+def capacity_of(tags: dict[str, str]) -> str:
+    """The capacity a run was launched on: on-demand once the spot swap moved it there."""
+    return "on_demand" if tags.get("nightshift/capacity") == "on-demand" else "spot"
 
 
 def run_lineage(context: AssetExecutionContext) -> str:
@@ -140,18 +146,19 @@ class SpotSafeRun:
                 self.store.partition_target(quarantine_asset(asset), date) if quarantine else None
             ),
         )
-        shards = run_sharded(
-            writer,
-            batches,
-            transform,
-            batch_size=batch_size or self.inference.max_batch_size,
-            prepare=prepare,
-            stop=self.stop,
-            metrics=metrics,
-            quarantine=quarantine,
-            observe=observe,
-            count_out=count_out,
-        )
+        with GpuMonitor(str(self.inference.runtime.device)) as gpu:
+            shards = run_sharded(
+                writer,
+                batches,
+                transform,
+                batch_size=batch_size or self.inference.max_batch_size,
+                prepare=prepare,
+                stop=self.stop,
+                metrics=metrics,
+                quarantine=quarantine,
+                observe=observe,
+                count_out=count_out,
+            )
         if shards.shards_resumed or shards.rows_redone:
             self.context.log.info(
                 f"{asset} {date}: resumed {shards.shards_resumed} finished shards, "
@@ -161,7 +168,15 @@ class SpotSafeRun:
         # figures (batches, rows_computed) describe the work this attempt did.
         metrics.rows_in, metrics.rows_out = shards.rows_in, shards.rows_out
         published = Published(uri=shards.uri, rows=shards.rows_out, files=shards.shards)
-        return PartitionReport(date, metrics.finish(), published, shards)
+        return PartitionReport(
+            date,
+            metrics.finish(),
+            published,
+            shards,
+            gpu=gpu.stats(),
+            price=self.inference.node_price(),
+            capacity=capacity_of(self.context.run.tags),
+        )
 
 
 @contextmanager

@@ -9,6 +9,7 @@ from dataclasses import dataclass
 import pyarrow as pa
 from dagster import AssetExecutionContext, Failure, MaterializeResult, MetadataValue
 
+from assets.observability import GpuStats, NodePrice, observability_metadata
 from inference.generate import CheckpointError
 from inference.metrics import BatchMetrics
 from inference.modelstore import ModelNotFoundError
@@ -37,6 +38,9 @@ class PartitionReport:
     metrics: BatchMetrics
     published: Published
     shards: ShardReport | None = None
+    gpu: GpuStats | None = None
+    price: NodePrice | None = None
+    capacity: str = "spot"
 
 
 def partition_dates(context: AssetExecutionContext) -> list[str]:
@@ -69,9 +73,15 @@ def scoring_result(
     total.finished = sum(r.metrics.seconds for r in reports)
     for r in reports:
         total.merge(r.metrics)
+    gpus = [r.gpu for r in reports if r.gpu is not None]
     metadata: dict = {
-        **total.as_dict(),
-        **total.latency_percentiles(),
+        **observability_metadata(
+            total,
+            device=device,
+            price=reports[0].price if reports else None,
+            capacity=reports[0].capacity if reports else "spot",
+            gpu=max(gpus, key=lambda g: g.peak_memory_gib) if gpus else None,
+        ),
         **checkpoint_totals(reports),
         "dagster/row_count": total.rows_out,
         "model_version": model_version,

@@ -15,18 +15,10 @@ from typing import Any
 import numpy as np
 from dagster import MetadataValue, TableColumn, TableRecord, TableSchema
 
-from inference.metrics import PHASES, BatchMetrics
+from inference.metrics import PHASES, BatchMetrics, NodePrice
 
 SLOWEST_BATCHES = 5
 HISTOGRAM_BINS = 8
-
-
-@dataclass(frozen=True)
-class NodePrice:
-    """What one inference node costs per hour, in USD, on spot and on on-demand capacity."""
-
-    spot_per_hour: float
-    on_demand_per_hour: float
 
 
 @dataclass(frozen=True)

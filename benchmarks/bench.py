@@ -177,7 +177,7 @@ def markdown(results: dict) -> str:
                 f"| {c['note']} |"
             )
         if w.get("error") or w.get("skipped"):
-            why = w.get("error") or w["skipped"]
+            why = (w.get("error") or w["skipped"]).replace("\n", " ").replace("|", "/")
             lines.append(
                 f"| {w['name']} | {'failed' if w.get('error') else 'skipped'} | | | | | | {why} |"
             )
@@ -234,7 +234,7 @@ def main(argv: list[str] | None = None) -> int:
             except Exception as exc:  # one failed workload must not hide the others' figures
                 entry = {
                     "name": name,
-                    "error": f"{type(exc).__name__}: {exc}"[:500],
+                    "error": _tail(f"{type(exc).__name__}: {exc}"),
                     "facts": {},
                     "comparisons": [],
                 }
@@ -245,6 +245,11 @@ def main(argv: list[str] | None = None) -> int:
             write_results(results, began, args.out)
     print(write_results(results, began, args.out))
     return 1 if any(w.get("error") for w in results["workloads"]) else 0
+
+
+def _tail(message: str, limit: int = 600) -> str:
+    """The end of an error message: a child process's traceback ends with its cause."""
+    return message if len(message) <= limit else message[:120] + " ... " + message[-limit:]
 
 
 def write_results(results: dict, began: float, out: Path) -> str:

@@ -10,6 +10,14 @@ import numpy as np
 PHASES = ("read", "preprocess", "compute", "write")
 
 
+@dataclass(frozen=True)
+class NodePrice:
+    """What one inference node costs per hour, in USD, on spot and on on-demand capacity."""
+
+    spot_per_hour: float
+    on_demand_per_hour: float
+
+
 @dataclass
 class BatchMetrics:
     """Counts rows and batches, and times each model call and each phase of one partition's run.

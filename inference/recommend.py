@@ -19,9 +19,7 @@ from dataclasses import dataclass, field
 import numpy as np
 import torch
 
-# Score-matrix elements per block (x4 bytes): large enough to keep the matmul efficient,
-# small enough that a 1M-item catalogue still scores in blocks of a few hundred MB.
-DEFAULT_BLOCK_ELEMENTS = 1 << 24
+from inference.topk import DEFAULT_BLOCK_ELEMENTS, ItemTiles, grouped_fits
 
 
 @dataclass(frozen=True)
@@ -143,124 +141,6 @@ def block_size_for(n_items: int, max_users: int, budget: int = DEFAULT_BLOCK_ELE
     return max(1, min(max_users, budget // max(1, n_items)))
 
 
-# Grouped top-K on the CPU. A 256-user chunk times a 2,048-item tile of scores is 2 MB, so the
-# GEMM writes it into cache and the group maxima read it back from there; groups of 32 items
-# make the candidate set k x 32 per user. Measured on a 2-core EPYC (benchmarks/results.md):
-# about 2x faster than topk over whole rows of 50k items. Small catalogues gain nothing.
-TILE_ITEMS = 2048
-GROUP_ITEMS = 32
-CHUNK_USERS = 256
-GROUPED_MIN_ITEMS = 8 * TILE_ITEMS
-
-
-def _grouped_fits(item_factors: torch.Tensor, k: int) -> bool:
-    n_items = item_factors.shape[0]
-    return (
-        item_factors.device.type == "cpu"
-        and item_factors.dtype == torch.float32
-        and n_items >= GROUPED_MIN_ITEMS
-        and k * GROUP_ITEMS * 4 <= n_items
-    )
-
-
-@dataclass(frozen=True)
-class ItemTiles:
-    """Item factors cut into GEMM tiles, with the bias per tile (-inf on padding columns).
-
-    Exactness of :meth:`top_k` rests on one fact: the ``k`` groups with the highest maxima
-    hold every one of a row's ``k`` highest scores. (Each of the top ``k`` scores lies in a
-    group whose maximum is at least the k-th score, and at most ``k`` groups can have such
-    a maximum, since each needs its own score at least that high.) Seen items are set to
-    -inf before the group maxima that contain them are taken, so exclusion is exact too.
-    """
-
-    tiles: list[torch.Tensor]  # (dims, TILE_ITEMS) each, contiguous
-    bias: list[torch.Tensor]  # (TILE_ITEMS,) each
-    n_items: int
-
-    @classmethod
-    def build(cls, item_factors: torch.Tensor, item_bias: torch.Tensor | None) -> ItemTiles:
-        n_items, dims = item_factors.shape
-        padded = -(-n_items // TILE_ITEMS) * TILE_ITEMS
-        factors = torch.zeros(dims, padded, dtype=item_factors.dtype)
-        factors[:, :n_items] = item_factors.T
-        bias = torch.full((padded,), float("-inf"))
-        bias[:n_items] = 0.0 if item_bias is None else item_bias.float()
-        cut = range(0, padded, TILE_ITEMS)
-        return cls(
-            tiles=[factors[:, j : j + TILE_ITEMS].contiguous() for j in cut],
-            bias=[bias[j : j + TILE_ITEMS] for j in cut],
-            n_items=n_items,
-        )
-
-    def chunk_users(self) -> int:
-        """Users per chunk, so that a chunk's scores stay within the block memory budget."""
-        padded = len(self.tiles) * TILE_ITEMS
-        return max(8, min(CHUNK_USERS, DEFAULT_BLOCK_ELEMENTS // padded))
-
-    def top_k(
-        self, users: torch.Tensor, rows: np.ndarray, cols: np.ndarray, k: int
-    ) -> tuple[torch.Tensor, torch.Tensor]:
-        """Exact top-``k`` of ``users @ items.T + bias`` with (rows, cols) excluded.
-
-        Args:
-            users: (n, dims) user factors.
-            rows, cols: seen entries, ``rows`` local to ``users`` and sorted.
-            k: items per user.
-
-        Returns:
-            (scores, items), each (n, k), descending; -inf and -1 where fewer are eligible.
-        """
-        chunk = self.chunk_users()
-        scores = torch.empty(len(self.tiles), chunk, TILE_ITEMS)
-        groups = torch.empty(chunk, len(self.tiles) * (TILE_ITEMS // GROUP_ITEMS))
-        bounds = np.searchsorted(rows, np.arange(0, len(users) + chunk, chunk))
-        values, items = [], []
-        for c, start in enumerate(range(0, len(users), chunk)):
-            seen = slice(bounds[c], bounds[c + 1])
-            v, i = self._chunk(
-                users[start : start + chunk], rows[seen] - start, cols[seen], k, scores, groups
-            )
-            values.append(v)
-            items.append(i)
-        if not values:
-            return torch.empty(0, k), torch.empty(0, k, dtype=torch.long)
-        return torch.cat(values), torch.cat(items)
-
-    def _chunk(
-        self,
-        users: torch.Tensor,
-        rows: np.ndarray,
-        cols: np.ndarray,
-        k: int,
-        scores: torch.Tensor,
-        groups: torch.Tensor,
-    ) -> tuple[torch.Tensor, torch.Tensor]:
-        n, per_tile = len(users), TILE_ITEMS // GROUP_ITEMS
-        for j, (tile, bias) in enumerate(zip(self.tiles, self.bias, strict=True)):
-            out = scores[j, :n]
-            torch.addmm(bias, users, tile, out=out)
-            torch.amax(
-                out.view(n, per_tile, GROUP_ITEMS),
-                dim=2,
-                out=groups[:n, j * per_tile : (j + 1) * per_tile],
-            )
-        grouped = scores.view(len(self.tiles), scores.shape[1], per_tile, GROUP_ITEMS)
-        if len(cols):
-            rows_t, cols_t = torch.from_numpy(rows), torch.from_numpy(cols)
-            scores[cols_t // TILE_ITEMS, rows_t, cols_t % TILE_ITEMS] = float("-inf")
-            # Only the groups holding a seen item need their maximum taken again.
-            hit = torch.unique(rows_t * groups.shape[1] + cols_t // GROUP_ITEMS)
-            r, g = hit // groups.shape[1], hit % groups.shape[1]
-            groups[r, g] = grouped[g // per_tile, r, g % per_tile].amax(dim=1)
-        _, best = torch.topk(groups[:n], k, dim=1, sorted=False)
-        candidates = grouped[best // per_tile, torch.arange(n)[:, None], best % per_tile]
-        values, position = torch.topk(candidates.reshape(n, -1), k, dim=1)
-        item_ids = (best * GROUP_ITEMS)[:, :, None] + torch.arange(GROUP_ITEMS)
-        item_ids = item_ids.reshape(n, -1).gather(1, position)
-        return values, item_ids.masked_fill(torch.isneginf(values), -1)
-
-
 def iter_top_k(
     user_factors: torch.Tensor,
     item_factors: torch.Tensor,
@@ -286,8 +166,14 @@ def iter_top_k(
     if seen.n_rows != user_factors.shape[0]:
         raise ValueError(f"seen has {seen.n_rows} rows for {user_factors.shape[0]} users")
     device = user_factors.device
-    tiles = ItemTiles.build(item_factors, item_bias) if _grouped_fits(item_factors, k) else None
+    grouped = grouped_fits(item_factors, k) and user_factors.dtype == item_factors.dtype
+    tiles = ItemTiles.build(item_factors, item_bias) if grouped else None
     items_t = None if tiles else item_factors.T.contiguous()
+    if tiles is not None:
+        # The tiles bound their own memory; whole chunks keep every GEMM full-sized (a block
+        # of 335 users would run as chunks of 256 and 79, and the small one at half speed).
+        chunk = tiles.chunk_users()
+        block_size = max(chunk, block_size - block_size % chunk)
     with torch.inference_mode():
         for start in range(0, user_factors.shape[0], block_size):
             began = time.perf_counter()

@@ -25,6 +25,8 @@ ENGINE_SETTINGS = {
     "NIGHTSHIFT_SPOT_NOTICE": ("spot_notice", str),
     "NIGHTSHIFT_SPOT_ENDPOINT": ("spot_endpoint", str),
     "NIGHTSHIFT_NOTICE_POLL_SECONDS": ("notice_poll_seconds", float),
+    "NIGHTSHIFT_PRICE_SPOT_PER_HOUR": ("price_spot_per_hour", float),
+    "NIGHTSHIFT_PRICE_ON_DEMAND_PER_HOUR": ("price_on_demand_per_hour", float),
 }
 
 

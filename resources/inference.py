@@ -10,6 +10,7 @@ from pydantic import Field, PrivateAttr
 
 from inference.device import Runtime, configure_cpu_threads, make_runtime
 from inference.interrupt import InterruptionWatcher, notice_source
+from inference.metrics import NodePrice
 
 T = TypeVar("T")
 
@@ -49,6 +50,12 @@ class InferenceResource(ConfigurableResource):
         default=DEFAULT_INTERRUPTION_BUDGET,
         description="Retries after interruptions, counted apart from the error-retry budget.",
     )
+    price_spot_per_hour: float | None = Field(
+        default=None, description="USD per node-hour on spot capacity, for cost estimates."
+    )
+    price_on_demand_per_hour: float | None = Field(
+        default=None, description="USD per node-hour on on-demand capacity."
+    )
     on_demand_after: int = Field(
         default=2, description="After this many interruptions, retry on on-demand capacity."
     )
@@ -70,6 +77,12 @@ class InferenceResource(ConfigurableResource):
             if self._runtime.device.type == "cpu":
                 configure_cpu_threads(self.cpu_threads)
         return self._runtime
+
+    def node_price(self) -> NodePrice | None:
+        """Node prices when both are configured; cost metadata is shown only then."""
+        if self.price_spot_per_hour is None or self.price_on_demand_per_hour is None:
+            return None
+        return NodePrice(self.price_spot_per_hour, self.price_on_demand_per_hour)
 
     def watcher(self, on_advisory: Callable[[str], None] | None = None) -> InterruptionWatcher:
         """Watches for SIGTERM/SIGINT and, if configured, the cloud's interruption notices."""

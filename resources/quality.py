@@ -17,9 +17,12 @@ from __future__ import annotations
 
 import json
 import logging
+import os
+from collections import Counter
 from collections.abc import Iterator, Sequence
 from contextlib import contextmanager
 from dataclasses import dataclass, field
+from datetime import UTC, datetime, timedelta
 from functools import cache
 from pathlib import Path
 from typing import Any
@@ -32,11 +35,14 @@ from dagster import (
     AssetCheckResult,
     AssetCheckSeverity,
     AssetCheckSpec,
+    Config,
     Failure,
     MetadataValue,
 )
+from pydantic import Field as PydanticField
 
 from inference.quarantine import QuarantineRateExceeded, RowConservationError
+from inference.shards import QUARANTINED_PREFIX, ShardReport
 from resources.storage import DataStore
 
 SEVERITIES = {"ERROR": AssetCheckSeverity.ERROR, "WARN": AssetCheckSeverity.WARN}
@@ -62,6 +68,17 @@ class CheckSuite:
     @property
     def blocking(self) -> bool:
         return self.severity == "ERROR"
+
+    @property
+    def columns(self) -> list[str]:
+        """The statistics this suite reads, in the order it names them."""
+        names = []
+        for e in self.statistics:
+            kwargs = e.get("kwargs", {})
+            for key in ("column", "column_A", "column_B"):
+                if key in kwargs and kwargs[key] not in names:
+                    names.append(kwargs[key])
+        return names
 
     def spec(self) -> AssetCheckSpec:
         return AssetCheckSpec(
@@ -129,6 +146,7 @@ class Evidence:
     partition: str
     evaluated: int = 0
     failures: list[dict[str, Any]] = field(default_factory=list)
+    figures: dict[str, Any] = field(default_factory=dict)
 
     @property
     def passed(self) -> bool:
@@ -154,7 +172,10 @@ def validate(
     Returns:
         the evidence per suite name.
     """
-    evidence = {s.name: Evidence(partition) for s in suites}
+    evidence = {
+        s.name: Evidence(partition, figures=_plain({c: statistics.get(c) for c in s.columns}))
+        for s in suites
+    }
     frames = [("statistics", pd.DataFrame([statistics]))]
     if sample is not None and len(sample):
         frames.append(("sample", sample))
@@ -194,7 +215,9 @@ def _failure(part: str, config, result) -> dict[str, Any]:
 
 def _plain(value: Any) -> Any:
     """JSON-safe values for metadata (numpy scalars, timestamps)."""
-    return json.loads(json.dumps(value, default=lambda v: v.item() if hasattr(v, "item") else str(v)))
+    return json.loads(
+        json.dumps(value, default=lambda v: v.item() if hasattr(v, "item") else str(v))
+    )
 
 
 def check_result(
@@ -202,6 +225,7 @@ def check_result(
     evidence: Sequence[Evidence],
     metadata: dict[str, Any] | None = None,
     severity: str | None = None,
+    description: str | None = None,
 ) -> AssetCheckResult:
     """The Dagster result of one suite over the run's partitions, with its evidence.
 
@@ -221,6 +245,11 @@ def check_result(
         meta["unexpected_count"] = int(first["unexpected_count"] or 0)
         if first["unexpected_percent"] is not None:
             meta["unexpected_percent"] = round(float(first["unexpected_percent"]), 4)
+    if len(evidence) == 1:
+        # One partition: its figures as plain numbers, which the UI plots over partitions.
+        meta.update({k: v for k, v in evidence[0].figures.items() if _number(v)})
+    elif evidence:
+        meta["statistics"] = MetadataValue.json({e.partition: e.figures for e in evidence})
     meta.update(metadata or {})
     return AssetCheckResult(
         check_name=suite.name,
@@ -228,8 +257,12 @@ def check_result(
         passed=not failures,
         severity=SEVERITIES[severity or suite.severity],
         metadata=meta,
-        description=suite.description or None,
+        description=description or suite.description or None,
     )
+
+
+def _number(value: Any) -> bool:
+    return isinstance(value, int | float) and not isinstance(value, bool)
 
 
 def _failure_table(failures: list[dict]) -> str:
@@ -302,14 +335,66 @@ def fail_fast_on_bad_rows() -> Iterator[None]:
         raise Failure(description=str(exc), allow_retries=False) from exc
 
 
-def quarantine_metadata(rows_in: int, quarantined: dict[str, int], uri: str) -> dict[str, Any]:
-    """Materialisation metadata: how many rows were quarantined, why, and where they are."""
-    total = sum(quarantined.values())
+def quarantine_metadata(shards: Sequence[ShardReport]) -> dict[str, Any]:
+    """Materialisation metadata: how many rows were quarantined, why, and where they went."""
+    reasons: Counter[str] = Counter()
+    for report in shards:
+        for name, n in report.stats.counts.items():
+            if name.startswith(QUARANTINED_PREFIX) and n:
+                reasons[name[len(QUARANTINED_PREFIX) :]] += n
+    rows_in = sum(s.rows_in for s in shards)
+    total = sum(s.rows_quarantined for s in shards)
     meta: dict[str, Any] = {
         "rows_quarantined": total,
         "quarantine_rate": round(total / rows_in, 6) if rows_in else 0.0,
-        "quarantine_reasons": MetadataValue.json(quarantined),
+        "quarantine_reasons": MetadataValue.json(dict(reasons.most_common())),
     }
-    if uri:
-        meta["quarantine"] = MetadataValue.path(uri)
+    uris = [s.quarantine_uri for s in shards if s.quarantine_uri]
+    if uris:
+        meta["quarantine"] = MetadataValue.path(uris[-1])
     return meta
+
+
+def landed_hours_after_day_end(store: DataStore, dataset: str, date: str) -> float:
+    """How long after its UTC day ended a landing partition's last file was written, in hours
+    (negative when it landed before the day was over)."""
+    files = store.landing_files(dataset, date)
+    latest = max(info.mtime.timestamp() for info in store.fs.get_file_info(files) if info.mtime)
+    day_end = datetime.fromisoformat(date).replace(tzinfo=UTC) + timedelta(days=1)
+    return round((latest - day_end.timestamp()) / 3600.0, 3)
+
+
+def quarantine_limit(override: float | None = None) -> float:
+    """The quarantine rate above which a run fails: the asset's config when set, else the
+    deployment's ``NIGHTSHIFT_MAX_QUARANTINE_RATE``, else 1%. Read when a run starts, so the
+    landing checks and the scoring step of one deployment apply the same limit."""
+    if override is not None:
+        return override
+    raw = os.environ.get("NIGHTSHIFT_MAX_QUARANTINE_RATE")
+    if not raw:
+        return DEFAULT_MAX_QUARANTINE_RATE
+    try:
+        value = float(raw)
+    except ValueError as exc:
+        raise ValueError(f"NIGHTSHIFT_MAX_QUARANTINE_RATE={raw!r} is not a number") from exc
+    if not 0.0 <= value <= 1.0:
+        raise ValueError(f"NIGHTSHIFT_MAX_QUARANTINE_RATE={raw!r} is not a rate in [0, 1]")
+    return value
+
+
+class QualityConfig(Config):
+    """Data-quality settings every asset with quality gates takes in its run config."""
+
+    max_quarantine_rate: float | None = PydanticField(
+        default=None,
+        ge=0.0,
+        le=1.0,
+        description="Share of a partition's rows that may be quarantined before the run fails "
+        "and publishes nothing; default $NIGHTSHIFT_MAX_QUARANTINE_RATE, else 0.01.",
+    )
+    check_sample_rows: int = PydanticField(
+        default=DEFAULT_SAMPLE_ROWS,
+        ge=0,
+        description="Rows of the seeded random sample that row-level expectations run on.",
+    )
+    check_seed: int = PydanticField(default=DEFAULT_SEED, description="The sample's seed.")

@@ -148,10 +148,23 @@ class DataStore:
         corrupt page, a truncated column chunk) fails naming the file, and the row group,
         column and byte range where decoding failed.
         """
+        for _, batch in self.iter_landing_files(dataset, date, required, columns, batch_size):
+            yield batch
+
+    def iter_landing_files(
+        self,
+        dataset: str,
+        date: str,
+        required: pa.Schema,
+        columns: list[str] | None = None,
+        batch_size: int = 65_536,
+    ) -> Iterator[tuple[str, pa.RecordBatch]]:
+        """Like :meth:`iter_landing`, with the file each batch comes from (for error messages)."""
         for file in self.landing_dataset(dataset, date, required).files:
             part = ds.dataset(file, schema=required, filesystem=self.fs, format="parquet")
             try:
-                yield from part.to_batches(columns=columns, batch_size=batch_size)
+                for batch in part.to_batches(columns=columns, batch_size=batch_size):
+                    yield file, batch
             except (pa.ArrowInvalid, OSError) as exc:
                 where = _locate_damage(self.fs, file, columns or required.names)
                 raise LandingDataError(

@@ -5,6 +5,7 @@ from __future__ import annotations
 from collections.abc import Iterator
 from pathlib import Path
 
+import boto3
 import pytest
 from dagster import DagsterInstance
 
@@ -20,6 +21,35 @@ def data_root(tmp_path: Path, monkeypatch: pytest.MonkeyPatch) -> Path:
     root.mkdir()
     monkeypatch.setenv("NIGHTSHIFT_DATA_ROOT", str(root))
     return root
+
+
+@pytest.fixture(scope="session")
+def s3_server():
+    """A local S3-compatible server (moto) on loopback."""
+    from moto.server import ThreadedMotoServer
+
+    server = ThreadedMotoServer(ip_address="127.0.0.1", port=0, verbose=False)
+    server.start()
+    host, port = server.get_host_and_port()
+    yield f"http://{host}:{port}"
+    server.stop()
+
+
+@pytest.fixture(params=["local", "s3"])
+def any_store(request, tmp_path, monkeypatch) -> DataStore:
+    """The same DataStore interface on a local folder and on an S3 bucket."""
+    if request.param == "local":
+        return DataStore(str(tmp_path / "data"))
+    endpoint = request.getfixturevalue("s3_server")
+    for key, value in {
+        "AWS_ACCESS_KEY_ID": "test",
+        "AWS_SECRET_ACCESS_KEY": "test",
+        "AWS_DEFAULT_REGION": "us-east-1",
+    }.items():
+        monkeypatch.setenv(key, value)
+    bucket = f"nightshift-{tmp_path.name.lower().replace('_', '-')[-40:]}"
+    boto3.client("s3", endpoint_url=endpoint, region_name="us-east-1").create_bucket(Bucket=bucket)
+    return DataStore(f"s3://{bucket}/prefix", s3_endpoint=endpoint, s3_region="us-east-1")
 
 
 @pytest.fixture

@@ -16,7 +16,7 @@ import torch
 from transformers import LlamaConfig, LlamaForCausalLM
 
 from benchmarks.common import Comparison
-from inference.generate import generate_continuous, generate_static, generate_tokens
+from inference.decoding import generate_continuous, generate_static, generate_tokens
 
 REPO = Path(__file__).resolve().parents[1]
 COLUMNS = [f"f{i}" for i in range(8)]

@@ -60,8 +60,16 @@ def test_definitions_hold_the_contract_assets():
     checks = {key.name for a in [*defs.assets, *defs.asset_checks] for key in a.check_keys}
     assert checks == {
         "fraud_model_auprc_above_floor",
-        "scores_in_unit_interval",
+        "transaction_ids_present_and_unique",
+        "transaction_values_in_range",
+        "transactions_landed_on_time",
         "row_count_matches_input",
+        "scores_in_unit_interval",
+        "transaction_ids_unique",
+        "flagged_matches_threshold",
+        "model_version_present",
+        "flagged_rate_near_trailing_mean",
+        "score_distribution_matches_training",
         "alert_count_matches_flagged_scores",
     }
 

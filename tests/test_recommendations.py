@@ -324,7 +324,8 @@ def test_landing_contract_and_event_check_fail_loudly(store, resources, instance
 
     assert "'weight'" in _error(no_weight)
     assert store.landing_files(INTERACTIONS, DAYS[0])[0] in _error(no_weight)
-    (evaluation,) = bad_event.get_asset_check_evaluations()
+    verdicts = {e.check_name: e for e in bad_event.get_asset_check_evaluations()}
+    evaluation = verdicts["interaction_events_are_valid"]
     assert not evaluation.passed and evaluation.metadata["invalid_rows"].value == 1
     assert not bad_event.success  # the check is blocking
 
@@ -372,14 +373,14 @@ def test_checks_catch_seen_items_and_broken_ranks(landed, resources, instance) -
 def test_grouped_top_k_on_a_large_catalogue_is_exact(with_bias: bool) -> None:
     """The cache-tiled grouped path (CPU, fp32, big catalogues) against brute force, with
     seen items taken from each user's true top-k so exclusion changes the answer."""
-    from inference.recommend import GROUPED_MIN_ITEMS, ItemTiles, _grouped_fits
+    from inference.topk import GROUPED_MIN_ITEMS, ItemTiles, grouped_fits
 
     rng = np.random.default_rng(11)
     n_users, n_items, dims, k = 300, GROUPED_MIN_ITEMS + 1000, 8, 20
     users = torch.from_numpy(rng.normal(size=(n_users, dims)).astype(np.float32))
     items = torch.from_numpy(rng.normal(size=(n_items, dims)).astype(np.float32))
     bias = torch.from_numpy(rng.normal(size=n_items).astype(np.float32)) if with_bias else None
-    assert _grouped_fits(items, k)
+    assert grouped_fits(items, k)
     expected_scores = (users @ items.T + (bias if with_bias else 0)).numpy()
     true_top = np.argsort(-expected_scores, axis=1)[:, :k]
     seen = [set(true_top[u, rng.integers(0, k, 5)].tolist()) for u in range(n_users)]

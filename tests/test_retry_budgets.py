@@ -1,6 +1,5 @@
 """Two retry budgets: errors retry by RetryPolicy, interruptions by their own durable count."""
 
-
 import os
 import signal
 

@@ -42,7 +42,9 @@ class Model:
 
 
 def _writer(store: DataStore, fp: str = "fp1", shard_rows: int = 200, lineage: str = "run-a"):
-    return ShardedWriter(store.partition_target("out", "2026-03-01"), SCHEMA, fp, shard_rows, lineage)
+    return ShardedWriter(
+        store.partition_target("out", "2026-03-01"), SCHEMA, fp, shard_rows, lineage
+    )
 
 
 def _expected(n: int = 1000) -> list[float]:
@@ -50,7 +52,8 @@ def _expected(n: int = 1000) -> list[float]:
 
 
 @pytest.mark.parametrize("stop_after", [0, 50, 200, 390, 1000])
-def test_interrupted_run_resumes_and_matches_an_uninterrupted_one(store, stop_after) -> None:
+def test_interrupted_run_resumes_and_matches_an_uninterrupted_one(any_store, stop_after) -> None:
+    store = any_store
     first = Model(stop_after_rows=stop_after)
     with pytest.raises(Interrupted) as err:
         run_sharded(_writer(store), _input(), first, batch_size=50, stop=first.stop)
@@ -67,7 +70,8 @@ def test_interrupted_run_resumes_and_matches_an_uninterrupted_one(store, stop_af
     assert report.rows_redone == err.value.rows_discarded <= 200
 
 
-def test_killed_run_redoes_at_most_the_shard_in_flight(store) -> None:
+def test_killed_run_redoes_at_most_the_shard_in_flight(any_store) -> None:
+    store = any_store
     with pytest.raises(MemoryError):
         run_sharded(_writer(store), _input(), Model(fail_after_rows=450), batch_size=50)
     retry = Model()
@@ -85,7 +89,10 @@ def test_a_changed_fingerprint_discards_old_progress(store) -> None:
     assert report.shards_resumed == 0 and retry.rows == 1000 and report.attempt == 1
 
 
-def test_rerun_replaces_a_committed_partition_and_a_retry_after_commit_is_a_no_op(store) -> None:
+def test_rerun_replaces_a_committed_partition_and_a_retry_after_commit_is_a_no_op(
+    any_store,
+) -> None:
+    store = any_store
     run_sharded(_writer(store, lineage="run-a"), _input(), Model(), batch_size=100)
     again = Model()
     report = run_sharded(_writer(store, lineage="run-a"), _input(), again, batch_size=100)
@@ -94,7 +101,9 @@ def test_rerun_replaces_a_committed_partition_and_a_retry_after_commit_is_a_no_o
     run_sharded(_writer(store, lineage="run-b"), _input(300), fresh, batch_size=100)
     out = store.read_output("out", "2026-03-01")
     assert fresh.rows == 300 and out.num_rows == 300
-    manifest = json.loads(store.read_bytes(f"{store.output_path('out', '2026-03-01')}/_manifest.json"))
+    manifest = json.loads(
+        store.read_bytes(f"{store.output_path('out', '2026-03-01')}/_manifest.json")
+    )
     assert manifest["lineage"] == "run-b" and manifest["rows"] == 300
 
 
@@ -110,7 +119,8 @@ def test_checkpointing_off_writes_no_progress(store) -> None:
     assert metrics.batches == 10 and metrics.phase_seconds["compute"] > 0
 
 
-def test_a_live_lease_of_another_lineage_blocks_a_second_writer(store) -> None:
+def test_a_live_lease_of_another_lineage_blocks_a_second_writer(any_store) -> None:
+    store = any_store
     target = store.partition_target("out", "2026-03-01")
     lease = acquire_lease(target.cas, target.lease_path, "run-x", seconds=60)
     # The holder is this very process, alive: another lineage must not write beside it.
@@ -122,7 +132,8 @@ def test_a_live_lease_of_another_lineage_blocks_a_second_writer(store) -> None:
     assert store.output_exists("out", "2026-03-01")
 
 
-def test_an_expired_lease_is_taken_over(store) -> None:
+def test_an_expired_lease_is_taken_over(any_store) -> None:
+    store = any_store
     target = store.partition_target("out", "2026-03-01")
     acquire_lease(target.cas, target.lease_path, "run-x", seconds=-1)
     run_sharded(_writer(store, lineage="run-y"), _input(), Model(), batch_size=100)

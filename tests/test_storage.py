@@ -4,7 +4,6 @@ from __future__ import annotations
 
 import datetime as dt
 
-import boto3
 import pyarrow as pa
 import pyarrow.parquet as pq
 import pytest
@@ -26,33 +25,6 @@ def _table(n: int, start: int = 0) -> pa.Table:
         },
         schema=SCHEMA,
     )
-
-
-@pytest.fixture(scope="module")
-def s3_server():
-    from moto.server import ThreadedMotoServer
-
-    server = ThreadedMotoServer(ip_address="127.0.0.1", port=0, verbose=False)
-    server.start()
-    host, port = server.get_host_and_port()
-    yield f"http://{host}:{port}"
-    server.stop()
-
-
-@pytest.fixture(params=["local", "s3"])
-def any_store(request, tmp_path, monkeypatch) -> DataStore:
-    if request.param == "local":
-        return DataStore(str(tmp_path / "data"))
-    endpoint = request.getfixturevalue("s3_server")
-    for key, value in {
-        "AWS_ACCESS_KEY_ID": "test",
-        "AWS_SECRET_ACCESS_KEY": "test",
-        "AWS_DEFAULT_REGION": "us-east-1",
-    }.items():
-        monkeypatch.setenv(key, value)
-    bucket = f"nightshift-{tmp_path.name.lower().replace('_', '-')[-40:]}"
-    boto3.client("s3", endpoint_url=endpoint, region_name="us-east-1").create_bucket(Bucket=bucket)
-    return DataStore(f"s3://{bucket}/prefix", s3_endpoint=endpoint, s3_region="us-east-1")
 
 
 def test_landing_round_trip_and_stream(any_store: DataStore) -> None:

@@ -1,5 +1,7 @@
 """Fraud assets: the day's transactions, the fraud model, each transaction's score, and alerts."""
 
+import time
+
 from dagster import (
     AssetCheckSpec,
     AssetExecutionContext,
@@ -19,28 +21,78 @@ from assets.common import (
     scoring_result,
 )
 from assets.fraud import pipeline
-from assets.fraud.checks import alert_check_result, score_check_results
+from assets.fraud.checks import (
+    LANDING_SUITES,
+    SCORE_SUITES,
+    alert_check_result,
+    score_check_results,
+    transactions_check_results,
+)
 from assets.fraud.features import FEATURES
 from assets.fraud.model_metadata import model_metadata
+from assets.fraud.quality import screen_transactions
 from assets.fraud.schemas import ALERTS, MODEL_NAME, SCORES, TRANSACTIONS, TRANSACTIONS_SCHEMA
 from inference.modelstore import ModelNotFoundError, current_version, load_model
 from inference.tabular import TrainConfig
 from orchestration.automation import GPU_POOL, after_parent_passes_checks, scored_by_0700_utc
 from orchestration.partitions import backfill_policy, daily_partitions
 from resources.inference import InferenceResource
+from resources.quality import (
+    QualityConfig,
+    fail_fast_on_bad_rows,
+    quarantine_limit,
+    quarantine_metadata,
+)
 from resources.storage import StorageResource
 
 GROUP = "fraud"
 
 
-@asset(partitions_def=daily_partitions, backfill_policy=backfill_policy, group_name=GROUP)
-def transactions(context: AssetExecutionContext, storage: StorageResource) -> MaterializeResult:
+class TransactionsConfig(QualityConfig):
+    deadline_hours: float = Field(
+        default=2.0,
+        description="Hours after its UTC day ends by which a day's files should have landed "
+        "(the fraud schedule scores it at 02:00).",
+    )
+
+
+@asset(
+    partitions_def=daily_partitions,
+    backfill_policy=backfill_policy,
+    group_name=GROUP,
+    check_specs=[suite.spec() for suite in LANDING_SUITES.values()],
+)
+def transactions(
+    context: AssetExecutionContext, config: TransactionsConfig, storage: StorageResource
+) -> MaterializeResult:
     """Yesterday's card transactions as the payments platform lands them.
 
-    Materialising checks that every landing file carries the agreed columns and types and counts
-    the rows, so scoring never starts on a day that is missing or malformed.
+    Materialising checks that every landing file carries the agreed columns and types, counts
+    the rows, and screens every row against the contract (ids present and unique, amounts
+    finite and not negative, timestamps inside the day, landed on time), so scoring never
+    starts on a day that is missing, malformed or has more bad rows than may be quarantined.
     """
-    return landing_result(context, storage.store(), TRANSACTIONS, TRANSACTIONS_SCHEMA)
+    store = storage.store()
+    landed = landing_result(context, store, TRANSACTIONS, TRANSACTIONS_SCHEMA)
+    with fail_fast_on_bad_input():
+        screens = {
+            date: screen_transactions(
+                store, date, sample_rows=config.check_sample_rows, seed=config.check_seed
+            )
+            for date in partition_dates(context)
+        }
+    checks = transactions_check_results(
+        store,
+        screens,
+        max_quarantine_rate=quarantine_limit(config.max_quarantine_rate),
+        deadline_hours=config.deadline_hours,
+        sample_rows=config.check_sample_rows,
+        seed=config.check_seed,
+    )
+    to_quarantine = sum(s.plan.count for s in screens.values())
+    return MaterializeResult(
+        metadata={**landed.metadata, "rows_to_quarantine": to_quarantine}, check_results=checks
+    )
 
 
 class FraudModelConfig(Config):
@@ -112,40 +164,60 @@ def fraud_model(
     freshness_policy=scored_by_0700_utc,
     group_name=GROUP,
     kinds={"pytorch"},
-    check_specs=[
-        AssetCheckSpec("scores_in_unit_interval", asset=SCORES, blocking=True),
-        AssetCheckSpec("row_count_matches_input", asset=SCORES, blocking=True),
-    ],
+    check_specs=[suite.spec() for suite in SCORE_SUITES.values()],
 )
 def fraud_scores(
-    context: AssetExecutionContext, storage: StorageResource, inference: InferenceResource
+    context: AssetExecutionContext,
+    config: QualityConfig,
+    storage: StorageResource,
+    inference: InferenceResource,
 ) -> MaterializeResult:
     """The fraud probability of every transaction of the day, and whether it is flagged.
 
     One row per transaction: `score` in [0, 1], `flagged` when the score reaches the model's
     alert threshold, and the `model_version` that scored it. A range backfill loads the model once.
+    Transactions that cannot be scored (missing fields, non-finite or negative amounts, times
+    outside the day, repeated ids) go to `fraud_scores_quarantine` with a reason, never silently
+    dropped; above the quarantine limit the day fails and nothing is published.
     """
     store = storage.store()
     with fail_fast_on_bad_input():
         version = current_version(store.read_bytes, store.models_dir, MODEL_NAME)
     key = f"{MODEL_NAME}:{version}"
     scorer = inference.model(key, lambda runtime: pipeline.load_scorer(store, version, runtime))
+    limit = quarantine_limit(config.max_quarantine_rate)
     reports = []
     with spot_safe(context, store, inference) as run:
         for date in partition_dates(context):
-            with fail_fast_on_bad_input():
-                report = pipeline.score_partition(run, date, scorer, version)
+            with fail_fast_on_bad_input(), fail_fast_on_bad_rows():
+                report = pipeline.score_partition(run, date, scorer, version, limit)
             log_partition(context, SCORES, report)
             reports.append(report)
-    summary = pipeline.summarise_scores(store, [r.date for r in reports])
+    started = time.perf_counter()
+    checks = score_check_results(
+        store,
+        reports,
+        version=version,
+        threshold=scorer.threshold,
+        reference=pipeline.score_reference(store, version),
+        sample_rows=config.check_sample_rows,
+        seed=config.check_seed,
+    )
+    shards = [r.shards for r in reports if r.shards is not None]
     result = scoring_result(
         reports,
         model_version=version,
         device=scorer.runtime.describe(),
         model_loads=inference.load_count(key),
-        extra={**run.metadata(), "flagged": summary.flagged, "threshold": scorer.threshold},
+        extra={
+            **run.metadata(),
+            "flagged": sum(s.stats.counts.get("flagged", 0) for s in shards),
+            "threshold": scorer.threshold,
+            **quarantine_metadata(shards),
+            "check_seconds": round(time.perf_counter() - started, 4),
+        },
     )
-    return MaterializeResult(metadata=result.metadata, check_results=score_check_results(summary))
+    return MaterializeResult(metadata=result.metadata, check_results=checks)
 
 
 @asset(

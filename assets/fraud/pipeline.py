@@ -7,7 +7,6 @@ columns of a whole partition, and only alerts (a small share of rows) are ever j
 from __future__ import annotations
 
 from collections.abc import Callable, Sequence
-from dataclasses import dataclass
 
 import numpy as np
 import pyarrow as pa
@@ -22,6 +21,12 @@ from assets.fraud.features import (
     PROFILE_COLUMNS,
     PartitionProfile,
     check_feature_names,
+)
+from assets.fraud.quality import (
+    SCREEN_COLUMNS,
+    score_histogram,
+    score_observer,
+    screen_transactions,
 )
 from assets.fraud.schemas import (
     ALERTS,
@@ -83,7 +88,18 @@ def train_and_save(
         raise LandingDataError(f"no labelled history to train on under {where}")
     x, y = training_set(store, dates, features, log)
     trained = train_classifier(x, y, features, config, device)
-    manifest = trained.manifest({"trained_on": {"dataset": TRANSACTIONS_LABELLED, "dates": dates}})
+    manifest = trained.manifest(
+        {
+            "trained_on": {"dataset": TRANSACTIONS_LABELLED, "dates": dates},
+            # What the score distribution looked like on the training history: the reference
+            # the score_distribution_matches_training check compares each day against.
+            "score_reference": score_histogram(
+                TabularScorer.from_trained(
+                    trained, Runtime(torch.device("cpu"), torch.float32)
+                ).score(_reference_rows(x, config.seed))
+            ),
+        }
+    )
     tensors = trained.tensors()
     version = save_model(store.write_bytes, store.models_dir, MODEL_NAME, tensors, manifest)
     log(
@@ -93,20 +109,41 @@ def train_and_save(
     return version, manifest, trained.seconds
 
 
+# Enough training rows for a 20-bin reference histogram to be exact to a fraction of a percent.
+REFERENCE_ROWS = 200_000
+
+
+def _reference_rows(x: np.ndarray, seed: int) -> np.ndarray:
+    if len(x) <= REFERENCE_ROWS:
+        return x
+    return x[np.sort(np.random.default_rng(seed).choice(len(x), REFERENCE_ROWS, replace=False))]
+
+
 def load_scorer(store: DataStore, version: str, runtime: Runtime) -> TabularScorer:
     stored = load_model(store.read_bytes, store.models_dir, MODEL_NAME, version)
     return TabularScorer.from_stored(stored.tensors, stored.manifest, runtime)
 
 
+def score_reference(store: DataStore, version: str) -> list[int] | None:
+    """The model's training score histogram, or None for a model saved without one."""
+    stored = load_model(store.read_bytes, store.models_dir, MODEL_NAME, version)
+    return stored.manifest.get("score_reference")
+
+
 def score_partition(
-    run: SpotSafeRun, date: str, scorer: TabularScorer, version: str
+    run: SpotSafeRun, date: str, scorer: TabularScorer, version: str, max_quarantine_rate: float
 ) -> PartitionReport:
-    """Scores one day of transactions in checkpointed shards and publishes ``fraud_scores``."""
+    """Scores one day of transactions in checkpointed shards and publishes ``fraud_scores``.
+
+    Transactions that cannot be scored are quarantined to ``fraud_scores_quarantine`` with
+    their reason; above ``max_quarantine_rate`` of the day the step fails before any inference.
+    """
     store = run.store
-    context = profile(store, TRANSACTIONS, date, TRANSACTIONS_SCHEMA)
-    landing = store.iter_landing(
-        TRANSACTIONS, date, TRANSACTIONS_SCHEMA, columns=["transaction_id", *FEATURE_COLUMNS]
-    )
+    screen = screen_transactions(store, date, build_profile=True)
+    screen.plan.check_rate(max_quarantine_rate, f"{SCORES} {date}")
+    context = screen.profile
+    assert context is not None
+    landing = store.iter_landing(TRANSACTIONS, date, TRANSACTIONS_SCHEMA, columns=SCREEN_COLUMNS)
     threshold = np.float32(scorer.threshold)
 
     def transform(batch: pa.RecordBatch, x: np.ndarray) -> pa.RecordBatch:
@@ -130,6 +167,8 @@ def score_partition(
         prepare=lambda batch: context.features(batch, scorer.features),
         inputs=store.landing_files(TRANSACTIONS, date),
         depends_on={"model": version, "threshold": float(threshold)},
+        quarantine=screen.plan,
+        observe=score_observer(float(threshold), version),
     )
 
 
@@ -166,33 +205,6 @@ def publish_alerts(store: DataStore, date: str) -> tuple[Published, float]:
     alerts = alerts.sort_by([("score", "descending"), ("transaction_id", "ascending")])
     published = store.publish(ALERTS, date, [alerts], ALERTS_SCHEMA)
     return published, float(pc.sum(alerts["amount"]).as_py() or 0.0)
-
-
-@dataclass(frozen=True)
-class ScoresSummary:
-    """What the published ``fraud_scores`` partitions hold, read back for the checks."""
-
-    rows_in: int
-    rows_out: int
-    flagged: int
-    min_score: float
-    max_score: float
-    nulls: int
-
-
-def summarise_scores(store: DataStore, dates: Sequence[str]) -> ScoresSummary:
-    rows_in = rows_out = flagged = nulls = 0
-    low, high = float("inf"), float("-inf")
-    for date in dates:
-        rows_in += store.count_landing(TRANSACTIONS, date, TRANSACTIONS_SCHEMA)
-        table = _output(store, SCORES, date).to_table(columns=["score", "flagged"])
-        rows_out += table.num_rows
-        nulls += table["score"].null_count
-        flagged += int(pc.sum(table["flagged"]).as_py() or 0)
-        if table.num_rows:
-            extremes = pc.min_max(table["score"]).as_py()
-            low, high = min(low, extremes["min"]), max(high, extremes["max"])
-    return ScoresSummary(rows_in, rows_out, flagged, low, high, nulls)
 
 
 def count_alerts(store: DataStore, dates: Sequence[str]) -> tuple[int, int]:

@@ -9,6 +9,7 @@ rows stream through the model, :func:`score_observer` keeps exact statistics of 
 
 from __future__ import annotations
 
+import json
 from dataclasses import dataclass
 from datetime import UTC, datetime, timedelta
 from typing import Any
@@ -18,7 +19,7 @@ import pyarrow as pa
 import pyarrow.compute as pc
 
 from assets.fraud.features import FEATURE_COLUMNS, PROFILE_COLUMNS, PartitionProfile
-from assets.fraud.schemas import TRANSACTIONS, TRANSACTIONS_SCHEMA
+from assets.fraud.schemas import SCORES, TRANSACTIONS, TRANSACTIONS_SCHEMA
 from inference.invariants import StreamStats
 from inference.quarantine import (
     QuarantinePlan,
@@ -41,6 +42,13 @@ REASONS = (
     "ts_outside_day",
     "duplicate_transaction_id",
 )
+# Which landing check each quarantine reason belongs to (shown as counts in its metadata).
+QUARANTINED_REASONS = {
+    "transaction_ids_present_and_unique": ("null_transaction_id", "duplicate_transaction_id"),
+    "transaction_values_in_range": tuple(
+        r for r in REASONS if r not in ("null_transaction_id", "duplicate_transaction_id")
+    ),
+}
 
 
 def day_bounds(date: str) -> tuple[pa.Scalar, pa.Scalar]:
@@ -191,3 +199,25 @@ def score_histogram(scores: np.ndarray) -> list[int]:
     stats = StreamStats()
     stats.histogram("score", np.asarray(scores, np.float64), SCORE_BINS, 0.0, 1.0)
     return stats.histograms["score"]
+
+
+def trailing_flagged_rates(store: DataStore, date: str, days: int) -> list[float]:
+    """Flagged rates of the published ``fraud_scores`` partitions of the ``days`` before ``date``.
+
+    Read from the partitions' manifests, where the engine saved their exact statistics, so the
+    drift check reads a few small JSON files instead of a week of scores.
+    """
+    day = datetime.fromisoformat(date).date()
+    rates = []
+    for back in range(1, days + 1):
+        earlier = (day - timedelta(days=back)).isoformat()
+        try:
+            manifest = json.loads(
+                store.read_bytes(f"{store.output_path(SCORES, earlier)}/_manifest.json")
+            )
+        except (FileNotFoundError, OSError):
+            continue
+        flagged = manifest.get("stats", {}).get("counts", {}).get("flagged")
+        if flagged is not None and manifest.get("rows"):
+            rates.append(flagged / manifest["rows"])
+    return rates

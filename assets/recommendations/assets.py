@@ -17,7 +17,20 @@ from assets.common import (
     partition_dates,
     scoring_result,
 )
+from assets.recommendations.gates import (
+    INTERACTION_SUITES,
+    RECOMMENDATION_SUITES,
+    interactions_check_results,
+    recommendation_check_results,
+)
 from assets.recommendations.history import read_day, read_interactions
+from assets.recommendations.quality import (
+    eligible_items,
+    list_observer,
+    screen_interactions,
+    user_plan,
+    users_answered,
+)
 from assets.recommendations.schemas import (
     INTERACTIONS,
     INTERACTIONS_SCHEMA,
@@ -42,6 +55,12 @@ from inference.recommend import (
 from orchestration.automation import GPU_POOL, scored_by_0700_utc
 from orchestration.partitions import backfill_policy, daily_partitions
 from resources.inference import InferenceResource
+from resources.quality import (
+    QualityConfig,
+    fail_fast_on_bad_rows,
+    quarantine_limit,
+    quarantine_metadata,
+)
 from resources.storage import StorageResource
 
 GROUP = "recommendations"
@@ -54,17 +73,43 @@ COUNTED = (
 )
 
 
+class InteractionsConfig(QualityConfig):
+    deadline_hours: float = Field(
+        default=3.0,
+        description="Hours after its UTC day ends by which a day's events should have landed "
+        "(the recommendations schedule runs at 03:00).",
+    )
+
+
 @asset(
     partitions_def=daily_partitions,
     backfill_policy=backfill_policy,
     group_name=GROUP,
     kinds={"parquet"},
+    check_specs=[suite.spec() for suite in INTERACTION_SUITES.values()],
 )
-def interactions(context: AssetExecutionContext, storage: StorageResource) -> MaterializeResult:
+def interactions(
+    context: AssetExecutionContext, config: InteractionsConfig, storage: StorageResource
+) -> MaterializeResult:
     """Every view, click and purchase users made on the catalogue during one UTC day, as
     landed by the event pipeline. Materialising it checks each file against the contract
-    (user_id, item_id, ts, event, weight) and counts the day's events."""
-    return landing_result(context, storage.store(), INTERACTIONS, INTERACTIONS_SCHEMA)
+    (user_id, item_id, ts, event, weight; no interaction without its ids), counts the day's
+    events, and warns when events fall outside the day or the day landed late."""
+    store = storage.store()
+    landed = landing_result(context, store, INTERACTIONS, INTERACTIONS_SCHEMA)
+    with fail_fast_on_bad_input():
+        screens = {
+            date: screen_interactions(store, date, config.check_sample_rows, config.check_seed)
+            for date in partition_dates(context)
+        }
+    checks = interactions_check_results(
+        store,
+        screens,
+        deadline_hours=config.deadline_hours,
+        sample_rows=config.check_sample_rows,
+        seed=config.check_seed,
+    )
+    return MaterializeResult(metadata=landed.metadata, check_results=checks)
 
 
 class RecommendationModelConfig(Config):
@@ -106,7 +151,7 @@ def recommendation_model(
     return MaterializeResult(metadata=trained.metadata(reused=False))
 
 
-class UserRecommendationsConfig(Config):
+class UserRecommendationsConfig(QualityConfig):
     k: int = Field(default=20, ge=1, le=1000, description="Recommendations per user.")
 
 
@@ -118,6 +163,7 @@ class UserRecommendationsConfig(Config):
     freshness_policy=scored_by_0700_utc,
     group_name=GROUP,
     kinds={"pytorch", "parquet"},
+    check_specs=[suite.spec() for suite in RECOMMENDATION_SUITES.values()],
 )
 def user_recommendations(
     context: AssetExecutionContext,
@@ -127,7 +173,8 @@ def user_recommendations(
 ) -> MaterializeResult:
     """The top-K items to show each user who was active that day, best first, never an item
     they have already interacted with. Users the model has not met yet get the most popular
-    items they have not seen (counted as cold_start_users)."""
+    items they have not seen (counted as cold_start_users). A user who has already seen every
+    item is quarantined to `user_recommendations_quarantine` rather than silently left out."""
     store = storage.store()
     with fail_fast_on_bad_input():
         version = current_recommender_version(store)
@@ -135,21 +182,41 @@ def user_recommendations(
     model = inference.model(key, lambda runtime: load_recommender(store, version, runtime))
     block = block_size_for(len(model.items), inference.max_batch_size)
     landed = store.landing_dates(INTERACTIONS)
+    limit = quarantine_limit(config.max_quarantine_rate)
     reports: list[PartitionReport] = []
+    active: dict[str, int] = {}
     counts = Counter(dict.fromkeys(COUNTED, 0))
     with spot_safe(context, store, inference) as run:
         for date in partition_dates(context):
-            with fail_fast_on_bad_input():
-                report = _score_day(run, date, model, version, config.k, block, landed, counts)
+            with fail_fast_on_bad_input(), fail_fast_on_bad_rows():
+                report, active[date] = _score_day(
+                    run, date, model, version, config.k, block, landed, counts, limit
+                )
             reports.append(report)
             log_partition(context, USER_RECOMMENDATIONS, report)
-    return scoring_result(
+    checks = recommendation_check_results(
+        store,
+        reports,
+        active,
+        k=config.k,
+        version=version,
+        sample_rows=config.check_sample_rows,
+        seed=config.check_seed,
+    )
+    result = scoring_result(
         reports,
         model_version=version,
         device=inference.runtime.describe(),
         model_loads=inference.load_count(key),
-        extra={**run.metadata(), "k": config.k, "block_users": block, **counts},
+        extra={
+            **run.metadata(),
+            "k": config.k,
+            "block_users": block,
+            **counts,
+            **quarantine_metadata([r.shards for r in reports if r.shards is not None]),
+        },
     )
+    return MaterializeResult(metadata=result.metadata, check_results=checks)
 
 
 def _score_day(
@@ -161,8 +228,13 @@ def _score_day(
     block: int,
     landed: list[str],
     counts: Counter,
-) -> PartitionReport:
-    """Recommends for the day's active users in checkpointed shards of users."""
+    max_quarantine_rate: float,
+) -> tuple[PartitionReport, int]:
+    """Recommends for the day's active users in checkpointed shards of users.
+
+    Returns:
+        the report, and how many users were active that day.
+    """
     store = run.store
     # Seen means on any day up to and including this one, so re-running an old partition
     # does not exclude items the user only found later.
@@ -184,7 +256,11 @@ def _score_day(
             list(_record_batches(blocks, version, counts)), RECOMMENDATIONS_SCHEMA
         )
 
-    return run.partition(
+    known_items = model.items.index(seen_items) >= 0
+    eligible = eligible_items(day.users, (seen_users, seen_items), len(model.items), known_items)
+    plan = user_plan(day.users, eligible)
+    plan.check_rate(max_quarantine_rate, f"{USER_RECOMMENDATIONS} {date}")
+    report = run.partition(
         USER_RECOMMENDATIONS,
         date,
         RECOMMENDATIONS_SCHEMA,
@@ -194,7 +270,11 @@ def _score_day(
         batch_size=block,
         inputs=[f for d in history for f in store.landing_files(INTERACTIONS, d)],
         depends_on={"model": version, "k": k},
+        quarantine=plan,
+        observe=list_observer(day.users, eligible, k),
+        count_out=users_answered,
     )
+    return report, len(day.users)
 
 
 def _record_batches(

@@ -1,19 +1,16 @@
-"""Blocking checks on the summaries domain's outputs: every document covered, nothing blank.
+"""Checks on the daily digest, which reads published summaries back.
 
-Each check looks at the partitions of the run it belongs to; a failure stops the digest (or
-anything else downstream) from reading a day that is incomplete.
+The checks on documents and summaries are Great Expectations suites evaluated inside the assets
+that produce them (see ``assets/summaries/gates.py``); a failing ERROR check there stops the
+digest before it runs.
 """
 
-import pyarrow as pa
-import pyarrow.compute as pc
 from dagster import AssetCheckExecutionContext, AssetCheckResult, MetadataValue, asset_check
 
 from assets.summaries.digest import ASSET as DIGEST
 from assets.summaries.digest import daily_digest
-from assets.summaries.document_summaries import ASSET as SUMMARIES
-from assets.summaries.document_summaries import document_summaries
-from assets.summaries.documents import DATASET, DOCUMENTS_SCHEMA, documents
-from resources.storage import DataStore, StorageResource
+from assets.summaries.schemas import SUMMARIES
+from resources.storage import StorageResource
 
 
 def _dates(context: AssetCheckExecutionContext) -> list[str]:
@@ -23,60 +20,6 @@ def _dates(context: AssetCheckExecutionContext) -> list[str]:
             "partition (or range), not on its own"
         )
     return list(context.partition_keys)
-
-
-@asset_check(asset=documents, blocking=True)
-def document_ids_unique(
-    context: AssetCheckExecutionContext, storage: StorageResource
-) -> AssetCheckResult:
-    """Every document of a day has its own doc_id, so each summary maps back to one document."""
-    store = storage.store()
-    duplicates = {}
-    for date in _dates(context):
-        ids = _landed_ids(store, date)
-        extra = len(ids) - len(pc.unique(ids))
-        if extra or ids.null_count:
-            duplicates[date] = {"duplicates": extra, "nulls": ids.null_count}
-    return _result(duplicates)
-
-
-@asset_check(asset=document_summaries, blocking=True)
-def summaries_cover_every_document(
-    context: AssetCheckExecutionContext, storage: StorageResource
-) -> AssetCheckResult:
-    """One summary per landed document: same doc_ids, no document lost or repeated."""
-    store = storage.store()
-    problems = {}
-    for date in _dates(context):
-        landed = _landed_ids(store, date)
-        summarised = store.read_output(SUMMARIES, date).column("doc_id")
-        missing = len(set(landed.to_pylist()) - set(summarised.to_pylist()))
-        if len(summarised) != len(landed) or missing:
-            problems[date] = {
-                "documents": len(landed),
-                "summaries": len(summarised),
-                "missing": missing,
-            }
-    return _result(problems)
-
-
-@asset_check(asset=document_summaries, blocking=True)
-def summaries_not_blank(
-    context: AssetCheckExecutionContext, storage: StorageResource
-) -> AssetCheckResult:
-    """No document is left with an empty summary or without the model_version that wrote it."""
-    store = storage.store()
-    blank = {}
-    for date in _dates(context):
-        table = store.read_output(SUMMARIES, date)
-        count = 0
-        for column in ("summary", "model_version"):
-            values = table.column(column)
-            empty = pc.sum(pc.equal(pc.utf8_trim_whitespace(values), "")).as_py()
-            count += values.null_count + (empty or 0)
-        if count:
-            blank[date] = count
-    return _result(blank)
 
 
 @asset_check(asset=daily_digest, blocking=True)
@@ -101,10 +44,6 @@ def digest_covers_every_document(
                 "doc_count_matches": counts_match,
             }
     return _result(problems)
-
-
-def _landed_ids(store: DataStore, date: str) -> pa.ChunkedArray:
-    return store.read_landing(DATASET, date, DOCUMENTS_SCHEMA, columns=["doc_id"]).column("doc_id")
 
 
 def _result(problems: dict) -> AssetCheckResult:

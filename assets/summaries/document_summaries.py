@@ -5,7 +5,7 @@ from dataclasses import dataclass
 from typing import Literal
 
 import pyarrow as pa
-from dagster import AssetExecutionContext, Config, MaterializeResult, asset
+from dagster import AssetExecutionContext, MaterializeResult, asset
 from pydantic import Field
 
 from assets.checkpointing import spot_safe
@@ -15,22 +15,36 @@ from assets.common import (
     partition_dates,
     scoring_result,
 )
-from assets.summaries.documents import DATASET, DOCUMENTS_SCHEMA, documents
+from assets.summaries.documents import documents
+from assets.summaries.gates import SUMMARY_SUITES, summary_check_results
 from assets.summaries.models import (
     abstractive_generator,
     encoder_key,
     generator_key,
     sentence_encoder,
 )
+from assets.summaries.quality import (
+    SCREEN_COLUMNS,
+    document_text,
+    screen_documents,
+    summary_observer,
+)
+from assets.summaries.schemas import DATASET, DOCUMENTS_SCHEMA, SUMMARIES
 from inference.generate import generate_summaries
 from inference.metrics import BatchMetrics
 from inference.text import extractive_summaries
 from orchestration.automation import GPU_POOL, scored_by_0700_utc
 from orchestration.partitions import backfill_policy, daily_partitions
 from resources.inference import InferenceResource
+from resources.quality import (
+    QualityConfig,
+    fail_fast_on_bad_rows,
+    quarantine_limit,
+    quarantine_metadata,
+)
 from resources.storage import StorageResource
 
-ASSET = "document_summaries"
+ASSET = SUMMARIES
 
 SUMMARIES_SCHEMA = pa.schema(
     [
@@ -51,7 +65,7 @@ class ModelMetrics(BatchMetrics):
     model_calls: int = 0
 
 
-class SummariesConfig(Config):
+class SummariesConfig(QualityConfig):
     mode: Literal["extractive", "abstractive"] = Field(
         default="extractive",
         description="extractive: the most central sentences of each document (packaged "
@@ -84,6 +98,7 @@ class SummariesConfig(Config):
     freshness_policy=scored_by_0700_utc,
     group_name="summaries",
     kinds={"pytorch", "parquet"},
+    check_specs=[suite.spec() for suite in SUMMARY_SUITES.values()],
 )
 def document_summaries(
     context: AssetExecutionContext,
@@ -96,19 +111,23 @@ def document_summaries(
 
     By default the summary is the document's most central sentences in their original order
     (extractive, so it never states anything the document does not); the abstractive mode
-    writes new text with a configured local language model.
+    writes new text with a configured local language model. Documents that cannot be
+    summarised (no or repeated id, no text, not UTF-8, too long, published outside the day) go
+    to `document_summaries_quarantine` with a reason; above the quarantine limit the day fails
+    and nothing is published.
     """
     store = storage.store()
     with fail_fast_on_bad_input():
         summarise, version, key = _summariser(config, inference)
+    limit = quarantine_limit(config.max_quarantine_rate)
     reports = []
     with spot_safe(context, store, inference) as run:
         for date in partition_dates(context):
             metrics = ModelMetrics()
-            with fail_fast_on_bad_input():
-                chunks = store.iter_landing(
-                    DATASET, date, DOCUMENTS_SCHEMA, ["doc_id", "title", "body"]
-                )
+            with fail_fast_on_bad_input(), fail_fast_on_bad_rows():
+                screen = screen_documents(store, date)
+                screen.plan.check_rate(limit, f"{ASSET} {date}")
+                chunks = store.iter_landing(DATASET, date, DOCUMENTS_SCHEMA, SCREEN_COLUMNS)
                 inputs = store.landing_files(DATASET, date)
                 report = run.partition(
                     ASSET,
@@ -120,12 +139,22 @@ def document_summaries(
                     batch_size=config.docs_per_chunk,
                     shard_rows=config.docs_per_shard,
                     inputs=inputs,
-                    depends_on={"model": version, "config": config.model_dump()},
+                    depends_on={"model": version, "config": _output_settings(config)},
                     metrics=metrics,
+                    quarantine=screen.plan,
+                    observe=summary_observer(version, extractive=config.mode == "extractive"),
                 )
             reports.append(report)
             log_partition(context, ASSET, report)
-    return scoring_result(
+    checks = summary_check_results(
+        store,
+        reports,
+        version=version,
+        extractive=config.mode == "extractive",
+        sample_rows=config.check_sample_rows,
+        seed=config.check_seed,
+    )
+    result = scoring_result(
         reports,
         model_version=version,
         device=inference.runtime.describe(),
@@ -134,8 +163,15 @@ def document_summaries(
             **run.metadata(),
             "mode": config.mode,
             "model_calls": sum(r.metrics.model_calls for r in reports),
+            **quarantine_metadata([r.shards for r in reports if r.shards is not None]),
         },
     )
+    return MaterializeResult(metadata=result.metadata, check_results=checks)
+
+
+def _output_settings(config: SummariesConfig) -> dict:
+    """The settings that decide the summaries (not the quality gates' limits or sample)."""
+    return config.model_dump(exclude=set(QualityConfig.model_fields))
 
 
 def _summariser(
@@ -175,7 +211,7 @@ def _summariser(
 def _texts(chunk: pa.RecordBatch) -> list[str]:
     titles, bodies = chunk.column("title").to_pylist(), chunk.column("body").to_pylist()
     # A document with no body text is summarised by its title rather than left blank.
-    return [b if b and b.strip() else (t or "") for t, b in zip(titles, bodies, strict=True)]
+    return [document_text(t, b) for t, b in zip(titles, bodies, strict=True)]
 
 
 def _summarise_batch(summarise: Summarise, version: str, metrics: ModelMetrics):

@@ -1,22 +1,25 @@
 """The day's documents as they land from the content systems: the summaries domain's source."""
 
-import pyarrow as pa
 from dagster import AssetExecutionContext, MaterializeResult, asset
+from pydantic import Field
 
-from assets.common import landing_result
+from assets.common import fail_fast_on_bad_input, landing_result, partition_dates
+from assets.summaries.gates import DOCUMENT_SUITES, documents_check_results
+from assets.summaries.quality import screen_documents
+from assets.summaries.schemas import DATASET, DOCUMENTS_SCHEMA
 from orchestration.partitions import backfill_policy, daily_partitions
+from resources.quality import QualityConfig, quarantine_limit
 from resources.storage import StorageResource
 
-DATASET = "documents"
+__all__ = ["DATASET", "DOCUMENTS_SCHEMA", "documents"]
 
-DOCUMENTS_SCHEMA = pa.schema(
-    [
-        ("doc_id", pa.string()),
-        ("published_at", pa.timestamp("us", tz="UTC")),
-        ("title", pa.string()),
-        ("body", pa.string()),
-    ]
-)
+
+class DocumentsConfig(QualityConfig):
+    deadline_hours: float = Field(
+        default=5.0,
+        description="Hours after its UTC day ends by which a day's documents should have "
+        "landed (the summaries schedule runs at 05:00).",
+    )
 
 
 @asset(
@@ -24,12 +27,35 @@ DOCUMENTS_SCHEMA = pa.schema(
     backfill_policy=backfill_policy,
     group_name="summaries",
     kinds={"parquet"},
+    check_specs=[suite.spec() for suite in DOCUMENT_SUITES.values()],
 )
-def documents(context: AssetExecutionContext, storage: StorageResource) -> MaterializeResult:
+def documents(
+    context: AssetExecutionContext, config: DocumentsConfig, storage: StorageResource
+) -> MaterializeResult:
     """Articles published during the day (news, posts, reports): id, publication time, title
     and body text, as landed by the content systems in ``landing/documents/date=D/``.
 
-    Materialising it checks that the day's files exist and carry the columns the summaries need;
-    a missing day or a wrong column fails here, naming the file, before any model runs.
+    Materialising it checks that the day's files exist and carry the columns the summaries need,
+    and screens every document (id present and unique, UTF-8 text that is not empty and not too
+    long, published inside the day, landed on time); a missing day, a wrong column or too many
+    unusable documents fails here, naming the file or the reasons, before any model runs.
     """
-    return landing_result(context, storage.store(), DATASET, DOCUMENTS_SCHEMA)
+    store = storage.store()
+    landed = landing_result(context, store, DATASET, DOCUMENTS_SCHEMA)
+    with fail_fast_on_bad_input():
+        screens = {
+            date: screen_documents(store, date, config.check_sample_rows, config.check_seed)
+            for date in partition_dates(context)
+        }
+    checks = documents_check_results(
+        store,
+        screens,
+        max_quarantine_rate=quarantine_limit(config.max_quarantine_rate),
+        deadline_hours=config.deadline_hours,
+        sample_rows=config.check_sample_rows,
+        seed=config.check_seed,
+    )
+    to_quarantine = sum(s.plan.count for s in screens.values())
+    return MaterializeResult(
+        metadata={**landed.metadata, "rows_to_quarantine": to_quarantine}, check_results=checks
+    )

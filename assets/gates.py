@@ -1,0 +1,146 @@
+"""Quality gates every domain shares: landing contract checks and row conservation figures.
+
+A domain screens its landing partitions (``assets/<domain>/quality.py``) and hands the screens
+here; the suites (``assets/<domain>/suites/*.json``) decide what passes.
+"""
+
+from __future__ import annotations
+
+from collections.abc import Mapping, Sequence
+from datetime import UTC, datetime, timedelta
+from typing import Any, Protocol
+
+import pyarrow as pa
+from dagster import AssetCheckResult
+
+from assets.checkpointing import quarantine_asset
+from inference.quarantine import QuarantinePlan
+from inference.shards import ShardReport
+from resources.quality import (
+    CheckSuite,
+    Evidence,
+    check_result,
+    landed_hours_after_day_end,
+    published_rows,
+    validate,
+)
+from resources.storage import DataStore
+
+
+# Landing deadlines are judged for partitions whose day ended at most this long ago.
+FRESHNESS_HORIZON = timedelta(days=7)
+# The deadline given to GE for older partitions: any landing time passes.
+NOT_JUDGED = 1e12
+
+
+class Screen(Protocol):
+    """A landing partition's screening: quarantine plan, exact figures, a row sample."""
+
+    plan: QuarantinePlan
+    figures: dict[str, Any]
+    sample: pa.Table
+
+
+def landing_check_results(
+    suites: Mapping[str, CheckSuite],
+    store: DataStore,
+    dataset: str,
+    screens: Mapping[str, Screen],
+    reasons_by_check: Mapping[str, Sequence[str]],
+    *,
+    max_quarantine_rate: float,
+    deadline_hours: float,
+    sample_rows: int,
+    seed: int,
+) -> list[AssetCheckResult]:
+    """A landing dataset's suites over each day's screening figures and row sample.
+
+    A failing contract check is WARN while the rows it concerns stay within the quarantine
+    limit (scoring sets them aside) and ERROR above it, which blocks scoring before inference;
+    its description says which, with the rate and the reasons.
+    """
+    evidence: dict[str, list[Evidence]] = {name: [] for name in suites}
+    judged = []
+    for date, screen in screens.items():
+        late = landed_hours_after_day_end(store, dataset, date)
+        figures = {**screen.figures, "hours_after_day_end": late}
+        recent = _recent(date)
+        if recent:
+            judged.append(date)
+        found = validate(
+            list(suites.values()),
+            date,
+            figures,
+            screen.sample.to_pandas(),
+            {"deadline_hours": deadline_hours if recent else NOT_JUDGED},
+        )
+        for name, e in found.items():
+            evidence[name].append(e)
+    worst = max((s.plan.rate for s in screens.values()), default=0.0)
+    shared = {
+        "rows": sum(s.plan.rows for s in screens.values()),
+        "rows_to_quarantine": sum(s.plan.count for s in screens.values()),
+        "worst_quarantine_rate": round(worst, 6),
+        "max_quarantine_rate": max_quarantine_rate,
+        "sample_rows": sample_rows,
+        "sample_seed": seed,
+        "deadline_hours": deadline_hours,
+        "freshness_judged_partitions": len(judged),
+    }
+    results = []
+    for name, suite in suites.items():
+        failed = any(not e.passed for e in evidence[name])
+        counts = {
+            r: sum(int(s.figures.get(r, 0)) for s in screens.values())
+            for r in reasons_by_check.get(name, ())
+        }
+        within = worst <= max_quarantine_rate
+        # Rows the contract rejects are quarantined while they stay within the limit.
+        severity = "WARN" if suite.blocking and failed and within else None
+        why = (
+            _verdict(counts, shared, max_quarantine_rate)
+            if failed and any(counts.values())
+            else None
+        )
+        results.append(check_result(suite, evidence[name], {**shared, **counts}, severity, why))
+    return results
+
+
+def _recent(date: str) -> bool:
+    """Whether a partition's landing time says anything about the nightly delivery: a day
+    replayed or backfilled long after it ended was never due by its deadline."""
+    day_end = datetime.fromisoformat(date).replace(tzinfo=UTC) + timedelta(days=1)
+    return datetime.now(UTC) - day_end <= FRESHNESS_HORIZON
+
+
+def _verdict(counts: dict[str, int], shared: dict, limit: float) -> str:
+    """Says what a failed contract check means for scoring: quarantine, or a blocked day."""
+    rate = shared["worst_quarantine_rate"]
+    reasons = ", ".join(f"{r} {n}" for r, n in sorted(counts.items(), key=lambda x: -x[1]) if n)
+    outcome = (
+        "they will be quarantined, not scored"
+        if rate <= limit
+        else "above the quarantine limit: scoring is blocked and nothing will be published"
+    )
+    return (
+        f"{shared['rows_to_quarantine']} of {shared['rows']} rows cannot be scored "
+        f"({rate:.2%}, limit {limit:.2%}): {reasons}; {outcome}"
+    )
+
+
+def conservation_figures(
+    store: DataStore, asset: str, date: str, shards: ShardReport, landed_rows: int
+) -> dict[str, int]:
+    """Rows in, scored and quarantined as the engine counted them (it refuses any model call
+    that answers for more or fewer rows than it was given), beside what was landed and what the
+    published files hold (their footers), for the row-conservation suite."""
+    return {
+        "rows_in": shards.rows_in,
+        "landed_rows": landed_rows,
+        "rows_scored": shards.rows_scored,
+        "rows_quarantined": shards.rows_quarantined,
+        "rows_scored_plus_quarantined": shards.rows_scored + shards.rows_quarantined,
+        "rows_out": shards.rows_out,
+        "published_rows": published_rows(store, asset, date),
+        "published_quarantine_rows": published_rows(store, quarantine_asset(asset), date),
+    }

@@ -1,0 +1,84 @@
+"""The recommendations domain's quality gates: Great Expectations suites (``suites/*.json``)
+over exact figures from the screening pass and from the model as every block of users streamed
+through it, plus a seeded sample of rows, evaluated inside the assets that produce the data.
+"""
+
+from __future__ import annotations
+
+from pathlib import Path
+
+from dagster import AssetCheckResult
+
+from assets.common import PartitionReport
+from assets.gates import conservation_figures, landing_check_results
+from assets.recommendations.quality import InteractionScreen
+from assets.recommendations.schemas import INTERACTIONS, USER_RECOMMENDATIONS
+from resources.quality import Evidence, check_result, load_suites, sample_output, validate
+from resources.storage import DataStore
+
+SUITES = Path(__file__).parent / "suites"
+INTERACTION_SUITES = load_suites(SUITES / "interactions.json")
+RECOMMENDATION_SUITES = load_suites(SUITES / "user_recommendations.json")
+LIST_COUNTS = ("users_with_wrong_count", "users_short_of_k", "users_not_asked", "item_id_null")
+
+
+def interactions_check_results(
+    store: DataStore,
+    screens: dict[str, InteractionScreen],
+    *,
+    deadline_hours: float,
+    sample_rows: int,
+    seed: int,
+) -> list[AssetCheckResult]:
+    """The `interactions` suites over each day's figures and a sample of its rows."""
+    return landing_check_results(
+        INTERACTION_SUITES,
+        store,
+        INTERACTIONS,
+        screens,
+        {"interaction_times_inside_day": ("ts_outside_day",)},
+        max_quarantine_rate=1.0,  # nothing is quarantined: interactions are history
+        deadline_hours=deadline_hours,
+        sample_rows=sample_rows,
+        seed=seed,
+    )
+
+
+def recommendation_check_results(
+    store: DataStore,
+    reports: list[PartitionReport],
+    active_users: dict[str, int],
+    *,
+    k: int,
+    version: str,
+    sample_rows: int,
+    seed: int,
+) -> list[AssetCheckResult]:
+    """The `user_recommendations` suites over each day's exact statistics and sample."""
+    evidence: dict[str, list[Evidence]] = {name: [] for name in RECOMMENDATION_SUITES}
+    for report in reports:
+        shards = report.shards
+        assert shards is not None, "user_recommendations is always written by the sharded engine"
+        stats = shards.stats
+        figures = {
+            **conservation_figures(
+                store, USER_RECOMMENDATIONS, report.date, shards, active_users[report.date]
+            ),
+            **{name: stats.counts.get(name, 0) for name in LIST_COUNTS},
+            "rank_min": stats.minima.get("rank", 1),
+            "rank_max": stats.maxima.get("rank", 1),
+        }
+        sample = sample_output(store, USER_RECOMMENDATIONS, report.date, sample_rows, seed)
+        found = validate(
+            list(RECOMMENDATION_SUITES.values()),
+            report.date,
+            figures,
+            sample,
+            {"k": k, "model_versions": [version]},
+        )
+        for name, e in found.items():
+            evidence[name].append(e)
+    shared = {"sample_rows": sample_rows, "sample_seed": seed, "k": k}
+    return [
+        check_result(suite, evidence[name], shared) for name, suite in RECOMMENDATION_SUITES.items()
+    ]

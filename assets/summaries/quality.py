@@ -1,0 +1,169 @@
+"""Summaries data quality as plain functions: which documents cannot be summarised, and the
+exact figures the checks on the summaries read.
+
+Documents that cannot be summarised — no id, a repeated id, text that is not UTF-8, no text at
+all, text too long to summarise in reasonable time, or a publication time outside the day —
+are quarantined with their reason. While the rest stream through the model,
+:func:`summary_observer` checks every summary against its document: not blank, not longer than
+the document, and drawn from it (extractive: every sentence is one of the document's;
+abstractive: most of its words occur in the document).
+"""
+
+from __future__ import annotations
+
+import re
+from dataclasses import dataclass
+from datetime import UTC, datetime, timedelta
+from typing import Any
+
+import numpy as np
+import pyarrow as pa
+import pyarrow.compute as pc
+
+from assets.summaries.schemas import DATASET, DOCUMENTS_SCHEMA
+from inference.invariants import StreamStats
+from inference.quarantine import (
+    QuarantinePlan,
+    Screener,
+    blank,
+    invalid_utf8,
+    is_null,
+    longer_than,
+    outside,
+)
+from inference.text import split_sentences
+from resources.storage import DataStore, LandingDataError
+
+# About 30,000 words: longer texts are dumps, logs or concatenated feeds rather than articles,
+# and embedding their thousands of sentences would take minutes of a nightly run each.
+MAX_DOCUMENT_BYTES = 256 * 1024
+# Abstractive summaries may paraphrase; at least this share of their words must occur in the
+# document for the summary to count as grounded in it.
+MIN_GROUNDED_WORDS = 0.6
+SCREEN_COLUMNS = ["doc_id", "published_at", "title", "body"]
+REASONS = (
+    "null_doc_id",
+    "invalid_utf8",
+    "empty_text",
+    "text_too_long",
+    "null_published_at",
+    "published_outside_day",
+    "duplicate_doc_id",
+)
+QUARANTINED_REASONS = {
+    "document_ids_present_and_unique": ("null_doc_id", "duplicate_doc_id"),
+    "document_texts_usable": REASONS[1:6],
+}
+_WORD = re.compile(r"\w+")
+
+
+@dataclass
+class DocumentScreen:
+    """What the screening pass found in one day of documents."""
+
+    plan: QuarantinePlan
+    figures: dict[str, Any]
+    sample: pa.Table
+
+
+def screen_documents(store: DataStore, date: str, sample_rows: int = 0, seed: int = 0):
+    """Screens one day of documents: quarantine plan, exact figures and a seeded sample.
+
+    Raises:
+        LandingDataError: the partition is missing, unreadable, malformed or empty.
+    """
+    start = datetime.fromisoformat(date).replace(tzinfo=UTC)
+    kind = DOCUMENTS_SCHEMA.field("published_at").type
+    day = pa.scalar(start, kind), pa.scalar(start + timedelta(days=1), kind)
+    rows = store.count_landing(DATASET, date, DOCUMENTS_SCHEMA)
+    if rows == 0:
+        where = store.uri(store.landing_path(DATASET, date))
+        raise LandingDataError(
+            f"landing partition empty: dataset '{DATASET}', date {date}: no documents under {where}"
+        )
+    wanted = _positions(rows, sample_rows, seed)
+    screener, sampled = Screener(), []
+    for batch in store.iter_landing(DATASET, date, DOCUMENTS_SCHEMA, SCREEN_COLUMNS):
+        offset = screener.rows
+        title, body = batch["title"], batch["body"]
+        broken = invalid_utf8(title) | invalid_utf8(body)
+        screener.add(
+            batch.num_rows,
+            {
+                "null_doc_id": is_null(batch["doc_id"]),
+                "invalid_utf8": broken,
+                "empty_text": blank(body, ~broken) & blank(title, ~broken),
+                "text_too_long": longer_than(body, MAX_DOCUMENT_BYTES),
+                "null_published_at": is_null(batch["published_at"]),
+                "published_outside_day": outside(batch["published_at"], *day),
+            },
+        )
+        screener.keys(batch["doc_id"], "duplicate_doc_id")
+        local = wanted[(wanted >= offset) & (wanted < offset + batch.num_rows)] - offset
+        if len(local):
+            sampled.append(batch.select(["doc_id", "published_at", "title"]).take(pa.array(local)))
+    plan = screener.plan()
+    figures = {
+        "rows": rows,
+        "rows_quarantined": plan.count,
+        **dict.fromkeys(REASONS, 0),
+        **plan.counts(),
+    }
+    schema = pa.schema([DOCUMENTS_SCHEMA.field(c) for c in ("doc_id", "published_at", "title")])
+    return DocumentScreen(plan, figures, pa.Table.from_batches(sampled, schema=schema))
+
+
+def _positions(rows: int, size: int, seed: int) -> np.ndarray:
+    if size <= 0:
+        return np.zeros(0, np.int64)
+    if rows <= size:
+        return np.arange(rows)
+    return np.sort(np.random.default_rng(seed).choice(rows, size=size, replace=False))
+
+
+def document_text(title: str | None, body: str | None) -> str:
+    """The text a document is summarised from: its body, or its title when the body is blank."""
+    return body if body and body.strip() else (title or "")
+
+
+def summary_observer(version: str, extractive: bool):
+    """Exact statistics of ``document_summaries`` batches against the documents they summarise."""
+
+    def observe(scored: pa.RecordBatch, out: pa.Table, stats: StreamStats) -> None:
+        texts = [
+            document_text(t, b)
+            for t, b in zip(scored["title"].to_pylist(), scored["body"].to_pylist(), strict=True)
+        ]
+        summaries = out["summary"].to_pylist()
+        blank_count = not_shorter = ungrounded = 0
+        for text, summary in zip(texts, summaries, strict=True):
+            if not summary or not summary.strip():
+                blank_count += 1
+                continue
+            if len(summary) > len(text):
+                not_shorter += 1
+            if not _drawn_from(summary, text, extractive):
+                ungrounded += 1
+        stats.count("summary_blank", blank_count)
+        stats.count("summary_longer_than_document", not_shorter)
+        stats.count("summary_not_drawn_from_document", ungrounded)
+        wrong = pc.fill_null(pc.not_equal(out["model_version"], version), True)
+        stats.count("model_version_missing", int(pc.sum(wrong).as_py() or 0))
+        same = out["doc_id"].equals(pa.chunked_array([scored["doc_id"]]))
+        stats.count("ids_not_passed_through", 0 if same else len(summaries))
+        stats.count("doc_id_null", out["doc_id"].null_count)
+
+    return observe
+
+
+def _drawn_from(summary: str, text: str, extractive: bool) -> bool:
+    if extractive:
+        # Whitespace-normalised substrings: a sentence that ended a paragraph without a full
+        # stop runs into the next one in the summary, and is still the document's own text.
+        flat = " ".join(text.split())
+        return all(" ".join(s.split()) in flat for s in split_sentences(summary))
+    words = _WORD.findall(summary.lower())
+    if not words:
+        return False
+    known = set(_WORD.findall(text.lower()))
+    return sum(w in known for w in words) / len(words) >= MIN_GROUNDED_WORDS
