@@ -26,7 +26,6 @@ from resources.quality import (
 )
 from resources.storage import DataStore
 
-
 # Landing deadlines are judged for partitions whose day ended at most this long ago.
 FRESHNESS_HORIZON = timedelta(days=7)
 # The deadline given to GE for older partitions: any landing time passes.

@@ -218,9 +218,11 @@ class DataStore:
     def _cas(self) -> CasStore:
         if isinstance(self.fs, pafs.LocalFileSystem):
             return LocalCasStore()
-        import boto3
+        # dagster-aws's S3Resource builds the client (credentials, endpoint override, retries);
+        # pyarrow's S3 filesystem moves the data, this client takes the conditional writes.
+        from dagster_aws.s3 import S3Resource
 
-        client = boto3.client("s3", endpoint_url=self.s3_endpoint, region_name=self.s3_region)
+        client = S3Resource(region_name=self.s3_region, endpoint_url=self.s3_endpoint).get_client()
         return S3CasStore(client)
 
     def publish(

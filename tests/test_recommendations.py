@@ -356,7 +356,8 @@ def test_checks_catch_seen_items_and_broken_ranks(landed, resources, instance) -
     # Checks run on their own are unpartitioned: they then check the latest published day.
     result = materialize(
         [user_recommendations, *RECOMMENDATION_CHECKS],
-        selection=AssetSelection.checks_for_assets(user_recommendations),
+        # The checks defined apart from the asset (its in-asset suites run with it).
+        selection=AssetSelection.checks(*RECOMMENDATION_CHECKS),
         resources=resources,
         instance=instance,
         raise_on_error=False,

@@ -62,7 +62,7 @@ def test_partitions_tab_shows_the_backfilled_days_materialised(
 
     # A partition's own page: its latest materialisation with the throughput of the run.
     page.locator(f'[title="{days[1]}"]').click()
-    page.get_by_text("rows_per_second", exact=True).wait_for()
+    page.get_by_text("rows_per_second", exact=True).first.wait_for()
     page.screenshot(path=str(ARTIFACTS / "fraud_scores_partitions.png"), full_page=True)
 
 

@@ -40,6 +40,7 @@ from resources.inference import InferenceResource
 from resources.quality import (
     QualityConfig,
     fail_fast_on_bad_rows,
+    preload_great_expectations,
     quarantine_limit,
     quarantine_metadata,
 )
@@ -72,6 +73,7 @@ def transactions(
     finite and not negative, timestamps inside the day, landed on time), so scoring never
     starts on a day that is missing, malformed or has more bad rows than may be quarantined.
     """
+    preload_great_expectations()
     store = storage.store()
     landed = landing_result(context, store, TRANSACTIONS, TRANSACTIONS_SCHEMA)
     with fail_fast_on_bad_input():
@@ -180,6 +182,7 @@ def fraud_scores(
     outside the day, repeated ids) go to `fraud_scores_quarantine` with a reason, never silently
     dropped; above the quarantine limit the day fails and nothing is published.
     """
+    preload_great_expectations()
     store = storage.store()
     with fail_fast_on_bad_input():
         version = current_version(store.read_bytes, store.models_dir, MODEL_NAME)

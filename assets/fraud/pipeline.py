@@ -141,8 +141,7 @@ def score_partition(
     store = run.store
     screen = screen_transactions(store, date, build_profile=True)
     screen.plan.check_rate(max_quarantine_rate, f"{SCORES} {date}")
-    context = screen.profile
-    assert context is not None
+    context = screen.profile()
     landing = store.iter_landing(TRANSACTIONS, date, TRANSACTIONS_SCHEMA, columns=SCREEN_COLUMNS)
     threshold = np.float32(scorer.threshold)
 

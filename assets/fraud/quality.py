@@ -10,7 +10,7 @@ rows stream through the model, :func:`score_observer` keeps exact statistics of 
 from __future__ import annotations
 
 import json
-from dataclasses import dataclass
+from dataclasses import dataclass, field
 from datetime import UTC, datetime, timedelta
 from typing import Any
 
@@ -65,7 +65,20 @@ class TransactionScreen:
     plan: QuarantinePlan
     figures: dict[str, Any]
     sample: pa.Table
-    profile: PartitionProfile | None = None
+    profile_columns: list[pa.RecordBatch] = field(default_factory=list)
+
+    def profile(self) -> PartitionProfile:
+        """The feature profile over the rows that will be scored: quarantined rows never count.
+
+        Built on demand, after the quarantine rate was checked, so a day that is mostly bad
+        fails with the rate rather than with an empty profile.
+        """
+        table = pa.Table.from_batches(self.profile_columns)
+        if self.plan.count:
+            keep = np.ones(table.num_rows, bool)
+            keep[self.plan.positions] = False
+            table = table.filter(pa.array(keep))
+        return PartitionProfile.build(table.to_batches())
 
 
 def screen_transactions(
@@ -81,7 +94,8 @@ def screen_transactions(
     Args:
         store: the data store.
         date: the partition.
-        build_profile: also build the feature profile from the rows that will be scored.
+        build_profile: keep the columns the feature profile is built from (see
+            :meth:`TransactionScreen.profile`).
         sample_rows: size of the seeded random sample of landing rows (for row-level checks).
         seed: the sample's seed.
 
@@ -128,8 +142,7 @@ def screen_transactions(
         "amount_max": float(amount_high) if np.isfinite(amount_high) else 0.0,
     }
     sample = pa.Table.from_batches(sampled, schema=_schema(SCREEN_COLUMNS))
-    profile = _clean_profile(parts, plan) if build_profile else None
-    return TransactionScreen(plan, figures, sample, profile)
+    return TransactionScreen(plan, figures, sample, parts)
 
 
 def _schema(columns: list[str]) -> pa.Schema:
@@ -142,16 +155,6 @@ def _sample_positions(rows: int, size: int, seed: int) -> np.ndarray:
     if rows <= size:
         return np.arange(rows)
     return np.sort(np.random.default_rng(seed).choice(rows, size=size, replace=False))
-
-
-def _clean_profile(parts: list[pa.RecordBatch], plan: QuarantinePlan) -> PartitionProfile:
-    """The feature profile over the rows that will be scored: quarantined rows never count."""
-    table = pa.Table.from_batches(parts)
-    if plan.count:
-        keep = np.ones(table.num_rows, bool)
-        keep[plan.positions] = False
-        table = table.filter(pa.array(keep))
-    return PartitionProfile.build(table.to_batches())
 
 
 def score_observer(threshold: float, version: str):

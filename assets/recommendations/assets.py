@@ -58,6 +58,7 @@ from resources.inference import InferenceResource
 from resources.quality import (
     QualityConfig,
     fail_fast_on_bad_rows,
+    preload_great_expectations,
     quarantine_limit,
     quarantine_metadata,
 )
@@ -95,6 +96,7 @@ def interactions(
     landed by the event pipeline. Materialising it checks each file against the contract
     (user_id, item_id, ts, event, weight; no interaction without its ids), counts the day's
     events, and warns when events fall outside the day or the day landed late."""
+    preload_great_expectations()
     store = storage.store()
     landed = landing_result(context, store, INTERACTIONS, INTERACTIONS_SCHEMA)
     with fail_fast_on_bad_input():
@@ -175,6 +177,7 @@ def user_recommendations(
     they have already interacted with. Users the model has not met yet get the most popular
     items they have not seen (counted as cold_start_users). A user who has already seen every
     item is quarantined to `user_recommendations_quarantine` rather than silently left out."""
+    preload_great_expectations()
     store = storage.store()
     with fail_fast_on_bad_input():
         version = current_recommender_version(store)

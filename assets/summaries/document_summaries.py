@@ -39,6 +39,7 @@ from resources.inference import InferenceResource
 from resources.quality import (
     QualityConfig,
     fail_fast_on_bad_rows,
+    preload_great_expectations,
     quarantine_limit,
     quarantine_metadata,
 )
@@ -116,6 +117,7 @@ def document_summaries(
     to `document_summaries_quarantine` with a reason; above the quarantine limit the day fails
     and nothing is published.
     """
+    preload_great_expectations()
     store = storage.store()
     with fail_fast_on_bad_input():
         summarise, version, key = _summariser(config, inference)

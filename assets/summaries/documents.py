@@ -8,7 +8,7 @@ from assets.summaries.gates import DOCUMENT_SUITES, documents_check_results
 from assets.summaries.quality import screen_documents
 from assets.summaries.schemas import DATASET, DOCUMENTS_SCHEMA
 from orchestration.partitions import backfill_policy, daily_partitions
-from resources.quality import QualityConfig, quarantine_limit
+from resources.quality import QualityConfig, preload_great_expectations, quarantine_limit
 from resources.storage import StorageResource
 
 __all__ = ["DATASET", "DOCUMENTS_SCHEMA", "documents"]
@@ -40,6 +40,7 @@ def documents(
     long, published inside the day, landed on time); a missing day, a wrong column or too many
     unusable documents fails here, naming the file or the reasons, before any model runs.
     """
+    preload_great_expectations()
     store = storage.store()
     landed = landing_result(context, store, DATASET, DOCUMENTS_SCHEMA)
     with fail_fast_on_bad_input():

@@ -1,0 +1,168 @@
+"""What the data-quality gates cost on a large fraud partition, against scoring it.
+
+The gates on ``fraud_scores`` are: the screening pass (quarantine plan, duplicate ids over the
+whole partition), the exact statistics kept while every batch streams through the model, and
+the Great Expectations suites run after the commit over those statistics and a seeded sample.
+Each is timed on its own, on the same partition the asset scores end to end, so the share is
+"extra seconds the gates add" over "seconds the asset takes". The landing checks of the
+``transactions`` asset (a separate step in the job) and the one-off import of
+great_expectations are reported beside it.
+
+    python -m benchmarks.quality --rows 1000000 --threads 1
+"""
+
+from __future__ import annotations
+
+import argparse
+import json
+import subprocess
+import sys
+import time
+from pathlib import Path
+from typing import Any
+
+import pyarrow as pa
+from dagster import AssetKey, DagsterInstance, materialize
+
+from assets.common import PartitionReport
+from assets.fraud import pipeline
+from assets.fraud.assets import fraud_scores
+from assets.fraud.checks import score_check_results, transactions_check_results
+from assets.fraud.quality import score_observer, screen_transactions
+from assets.fraud.schemas import MODEL_NAME, SCORES, TRANSACTIONS, TRANSACTIONS_SCHEMA
+from benchmarks.common import QUIET_RUN_CONFIG, best_of, set_threads
+from benchmarks.fraud_data import resources, train_model, write_partition
+from inference.invariants import StreamStats
+from inference.metrics import BatchMetrics
+from inference.modelstore import current_version
+from inference.shards import ShardReport
+from resources.quality import DEFAULT_SAMPLE_ROWS
+from resources.storage import DataStore, Published
+
+DAY = "2026-03-01"
+
+
+def _score_once(root: Path, threads: int, batch_size: int) -> tuple[float, dict[str, Any]]:
+    """Materialises ``fraud_scores`` for the day; returns wall seconds and its metadata."""
+    with DagsterInstance.ephemeral() as instance:
+        started = time.perf_counter()
+        result = materialize(
+            [fraud_scores],
+            partition_key=DAY,
+            resources=resources(root, threads, batch_size),
+            instance=instance,
+            run_config=QUIET_RUN_CONFIG,
+        )
+        seconds = time.perf_counter() - started
+    if not result.success:
+        raise RuntimeError("fraud_scores failed")
+    (event,) = [
+        e for e in result.get_asset_materialization_events() if e.asset_key == AssetKey(SCORES)
+    ]
+    metadata = event.event_specific_data.materialization.metadata
+    return seconds, {k: v.value for k, v in metadata.items()}
+
+
+def _observe_seconds(store: DataStore, threshold: float, version: str, batch_size: int) -> float:
+    """The streaming statistics alone, over the published scores in model-call batches."""
+    scored = store.read_output(SCORES, DAY)
+    observe = score_observer(threshold, version)
+    batches = scored.to_batches(max_chunksize=batch_size)
+    stats = StreamStats()
+    started = time.perf_counter()
+    for batch in batches:
+        observe(batch.select(["transaction_id"]), pa.Table.from_batches([batch]), stats)
+    return time.perf_counter() - started
+
+
+def _ge_import_seconds() -> float:
+    """great_expectations' import in a fresh process that already has dagster and torch."""
+    code = (
+        "import time, dagster, pandas, torch; t = time.perf_counter(); "
+        "import great_expectations; print(time.perf_counter() - t)"
+    )
+    out = subprocess.run([sys.executable, "-c", code], capture_output=True, text=True, check=True)
+    return float(out.stdout.strip().splitlines()[-1])
+
+
+def measure(root: Path, rows: int, threads: int, batch_size: int) -> dict[str, Any]:
+    """Times the gates on a ``rows``-row fraud partition against scoring it end to end."""
+    set_threads(threads)
+    if not (root / "models").exists():
+        train_model(root, threads)
+    store = DataStore(str(root))
+    if not store.exists(store.landing_path(TRANSACTIONS, DAY)):
+        write_partition(root, DAY, rows)
+    rows = store.count_landing(TRANSACTIONS, DAY, TRANSACTIONS_SCHEMA)
+
+    _score_once(root, threads, batch_size)  # warm-up: imports (GE included), page cache
+    runs = [_score_once(root, threads, batch_size) for _ in range(2)]
+    scoring, metadata = min(runs, key=lambda r: r[0])
+
+    version = current_version(store.read_bytes, store.models_dir, MODEL_NAME)
+    threshold = float(metadata["threshold"])
+    # Screening builds the feature profile the model needs anyway; its extra cost is the time
+    # over the profile pass it replaced.
+    _, screen = best_of(lambda: screen_transactions(store, DAY, build_profile=True).profile(), 2)
+    _, profile = best_of(lambda: pipeline.profile(store, TRANSACTIONS, DAY, TRANSACTIONS_SCHEMA), 2)
+    observe = min(_observe_seconds(store, threshold, version, batch_size) for _ in range(2))
+
+    manifest = json.loads(store.read_bytes(f"{store.output_path(SCORES, DAY)}/_manifest.json"))
+    shards = ShardReport(
+        rows_in=manifest["rows_in"],
+        rows_out=manifest["rows"],
+        rows_scored=manifest["rows_scored"],
+        rows_quarantined=manifest["rows_quarantined"],
+        stats=StreamStats.from_json(manifest["stats"]),
+    )
+    report = PartitionReport(DAY, BatchMetrics(), Published("", manifest["rows"], 1), shards)
+    reference = pipeline.score_reference(store, version)
+    _, suites = best_of(
+        lambda: score_check_results(
+            store, [report], version=version, threshold=threshold, reference=reference,
+            sample_rows=DEFAULT_SAMPLE_ROWS, seed=0,
+        ),
+        2,
+    )  # fmt: skip
+
+    def landing() -> None:
+        found = screen_transactions(store, DAY, sample_rows=DEFAULT_SAMPLE_ROWS, seed=0)
+        transactions_check_results(
+            store, {DAY: found}, max_quarantine_rate=0.01, deadline_hours=2.0,
+            sample_rows=DEFAULT_SAMPLE_ROWS, seed=0,
+        )  # fmt: skip
+
+    _, landing_seconds = best_of(landing, 2)
+    gates = max(screen - profile, 0.0) + observe + suites
+    return {
+        "rows": rows,
+        "threads": threads,
+        "batch_size": batch_size,
+        "scoring_seconds": round(scoring, 3),
+        "screening_extra_seconds": round(max(screen - profile, 0.0), 3),
+        "streaming_statistics_seconds": round(observe, 3),
+        "suites_seconds": round(suites, 3),
+        "suites_seconds_in_run": metadata.get("check_seconds"),
+        "gates_seconds": round(gates, 3),
+        "gates_share_of_scoring": round(gates / scoring, 4),
+        "gates_share_of_scoring_without_gates": round(gates / max(scoring - gates, 1e-9), 4),
+        "landing_checks_seconds": round(landing_seconds, 3),
+        "landing_checks_share_of_scoring": round(landing_seconds / scoring, 4),
+        "ge_import_seconds_once_per_process": round(_ge_import_seconds(), 3),
+        "sample_rows": DEFAULT_SAMPLE_ROWS,
+        "sample_seed": 0,
+    }
+
+
+def main() -> None:
+    parser = argparse.ArgumentParser(description=__doc__.split("\n\n")[0])
+    parser.add_argument("--rows", type=int, default=1_000_000)
+    parser.add_argument("--threads", type=int, default=1)
+    parser.add_argument("--batch-size", type=int, default=65_536)
+    parser.add_argument("--work", type=Path, default=Path(".nightshift/bench/quality"))
+    args = parser.parse_args()
+    print(json.dumps(measure(args.work, args.rows, args.threads, args.batch_size), indent=2))
+
+
+if __name__ == "__main__":
+    main()
