@@ -91,7 +91,7 @@ def _cmd_run(args: argparse.Namespace) -> int:
                 partition_key=args.date, instance=instance, raise_on_error=False, run_config=quiet
             )
             failed |= not result.success
-            rows.extend(_materialization_rows(result, store))
+            rows.extend(_materialization_rows(result))
             if not result.success:
                 print(
                     f"  {job_name} FAILED in run {result.run_id}: `make ui` shows its logs",
@@ -101,7 +101,7 @@ def _cmd_run(args: argparse.Namespace) -> int:
     return 1 if failed else 0
 
 
-def _materialization_rows(result, store: DataStore) -> list[tuple]:
+def _materialization_rows(result) -> list[tuple]:
     """One row per materialised asset: asset, partition, rows in, rows out, seconds, output."""
     seconds = {
         e.step_key: e.event_specific_data.duration_ms / 1000
@@ -114,9 +114,7 @@ def _materialization_rows(result, store: DataStore) -> list[tuple]:
         meta = {k: v.value for k, v in mat.metadata.items()}
         asset = mat.asset_key.to_user_string()
         rows_out = meta.get("rows_out", meta.get("dagster/row_count", ""))
-        where = meta.get("output") or (
-            store.uri(store.landing_path(asset, mat.partition)) if "partitions" in meta else ""
-        )
+        where = meta.get("output", "")
         rows.append(
             (
                 asset,

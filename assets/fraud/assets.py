@@ -251,6 +251,7 @@ def fraud_alerts(context: AssetExecutionContext, storage: StorageResource) -> Ma
         metadata={
             "dagster/row_count": sum(per_day.values()),
             "alerts_per_partition": MetadataValue.json(per_day),
+            "output": MetadataValue.path(published.uri),
             "flagged_amount": round(flagged_amount, 2),
             "partitions": len(dates),
         },
