@@ -318,6 +318,8 @@ def _failure_table(failures: list[dict]) -> str:
 
 def sample_positions(rows: int, size: int, seed: int) -> np.ndarray:
     """``size`` distinct row positions out of ``rows``, sorted, the same for the same seed."""
+    if size <= 0:
+        return np.zeros(0, np.int64)
     if rows <= size:
         return np.arange(rows)
     return np.sort(np.random.default_rng(seed).choice(rows, size=size, replace=False))

@@ -29,6 +29,7 @@ from inference.quarantine import (
     not_finite,
     outside,
 )
+from resources.quality import sample_positions
 from resources.storage import DataStore, LandingDataError
 
 SCREEN_COLUMNS = ["transaction_id", *FEATURE_COLUMNS]
@@ -110,7 +111,7 @@ def screen_transactions(
             f"landing partition empty: dataset '{TRANSACTIONS}', date {date}: "
             f"{len(files)} file(s) with no rows under {store.uri(store.landing_path(TRANSACTIONS, date))}"
         )
-    wanted = _sample_positions(rows, sample_rows, seed)
+    wanted = sample_positions(rows, sample_rows, seed)
     screener, parts, sampled = Screener(), [], []
     amount_low, amount_high = np.inf, -np.inf
     for batch in store.iter_landing(TRANSACTIONS, date, TRANSACTIONS_SCHEMA, SCREEN_COLUMNS):
@@ -147,14 +148,6 @@ def screen_transactions(
 
 def _schema(columns: list[str]) -> pa.Schema:
     return pa.schema([TRANSACTIONS_SCHEMA.field(c) for c in columns])
-
-
-def _sample_positions(rows: int, size: int, seed: int) -> np.ndarray:
-    if size <= 0:
-        return np.zeros(0, np.int64)
-    if rows <= size:
-        return np.arange(rows)
-    return np.sort(np.random.default_rng(seed).choice(rows, size=size, replace=False))
 
 
 def score_observer(threshold: float, version: str):

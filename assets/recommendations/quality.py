@@ -21,6 +21,7 @@ import pyarrow.compute as pc
 from assets.recommendations.schemas import EVENT_TYPES, INTERACTIONS, INTERACTIONS_SCHEMA
 from inference.invariants import StreamStats
 from inference.quarantine import QuarantinePlan, Screener, below, not_finite, outside
+from resources.quality import sample_positions
 from resources.storage import DataStore, LandingDataError
 
 
@@ -51,7 +52,7 @@ def screen_interactions(
         raise LandingDataError(
             f"landing partition empty: dataset '{INTERACTIONS}', date {date}: no rows under {where}"
         )
-    wanted = _positions(rows, sample_rows, seed)
+    wanted = sample_positions(rows, sample_rows, seed)
     events = pa.array(EVENT_TYPES, pa.string())
     # Nothing is quarantined here: the screener only counts, by reason, for the checks.
     screener, sampled = Screener(), []
@@ -93,14 +94,6 @@ def screen_interactions(
 
 def _nulls(values: pa.Array) -> np.ndarray:
     return pc.is_null(values).to_numpy(zero_copy_only=False)
-
-
-def _positions(rows: int, size: int, seed: int) -> np.ndarray:
-    if size <= 0:
-        return np.zeros(0, np.int64)
-    if rows <= size:
-        return np.arange(rows)
-    return np.sort(np.random.default_rng(seed).choice(rows, size=size, replace=False))
 
 
 def eligible_items(

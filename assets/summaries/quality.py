@@ -16,7 +16,6 @@ from dataclasses import dataclass
 from datetime import UTC, datetime, timedelta
 from typing import Any
 
-import numpy as np
 import pyarrow as pa
 import pyarrow.compute as pc
 
@@ -32,6 +31,7 @@ from inference.quarantine import (
     outside,
 )
 from inference.text import split_sentences
+from resources.quality import sample_positions
 from resources.storage import DataStore, LandingDataError
 
 # About 30,000 words: longer texts are dumps, logs or concatenated feeds rather than articles,
@@ -81,7 +81,7 @@ def screen_documents(store: DataStore, date: str, sample_rows: int = 0, seed: in
         raise LandingDataError(
             f"landing partition empty: dataset '{DATASET}', date {date}: no documents under {where}"
         )
-    wanted = _positions(rows, sample_rows, seed)
+    wanted = sample_positions(rows, sample_rows, seed)
     screener, sampled = Screener(), []
     for batch in store.iter_landing(DATASET, date, DOCUMENTS_SCHEMA, SCREEN_COLUMNS):
         offset = screener.rows
@@ -111,14 +111,6 @@ def screen_documents(store: DataStore, date: str, sample_rows: int = 0, seed: in
     }
     schema = pa.schema([DOCUMENTS_SCHEMA.field(c) for c in ("doc_id", "published_at", "title")])
     return DocumentScreen(plan, figures, pa.Table.from_batches(sampled, schema=schema))
-
-
-def _positions(rows: int, size: int, seed: int) -> np.ndarray:
-    if size <= 0:
-        return np.zeros(0, np.int64)
-    if rows <= size:
-        return np.arange(rows)
-    return np.sort(np.random.default_rng(seed).choice(rows, size=size, replace=False))
 
 
 def document_text(title: str | None, body: str | None) -> str:
