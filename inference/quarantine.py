@@ -11,6 +11,7 @@ from __future__ import annotations
 
 import hashlib
 from collections import Counter
+from collections.abc import Callable
 from dataclasses import dataclass
 
 import numpy as np
@@ -109,14 +110,24 @@ class Screener:
     Each batch is screened with named boolean masks, in priority order: a row flagged by several
     rules gets the first reason. Keys registered with :meth:`keys` are checked for duplicates at
     the end, among rows not already quarantined: the first clean occurrence is scored, any later
-    one is quarantined, since scoring both would publish two answers for one id.
+    one is quarantined, since scoring both would publish two answers for one id. Memory does
+    not grow with the rows when the ids arrive in order (:class:`KeyRuns`); otherwise the id
+    column is read again for an exact check.
     """
 
-    def __init__(self) -> None:
+    def __init__(self, reread_keys: Callable[[], pa.ChunkedArray] | None = None) -> None:
+        """
+        Args:
+            reread_keys: reads the partition's id column again, in input order, when the ids
+                are not shown unique by their runs (see :class:`KeyRuns`). Without it the ids
+                registered with :meth:`keys` are held in memory until :meth:`plan`.
+        """
         self.rows = 0
         self._positions: list[np.ndarray] = []
         self._reasons: list[np.ndarray] = []
-        self._keys: list[pa.Array] = []
+        self._runs = KeyRuns()
+        self._held: list[pa.Array] = []
+        self._reread = reread_keys
         self._key_reason = "duplicate_id"
 
     def add(self, rows: int, rules: dict[str, np.ndarray]) -> np.ndarray:
@@ -136,20 +147,64 @@ class Screener:
     def keys(self, values: pa.Array | pa.ChunkedArray, reason: str) -> None:
         """Registers the id column of the rows added so far (call once per batch, after add)."""
         self._key_reason = reason
-        if isinstance(values, pa.ChunkedArray):
-            values = values.combine_chunks()
-        self._keys.append(values)
+        self._runs.add(values)
+        if self._reread is None:
+            self._held.append(values)
 
     def plan(self) -> QuarantinePlan:
         positions = np.concatenate(self._positions or [np.zeros(0, np.int64)]).astype(np.int64)
         reasons = np.concatenate(self._reasons or [np.zeros(0, object)])
-        if self._keys:
-            dup = duplicates(pa.chunked_array(self._keys), exclude=positions)
+        if self._runs.seen and not self._runs.unique():
+            keys = self._reread() if self._reread else pa.chunked_array(self._held)
+            dup = duplicates(keys, exclude=positions)
             positions = np.concatenate([positions, dup])
             reasons = np.concatenate([reasons, np.full(len(dup), self._key_reason, object)])
             order = np.argsort(positions, kind="stable")
             positions, reasons = positions[order], reasons[order]
         return QuarantinePlan(self.rows, positions, reasons)
+
+
+class KeyRuns:
+    """Shows that ids are unique without holding them, in the common case.
+
+    Ids usually arrive in increasing runs: each landing file written in id order, files
+    covering ranges that do not overlap (one writer per range, or ids that carry a time or a
+    writer prefix). Only each run's first and last id are kept; if the runs are strictly
+    increasing and their ranges disjoint, no id can repeat. Anything else (an id out of order,
+    too many runs) gives up, and the caller checks the ids themselves.
+    """
+
+    MAX_RUNS = 10_000
+
+    def __init__(self) -> None:
+        self.runs: list[list] = []
+        self.ordered = True
+        self.seen = False  # whether any batch of ids was added
+
+    def add(self, values: pa.Array | pa.ChunkedArray) -> None:
+        self.seen = True
+        if not self.ordered:
+            return
+        if isinstance(values, pa.ChunkedArray):
+            values = values.combine_chunks()
+        values = values.drop_null()  # null ids are quarantined by their own rule
+        if not len(values):
+            return
+        if len(values) > 1 and not pc.all(pc.less(values[:-1], values[1:])).as_py():
+            self.ordered = False
+            return
+        first, last = values[0].as_py(), values[-1].as_py()
+        if self.runs and first > self.runs[-1][1]:
+            self.runs[-1][1] = last
+        else:
+            self.runs.append([first, last])
+            self.ordered = len(self.runs) <= self.MAX_RUNS
+
+    def unique(self) -> bool:
+        if not self.ordered:
+            return False
+        runs = sorted(self.runs)
+        return all(a[1] < b[0] for a, b in zip(runs, runs[1:], strict=False))
 
 
 def duplicates(keys: pa.ChunkedArray, exclude: np.ndarray | None = None) -> np.ndarray:

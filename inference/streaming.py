@@ -11,11 +11,15 @@ Measured here streaming a 3M-row, 120 MB file into a slower consumer (a model):
   engine's prefetch thread already overlaps that read with compute.
 
 Memory is then one row group (plus the batches in flight), whatever the file's size: in the
-test above Arrow's peak stayed at 15-16 MB for 0.5M and 3M rows.
+test above Arrow's peak stayed at 15-16 MB for 0.5M and 3M rows. Columns of a row group are
+decoded on Arrow's threads, which changes no memory bound: on a 1M-row, 7-column landing file
+that took 0.18-0.24 s against 0.28-0.34 s on one thread (2-core box, best of 2 each).
 """
 
 from __future__ import annotations
 
+import ctypes
+import ctypes.util
 from collections.abc import Iterator, Sequence
 
 import pyarrow as pa
@@ -42,10 +46,24 @@ def iter_parquet(
     """
     for path in [files] if isinstance(files, str) else files:
         reader = pq.ParquetFile(path, pre_buffer=False, filesystem=filesystem, memory_map=False)
-        for batch in reader.iter_batches(batch_size=batch_size, columns=columns, use_threads=False):
+        for batch in reader.iter_batches(batch_size=batch_size, columns=columns, use_threads=True):
             yield batch if schema is None else _cast(batch, schema)
 
 
 def _cast(batch: pa.RecordBatch, schema: pa.Schema) -> pa.RecordBatch:
     target = pa.schema([schema.field(name) for name in batch.schema.names])
     return batch if batch.schema == target else batch.cast(target)
+
+
+def release_freed_memory() -> None:
+    """Hands heap pages freed by a finished pass back to the OS (glibc's ``malloc_trim``).
+
+    A pass over a big partition frees its temporaries, but glibc keeps the pages for reuse, so
+    the next pass starts from the first pass's high-water mark. Measured on a 10M-row fraud
+    partition: 686 MB resident after the feature pre-pass, 577 MB after trimming (1M rows:
+    557 -> 520 MB); what stays is the profile itself. A no-op where glibc is not the allocator.
+    """
+    try:
+        ctypes.CDLL(ctypes.util.find_library("c") or "libc.so.6").malloc_trim(0)
+    except (OSError, AttributeError):
+        pass

@@ -23,6 +23,7 @@ from pydantic import Field
 
 from inference.leases import CasStore, LocalCasStore, S3CasStore
 from inference.shards import MANIFEST, PartitionTarget, ShardedWriter
+from inference.streaming import iter_parquet
 
 
 class LandingDataError(ValueError):
@@ -160,11 +161,16 @@ class DataStore:
         batch_size: int = 65_536,
     ) -> Iterator[tuple[str, pa.RecordBatch]]:
         """Like :meth:`iter_landing`, with the file each batch comes from (for error messages)."""
+        wanted = columns or required.names
         for file in self.landing_dataset(dataset, date, required).files:
-            part = ds.dataset(file, schema=required, filesystem=self.fs, format="parquet")
+            # A pull-based reader: one row group in memory at a time, whatever the file's size
+            # (a dataset scanner reads ahead while the model is busy; see inference/streaming).
+            batches = iter_parquet(
+                file, columns=wanted, batch_size=batch_size, schema=required, filesystem=self.fs
+            )
             try:
-                for batch in part.to_batches(columns=columns, batch_size=batch_size):
-                    yield file, batch
+                for batch in batches:
+                    yield file, batch.select(wanted)
             except (pa.ArrowInvalid, OSError) as exc:
                 where = _locate_damage(self.fs, file, columns or required.names)
                 raise LandingDataError(

@@ -8,10 +8,11 @@ from pathlib import Path
 import numpy as np
 import pandas as pd
 import pyarrow as pa
+import pyarrow.parquet as pq
 import pytest
 import torch
 
-from assets.fraud.features import FEATURES, PartitionProfile, check_feature_names
+from assets.fraud.features import FEATURES, PartitionProfile, ProfileBuilder, check_feature_names
 from assets.fraud.schemas import TRANSACTIONS_SCHEMA
 from inference.device import make_runtime
 from inference.metrics import BatchMetrics
@@ -27,6 +28,7 @@ from inference.tabular import (
     stratified_split,
     train_classifier,
 )
+from resources.storage import DataStore
 
 CPU = make_runtime("cpu", "fp32")
 FIXTURES = Path(__file__).parent / "fixtures"
@@ -195,3 +197,52 @@ def test_features_do_not_depend_on_how_the_partition_is_batched():
 def test_unknown_feature_names_are_refused():
     with pytest.raises(ValueError, match="no_such_feature"):
         check_feature_names(["log_amount", "no_such_feature"])
+
+
+def _burst_day(n: int) -> pa.RecordBatch:
+    return _transactions(
+        [
+            (f"a{i % 5}", f"m{(i * 7) % 11}", 3.0 + i, f"{8 + i % 12:02d}:{(i * 13) % 60:02d}:00",
+             ("pos", "online")[i % 2], ("GB", "FR", "BR")[i % 3])
+            for i in range(n)
+        ]
+    )  # fmt: skip
+
+
+def test_a_profile_with_rows_taken_out_equals_one_built_without_them():
+    batch = _burst_day(40)
+    gone = [3, 4, 17, 39]
+    keep = pa.array(~np.isin(np.arange(40), gone))
+    builder = ProfileBuilder()
+    for piece in pa.Table.from_batches([batch]).to_batches(max_chunksize=9):
+        builder.add(piece)
+    builder.remove(batch.take(pa.array(gone)))
+    streamed = builder.finish()
+    without = PartitionProfile.build([batch.filter(keep)])
+    rest = batch.filter(keep)
+    assert np.array_equal(streamed.features(rest, FEATURES), without.features(rest, FEATURES))
+    assert streamed.rows == 36 and len(streamed.event_keys) == 36
+
+
+def test_screened_profile_leaves_out_quarantined_and_duplicate_rows(store: DataStore):
+    from assets.fraud.quality import screen_transactions
+    from assets.fraud.schemas import TRANSACTIONS
+
+    batch = _burst_day(30)
+    ids = batch["transaction_id"].to_pylist()
+    ids[20] = ids[2]  # a repeated id, in the second file, out of order
+    amounts = batch["amount"].to_pylist()
+    amounts[5] = -1.0  # quarantined: negative amount
+    table = pa.Table.from_batches([batch])
+    table = table.set_column(0, "transaction_id", pa.array(ids))
+    table = table.set_column(3, "amount", pa.array(amounts))
+    folder = Path(store.landing_path(TRANSACTIONS, "2026-03-01"))
+    folder.mkdir(parents=True)
+    pq.write_table(table.slice(0, 15), folder / "part-00000.parquet")
+    pq.write_table(table.slice(15), folder / "part-00001.parquet")
+
+    screen = screen_transactions(store, "2026-03-01", build_profile=True)
+    assert screen.plan.positions.tolist() == [5, 20]
+    clean = table.filter(pa.array(~np.isin(np.arange(30), [5, 20]))).to_batches()[0]
+    expected = PartitionProfile.build([clean]).features(clean, FEATURES)
+    assert np.array_equal(screen.profile().features(clean, FEATURES), expected)

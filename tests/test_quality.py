@@ -435,3 +435,30 @@ def test_duplicates_after_the_first_occurrence(keys, repeats) -> None:
     from inference.quarantine import duplicates
 
     assert duplicates(pa.chunked_array([keys[:2], keys[2:]], pa.string())).tolist() == repeats
+
+
+def test_ids_in_increasing_runs_with_disjoint_ranges_need_no_second_read() -> None:
+    reads = []
+    screener = Screener(lambda: reads.append(1) or pa.chunked_array([pa.array([], pa.string())]))
+    for part in (["c-1", "c-2"], ["c-3", None], ["a-1", "a-2"], ["b-1"]):  # three files
+        screener.add(len(part), {})
+        screener.keys(pa.array(part, pa.string()), "duplicate_id")
+    assert screener.plan().count == 0 and reads == []
+
+
+@pytest.mark.parametrize(
+    "parts",
+    [
+        [["a-1", "a-5"], ["a-3", "a-9"]],  # runs overlap: a-3 could repeat
+        [["a-2", "a-1"], ["b-1"]],  # out of order within a batch
+    ],
+)
+def test_ids_out_of_order_are_read_again_and_checked_exactly(parts) -> None:
+    ids = [i for part in parts for i in part] + ["a-1"]
+    screener = Screener(lambda: pa.chunked_array([pa.array(ids)]))
+    for part in [*parts, ["a-1"]]:
+        screener.add(len(part), {})
+        screener.keys(pa.array(part), "duplicate_id")
+    plan = screener.plan()
+    assert plan.positions.tolist() == [len(ids) - 1]
+    assert plan.reasons.tolist() == ["duplicate_id"]

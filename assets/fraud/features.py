@@ -11,9 +11,9 @@ from __future__ import annotations
 
 from collections.abc import Iterable, Sequence
 from dataclasses import dataclass
+from itertools import repeat
 
 import numpy as np
-import pandas as pd
 import pyarrow as pa
 import pyarrow.compute as pc
 
@@ -50,14 +50,12 @@ def check_feature_names(names: Sequence[str]) -> None:
         raise ValueError("at least one feature must be selected")
 
 
-def _encode(column: pa.ChunkedArray | pa.Array, name: str) -> tuple[pd.Index, np.ndarray]:
-    if column.null_count:
-        raise ValueError(f"column '{name}' has {column.null_count} null values")
-    if isinstance(column, pa.ChunkedArray):
-        column = column.combine_chunks()
-    encoded = column.dictionary_encode()
-    values = pd.Index(encoded.dictionary.to_numpy(zero_copy_only=False))
-    return values, encoded.indices.to_numpy(zero_copy_only=False).astype(np.int64)
+# Event keys pack (account code, second) into one int64 that sorts by account, then time: the
+# code in the high 32 bits, the second as an offset from the profile's first second, shifted to
+# be unsigned, in the low 32. A window of +-w seconds around a key stays inside its account's
+# range as long as every offset stays at least _WIDEST away from either end (about 68 years).
+_SECOND_BIAS = 1 << 31
+_SECOND_MASK = (1 << 32) - 1
 
 
 def _seconds(ts: pa.ChunkedArray | pa.Array) -> np.ndarray:
@@ -70,17 +68,230 @@ def _log_amount(amount: pa.ChunkedArray | pa.Array) -> np.ndarray:
     return np.log1p(np.clip(values, 0.0, None))
 
 
-def _pair_counts(left: np.ndarray, right: np.ndarray, width: int) -> tuple[np.ndarray, np.ndarray]:
-    return np.unique(left * width + right, return_counts=True)
+def _event_keys(acc: np.ndarray, seconds: np.ndarray, base: int) -> np.ndarray:
+    offset = seconds - base + _SECOND_BIAS
+    if len(offset) and (offset.min() < _WIDEST or offset.max() > _SECOND_MASK - _WIDEST):
+        raise ValueError("transaction times span more than 68 years: cannot build burst features")
+    return (acc.astype(np.int64) << 32) | offset
+
+
+def _local_codes(column: pa.ChunkedArray | pa.Array, name: str) -> tuple[list, np.ndarray]:
+    """(distinct values, each row's index into them): Arrow's hash encoding of one batch."""
+    if column.null_count:
+        raise ValueError(f"column '{name}' has {column.null_count} null values")
+    if isinstance(column, pa.ChunkedArray):
+        column = column.combine_chunks()
+    encoded = column.dictionary_encode()
+    return encoded.dictionary.to_pylist(), encoded.indices.to_numpy(zero_copy_only=False)
+
+
+def _lookup(codes: dict[str, int], values: list) -> np.ndarray:
+    """Each value's code, -1 for unknown ones. ``map`` over ``dict.get`` runs in C: measured
+    2-3x faster than ``pd.Index.get_indexer`` (pandas 3 str index) on 50k of 200k accounts."""
+    return np.array(list(map(codes.get, values, repeat(-1))), np.int64)
+
+
+class _Vocabulary:
+    """A string -> code mapping that grows batch by batch; codes follow first appearance."""
+
+    def __init__(self, name: str):
+        self.name, self.codes = name, {}
+
+    def encode(self, column: pa.ChunkedArray | pa.Array) -> tuple[np.ndarray, np.ndarray]:
+        """(global code of each distinct value in the batch, each row's index into those)."""
+        values, local = _local_codes(column, self.name)
+        codes = _lookup(self.codes, values)
+        for i in np.flatnonzero(codes < 0).tolist():
+            codes[i] = self.codes[values[i]] = len(self.codes)
+        return codes, local
+
+    def __len__(self) -> int:
+        return len(self.codes)
+
+
+class _Counts:
+    """Per-code sums that grow with the vocabulary they are indexed by."""
+
+    def __init__(self, dtype: type):
+        self.values = np.zeros(0, dtype)
+
+    def add(self, codes: np.ndarray, local: np.ndarray, size: int, weights=None) -> None:
+        if len(self.values) < size:
+            grown = np.zeros(max(size, 2 * len(self.values)), self.values.dtype)
+            grown[: len(self.values)] = self.values
+            self.values = grown
+        # ``codes`` is distinct per batch, so a fancy-indexed += adds each batch sum once.
+        self.values[codes] += np.bincount(local, weights=weights, minlength=len(codes)).astype(
+            self.values.dtype
+        )
+
+    def result(self, size: int) -> np.ndarray:
+        return self.values[:size].copy()
+
+
+class _KeyCounts:
+    """Counts of int64 keys seen batch by batch, merged as they pile up: memory follows the
+    distinct keys, not the rows."""
+
+    def __init__(self) -> None:
+        self.keys, self.counts = np.zeros(0, np.int64), np.zeros(0, np.int64)
+        self._pending: list[tuple[np.ndarray, np.ndarray]] = []
+        self._pending_size = 0
+
+    def add(self, keys: np.ndarray, sign: int = 1) -> None:
+        distinct, counts = np.unique(keys, return_counts=True)
+        self._pending.append((distinct, sign * counts))
+        self._pending_size += len(distinct)
+        if self._pending_size > max(1 << 20, len(self.keys)):
+            self._merge()
+
+    def _merge(self) -> None:
+        if not self._pending:
+            return
+        keys = np.concatenate([self.keys, *(k for k, _ in self._pending)])
+        counts = np.concatenate([self.counts, *(c for _, c in self._pending)])
+        self._pending, self._pending_size = [], 0
+        self.keys, inverse = np.unique(keys, return_inverse=True)
+        self.counts = np.bincount(inverse, weights=counts, minlength=len(self.keys)).astype(
+            np.int64
+        )
+        kept = self.counts > 0
+        self.keys, self.counts = self.keys[kept], self.counts[kept]
+
+    def result(self) -> tuple[np.ndarray, np.ndarray]:
+        self._merge()
+        return self.keys, self.counts
+
+
+class _Events:
+    """Every row's event key, in a buffer that grows by doubling (or is sized up front)."""
+
+    def __init__(self, capacity: int = 0):
+        self.keys, self.size = np.empty(capacity, np.int64), 0
+
+    def add(self, keys: np.ndarray) -> None:
+        end = self.size + len(keys)
+        if end > len(self.keys):
+            grown = np.empty(max(end, 2 * len(self.keys)), np.int64)
+            grown[: self.size] = self.keys[: self.size]
+            self.keys = grown
+        self.keys[self.size : end] = keys
+        self.size = end
+
+    def sorted(self, remove: np.ndarray) -> np.ndarray:
+        keys = self.keys[: self.size]
+        keys.sort()
+        if len(remove):
+            # One occurrence per removed row: the i-th copy of a key removes the i-th match.
+            remove = np.sort(remove)
+            copy = np.arange(len(remove)) - np.searchsorted(remove, remove)
+            keys = np.delete(keys, np.searchsorted(keys, remove) + copy)
+        return keys
+
+
+class ProfileBuilder:
+    """Builds a :class:`PartitionProfile` from a stream of record batches in one pass.
+
+    Memory follows the partition's accounts, merchants and (account, merchant/country) pairs,
+    plus one 8-byte event key per row for the burst windows, never the rows' strings. Rows can
+    be taken out again at the end (:meth:`finish`), e.g. duplicates found after the pass.
+    """
+
+    def __init__(self, rows_hint: int = 0):
+        self.accounts = _Vocabulary("account_id")
+        self.merchants = _Vocabulary("merchant_id")
+        self.countries = _Vocabulary("country")
+        self.account_txns = _Counts(np.int64)
+        self.account_log_amount_sum = _Counts(np.float64)
+        self.country_counts = _Counts(np.int64)
+        self.merchant_pairs, self.country_pairs = _KeyCounts(), _KeyCounts()
+        self.events = _Events(rows_hint)
+        self.rows = 0
+        self.base: int | None = None
+        self._removed: list[np.ndarray] = []
+
+    def add(self, batch: pa.RecordBatch, sign: int = 1) -> None:
+        """Adds a batch holding at least :data:`PROFILE_COLUMNS` (``sign=-1`` takes it out)."""
+        if not batch.num_rows:
+            return
+        for name in ("amount", "ts"):
+            if batch[name].null_count:
+                raise ValueError(f"column '{name}' has {batch[name].null_count} null values")
+        acc_codes, acc_local = self.accounts.encode(batch["account_id"])
+        merch_codes, merch_local = self.merchants.encode(batch["merchant_id"])
+        country_codes, country_local = self.countries.encode(batch["country"])
+        log_amount = _log_amount(batch["amount"])
+        seconds = _seconds(batch["ts"])
+        if self.base is None:
+            self.base = int(seconds.min())
+        n_acc = len(self.accounts)
+        weight = None if sign == 1 else np.full(batch.num_rows, sign)
+        self.account_txns.add(acc_codes, acc_local, n_acc, weight)
+        self.account_log_amount_sum.add(acc_codes, acc_local, n_acc, sign * log_amount)
+        self.country_counts.add(country_codes, country_local, len(self.countries), weight)
+        acc = acc_codes[acc_local]
+        self.merchant_pairs.add((acc << 32) | merch_codes[merch_local], sign)
+        self.country_pairs.add((acc << 32) | country_codes[country_local], sign)
+        keys = _event_keys(acc, seconds, self.base)
+        self.rows += sign * batch.num_rows
+        if sign == 1:
+            self.events.add(keys)
+        else:
+            self._removed.append(keys)
+
+    def remove(self, batch: pa.RecordBatch) -> None:
+        """Takes rows added earlier out of the profile again."""
+        self.add(batch, sign=-1)
+
+    def finish(self) -> PartitionProfile:
+        if self.rows <= 0:
+            raise ValueError("the partition has no transactions")
+        n_acc, n_merch = len(self.accounts), len(self.merchants)
+        merchant_keys, merchant_counts = self.merchant_pairs.result()
+        country_keys, country_counts = self.country_pairs.result()
+        removed = np.concatenate(self._removed) if self._removed else np.zeros(0, np.int64)
+        return PartitionProfile(
+            accounts=self.accounts.codes,
+            merchants=self.merchants.codes,
+            countries=self.countries.codes,
+            account_txns=self.account_txns.result(n_acc),
+            account_log_amount_sum=self.account_log_amount_sum.result(n_acc),
+            merchant_pair_keys=merchant_keys,
+            merchant_pair_counts=merchant_counts,
+            merchant_reach=np.bincount(merchant_keys & _SECOND_MASK, minlength=n_merch),
+            country_pair_keys=country_keys,
+            country_pair_counts=country_counts,
+            country_counts=self.country_counts.result(len(self.countries)),
+            rows=self.rows,
+            event_keys=self.events.sorted(removed),
+            base=self.base,
+        )
+
+
+def _search(
+    haystack: np.ndarray, needles: np.ndarray, order: np.ndarray, side="left"
+) -> np.ndarray:
+    """``np.searchsorted`` with the needles visited in sorted order (``order`` sorts them).
+
+    numpy starts each search from the previous result when needles increase, and the probes
+    stay in cache: 3.3x faster than unsorted needles on a 1M-key profile, argsort included.
+    """
+    found = np.empty(len(needles), np.int64)
+    found[order] = np.searchsorted(haystack, needles[order], side=side)
+    return found
 
 
 @dataclass(frozen=True)
 class PartitionProfile:
-    """Per-partition aggregates that the row-level features look rows up in."""
+    """Per-partition aggregates that the row-level features look rows up in.
 
-    accounts: pd.Index
-    merchants: pd.Index
-    countries: pd.Index
+    Pairs are keyed ``account_code << 32 | merchant_or_country_code``; events ``account_code
+    << 32 | biased second`` (see :func:`_event_keys`), sorted.
+    """
+
+    accounts: dict[str, int]
+    merchants: dict[str, int]
+    countries: dict[str, int]
     account_txns: np.ndarray
     account_log_amount_sum: np.ndarray
     merchant_pair_keys: np.ndarray
@@ -91,63 +302,28 @@ class PartitionProfile:
     country_counts: np.ndarray
     rows: int
     event_keys: np.ndarray
-    t0: int
-    span: int
+    base: int
 
     @classmethod
-    def build(cls, batches: Iterable[pa.RecordBatch]) -> PartitionProfile:
+    def build(cls, batches: Iterable[pa.RecordBatch], rows_hint: int = 0) -> PartitionProfile:
         """Aggregates a partition from a stream holding at least :data:`PROFILE_COLUMNS`."""
-        parts = [b.select(PROFILE_COLUMNS) for b in batches]
-        if not parts or not sum(b.num_rows for b in parts):
-            raise ValueError("the partition has no transactions")
-        table = pa.Table.from_batches(parts)
-        for name in ("amount", "ts"):
-            if table[name].null_count:
-                raise ValueError(f"column '{name}' has {table[name].null_count} null values")
-        accounts, acc = _encode(table["account_id"], "account_id")
-        merchants, merch = _encode(table["merchant_id"], "merchant_id")
-        countries, country = _encode(table["country"], "country")
-        log_amount = _log_amount(table["amount"])
-        seconds = _seconds(table["ts"])
-        n_acc, n_merch, n_country = len(accounts), len(merchants), len(countries)
+        builder = ProfileBuilder(rows_hint)
+        for batch in batches:
+            builder.add(batch)
+        return builder.finish()
 
-        merchant_keys, merchant_counts = _pair_counts(acc, merch, n_merch)
-        country_keys, country_counts = _pair_counts(acc, country, n_country)
-        # One sortable key per (account, second): an account's events form one contiguous,
-        # time-ordered run, so a window count is two binary searches.
-        t0 = int(seconds.min()) - _WIDEST
-        span = int(seconds.max()) - t0 + _WIDEST + 1
-        if n_acc * span >= 2**62:
-            raise ValueError(f"partition spans too long a time ({span} s) for {n_acc} accounts")
-        return cls(
-            accounts=accounts,
-            merchants=merchants,
-            countries=countries,
-            account_txns=np.bincount(acc, minlength=n_acc),
-            account_log_amount_sum=np.bincount(acc, weights=log_amount, minlength=n_acc),
-            merchant_pair_keys=merchant_keys,
-            merchant_pair_counts=merchant_counts,
-            merchant_reach=np.bincount(merchant_keys % n_merch, minlength=n_merch),
-            country_pair_keys=country_keys,
-            country_pair_counts=country_counts,
-            country_counts=np.bincount(country, minlength=n_country),
-            rows=table.num_rows,
-            event_keys=np.sort(acc * span + (seconds - t0)),
-            t0=t0,
-            span=span,
-        )
-
-    def _codes(self, index: pd.Index, column: pa.Array, name: str) -> np.ndarray:
-        codes = index.get_indexer(column.to_numpy(zero_copy_only=False))
+    def _codes(self, known: dict[str, int], column: pa.Array, name: str) -> np.ndarray:
+        values, local = _local_codes(column, name)
+        codes = _lookup(known, values)
         if (codes < 0).any():
             raise ValueError(
                 f"{int((codes < 0).sum())} '{name}' values are not in the partition profile: "
                 "the landing data changed between the pre-pass and scoring"
             )
-        return codes.astype(np.int64)
+        return codes[local]
 
     def _pair_lookup(self, keys: np.ndarray, counts: np.ndarray, query: np.ndarray) -> np.ndarray:
-        return counts[np.searchsorted(keys, query)]
+        return counts[_search(keys, query, np.argsort(query))]
 
     def columns(self, batch: pa.RecordBatch) -> dict[str, np.ndarray]:
         """Every feature in :data:`FEATURES` for the rows of one batch."""
@@ -163,10 +339,10 @@ class PartitionProfile:
         usual = np.where(txns > 1, others_mean, log_amount)
         hour = (seconds % 86_400) / 3_600.0
         merchant_visits = self._pair_lookup(
-            self.merchant_pair_keys, self.merchant_pair_counts, acc * len(self.merchants) + merch
+            self.merchant_pair_keys, self.merchant_pair_counts, (acc << 32) | merch
         )
         country_txns = self._pair_lookup(
-            self.country_pair_keys, self.country_pair_counts, acc * len(self.countries) + country
+            self.country_pair_keys, self.country_pair_counts, (acc << 32) | country
         )
         out = {
             "log_amount": log_amount,
@@ -184,10 +360,11 @@ class PartitionProfile:
             out[f"channel_{name}"] = pc.fill_null(pc.equal(channel, name), False).to_numpy(
                 zero_copy_only=False
             )
-        key = acc * self.span + (seconds - self.t0)
+        key = _event_keys(acc, seconds, self.base)
+        order = np.argsort(key)
         for name, window in BURST_WINDOWS.items():
-            inside = np.searchsorted(self.event_keys, key + window, side="right") - np.searchsorted(
-                self.event_keys, key - window, side="left"
+            inside = _search(self.event_keys, key + window, order, "right") - _search(
+                self.event_keys, key - window, order
             )
             out[name] = np.log1p(inside - 1)
         return out

@@ -41,6 +41,7 @@ from assets.fraud.schemas import (
 )
 from inference.device import Runtime
 from inference.modelstore import load_model, save_model
+from inference.streaming import release_freed_memory
 from inference.tabular import TabularScorer, TrainConfig, train_classifier
 from resources.storage import DataStore, LandingDataError, Published
 
@@ -140,8 +141,11 @@ def score_partition(
     """
     store = run.store
     screen = screen_transactions(store, date, build_profile=True)
-    screen.plan.check_rate(max_quarantine_rate, f"{SCORES} {date}")
+    plan = screen.plan
+    plan.check_rate(max_quarantine_rate, f"{SCORES} {date}")
     context = screen.profile()
+    del screen  # the builder's buffers: only the finished profile is needed from here
+    release_freed_memory()
     landing = store.iter_landing(TRANSACTIONS, date, TRANSACTIONS_SCHEMA, columns=SCREEN_COLUMNS)
     threshold = np.float32(scorer.threshold)
 
@@ -166,7 +170,7 @@ def score_partition(
         prepare=lambda batch: context.features(batch, scorer.features),
         inputs=store.landing_files(TRANSACTIONS, date),
         depends_on={"model": version, "threshold": float(threshold)},
-        quarantine=screen.plan,
+        quarantine=plan,
         observe=score_observer(float(threshold), version),
     )
 

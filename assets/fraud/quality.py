@@ -10,7 +10,8 @@ rows stream through the model, :func:`score_observer` keeps exact statistics of 
 from __future__ import annotations
 
 import json
-from dataclasses import dataclass, field
+from collections.abc import Iterable
+from dataclasses import dataclass
 from datetime import UTC, datetime, timedelta
 from typing import Any
 
@@ -18,7 +19,12 @@ import numpy as np
 import pyarrow as pa
 import pyarrow.compute as pc
 
-from assets.fraud.features import FEATURE_COLUMNS, PROFILE_COLUMNS, PartitionProfile
+from assets.fraud.features import (
+    FEATURE_COLUMNS,
+    PROFILE_COLUMNS,
+    PartitionProfile,
+    ProfileBuilder,
+)
 from assets.fraud.schemas import SCORES, TRANSACTIONS, TRANSACTIONS_SCHEMA
 from inference.invariants import StreamStats
 from inference.quarantine import (
@@ -66,20 +72,18 @@ class TransactionScreen:
     plan: QuarantinePlan
     figures: dict[str, Any]
     sample: pa.Table
-    profile_columns: list[pa.RecordBatch] = field(default_factory=list)
+    builder: ProfileBuilder | None = None
 
     def profile(self) -> PartitionProfile:
         """The feature profile over the rows that will be scored: quarantined rows never count.
 
-        Built on demand, after the quarantine rate was checked, so a day that is mostly bad
-        fails with the rate rather than with an empty profile.
+        Aggregated while the screening pass streamed (memory follows accounts and merchants,
+        plus 8 bytes per row, never the rows' strings) and finished on demand, after the
+        quarantine rate was checked, so a day that is mostly bad fails with the rate rather
+        than with an empty profile.
         """
-        table = pa.Table.from_batches(self.profile_columns)
-        if self.plan.count:
-            keep = np.ones(table.num_rows, bool)
-            keep[self.plan.positions] = False
-            table = table.filter(pa.array(keep))
-        return PartitionProfile.build(table.to_batches())
+        assert self.builder is not None, "screen_transactions(build_profile=True) builds it"
+        return self.builder.finish()
 
 
 def screen_transactions(
@@ -95,7 +99,7 @@ def screen_transactions(
     Args:
         store: the data store.
         date: the partition.
-        build_profile: keep the columns the feature profile is built from (see
+        build_profile: aggregate the feature profile of the clean rows on the way (see
             :meth:`TransactionScreen.profile`).
         sample_rows: size of the seeded random sample of landing rows (for row-level checks).
         seed: the sample's seed.
@@ -111,28 +115,40 @@ def screen_transactions(
             f"landing partition empty: dataset '{TRANSACTIONS}', date {date}: "
             f"{len(files)} file(s) with no rows under {store.uri(store.landing_path(TRANSACTIONS, date))}"
         )
+
+    def stream(columns: list[str]):
+        return store.iter_landing(TRANSACTIONS, date, TRANSACTIONS_SCHEMA, columns)
+
     wanted = sample_positions(rows, sample_rows, seed)
-    screener, parts, sampled = Screener(), [], []
+    screener = Screener(lambda: pa.chunked_array(b.column(0) for b in stream(["transaction_id"])))
+    builder = ProfileBuilder(rows) if build_profile else None
+    sampled = []
     amount_low, amount_high = np.inf, -np.inf
-    for batch in store.iter_landing(TRANSACTIONS, date, TRANSACTIONS_SCHEMA, SCREEN_COLUMNS):
+    for batch in stream(SCREEN_COLUMNS):
         offset = screener.rows
         amount = batch["amount"]
         rules = {f"null_{c}": is_null(batch[c]) for c in REQUIRED}
         rules["non_finite_amount"] = not_finite(amount)
         rules["negative_amount"] = below(amount, 0.0)
         rules["ts_outside_day"] = outside(batch["ts"], start, end)
-        screener.add(batch.num_rows, rules)
+        flagged = screener.add(batch.num_rows, rules)
         screener.keys(batch["transaction_id"], "duplicate_transaction_id")
         extremes = pc.min_max(amount).as_py()
         if extremes["min"] is not None:
             amount_low = min(amount_low, extremes["min"])
             amount_high = max(amount_high, extremes["max"])
-        if build_profile:
-            parts.append(batch.select(PROFILE_COLUMNS))
+        if builder is not None:
+            clean = batch.select(PROFILE_COLUMNS)
+            builder.add(clean.filter(pa.array(~flagged)) if flagged.any() else clean)
         local = wanted[(wanted >= offset) & (wanted < offset + batch.num_rows)] - offset
         if len(local):
             sampled.append(batch.take(pa.array(local)))
     plan = screener.plan()
+    if builder is not None:
+        # Duplicates are known only now: take their rows (few) out of the profile again.
+        repeated = plan.positions[plan.reasons == "duplicate_transaction_id"]
+        if len(repeated):
+            builder.remove(_rows_at(stream(PROFILE_COLUMNS), repeated))
     figures: dict[str, Any] = {
         "rows": rows,
         "rows_quarantined": plan.count,
@@ -143,7 +159,18 @@ def screen_transactions(
         "amount_max": float(amount_high) if np.isfinite(amount_high) else 0.0,
     }
     sample = pa.Table.from_batches(sampled, schema=_schema(SCREEN_COLUMNS))
-    return TransactionScreen(plan, figures, sample, parts)
+    return TransactionScreen(plan, figures, sample, builder)
+
+
+def _rows_at(batches: Iterable[pa.RecordBatch], positions: np.ndarray) -> pa.RecordBatch:
+    """The rows at sorted input ``positions`` of a stream, as one batch."""
+    taken, offset = [], 0
+    for batch in batches:
+        lo, hi = np.searchsorted(positions, [offset, offset + batch.num_rows])
+        if hi > lo:
+            taken.append(batch.take(pa.array(positions[lo:hi] - offset)))
+        offset += batch.num_rows
+    return pa.Table.from_batches(taken).combine_chunks().to_batches()[0]
 
 
 def _schema(columns: list[str]) -> pa.Schema:
