@@ -7,6 +7,7 @@ import torch
 
 from benchmarks.common import Workload, best_of
 from inference.recommend import SparseRows, block_size_for, masked_top_k, top_k
+from inference.topk import CHUNK_USERS, ItemTiles, grouped_fits
 
 
 def make_problem(users: int, items: int, dims: int, k: int, seed: int = 0):
@@ -96,7 +97,23 @@ def run(
             torch.addmm(bias, u[start : start + n], items_t, out=buffer[:n])
         _sync(dev)
 
-    _, floor = best_of(gemm, 2)
+    def tiled_gemm() -> None:
+        """The same scores by the GEMM nightshift's CPU top-K runs (oneDNN where torch has
+        it), tile by tile, with no selection at all."""
+        tiles = ItemTiles.build(v_cpu, bias_cpu)
+        augmented = torch.cat([u_cpu, torch.ones(users, 1)], dim=1)
+        for start in range(0, users, CHUNK_USERS):
+            chunk = augmented[start : start + CHUNK_USERS]
+            for tile in tiles.tiles:
+                tiles._gemm(chunk, tile)
+
+    _, torch_gemm = best_of(gemm, 2)
+    w.facts["torch_addmm_gemm_s"] = round(torch_gemm, 3)
+    # On the CPU torch's addmm (MKL, AVX2 on AMD) is no floor: nightshift's tiles run oneDNN.
+    floor = torch_gemm
+    if dev.type == "cpu" and grouped_fits(v_cpu, k):
+        _, floor = best_of(tiled_gemm, 2)
+        w.facts["gemm_engine"] = ItemTiles.build(v_cpu[:1], None)._gemm.__name__
     w.compare(
         "nightshift top_k (seen excluded)",
         "pure GEMM of the same scores",

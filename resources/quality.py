@@ -157,17 +157,38 @@ def _build_frames():
     return asset.add_batch_definition_whole_dataframe("whole")
 
 
-def _validate(expectations: list[dict], frame: pd.DataFrame, parameters: dict) -> list:
+def _validate(
+    expectations: list[dict], frame: pd.DataFrame, parameters: dict, detail: str = "SUMMARY"
+) -> list:
     import great_expectations as gx
 
     suite = gx.ExpectationSuite(name="nightshift", expectations=[dict(e) for e in expectations])
     batch = _frames().get_batch(batch_parameters={"dataframe": frame})
-    result = batch.validate(
-        suite,
-        expectation_parameters=parameters,
-        result_format={"result_format": "SUMMARY", "partial_unexpected_count": EXAMPLES},
-    )
+    result_format: dict[str, Any] = {"result_format": detail}
+    if detail == "SUMMARY":
+        result_format["partial_unexpected_count"] = EXAMPLES
+    result = batch.validate(suite, expectation_parameters=parameters, result_format=result_format)
     return list(result.results)
+
+
+def _validate_passing_fast(expectations: list[dict], frame: pd.DataFrame, parameters: dict) -> list:
+    """Validates with pass/fail results first, then again with details for the failures only.
+
+    GE's cost here is per expectation, not per row: ``BOOLEAN_ONLY`` took 0.043 s against
+    ``SUMMARY``'s 0.084 s for the 15 fraud_scores statistics expectations (best of 3), and a
+    day normally passes, so the details (observed values, unexpected counts and examples) are
+    only worked out for what failed.
+    """
+    numbered = [{**e, "meta": {**e.get("meta", {}), "at": i}} for i, e in enumerate(expectations)]
+    results = _validate(numbered, frame, parameters, "BOOLEAN_ONLY")
+    failed = [r.expectation_config.meta["at"] for r in results if not r.success]
+    if not failed:
+        return results
+    detailed = {
+        r.expectation_config.meta["at"]: r
+        for r in _validate([numbered[i] for i in failed], frame, parameters)
+    }
+    return [detailed.get(r.expectation_config.meta["at"], r) for r in results]
 
 
 @dataclass
@@ -218,7 +239,7 @@ def validate(
         ]
         if not tagged:
             continue
-        for result in _validate(tagged, frame, parameters or {}):
+        for result in _validate_passing_fast(tagged, frame, parameters or {}):
             config = result.expectation_config
             found = evidence[config.meta["check"]]
             found.evaluated += 1

@@ -246,3 +246,20 @@ def test_screened_profile_leaves_out_quarantined_and_duplicate_rows(store: DataS
     clean = table.filter(pa.array(~np.isin(np.arange(30), [5, 20]))).to_batches()[0]
     expected = PartitionProfile.build([clean]).features(clean, FEATURES)
     assert np.array_equal(screen.profile().features(clean, FEATURES), expected)
+
+
+def test_small_and_large_batches_look_codes_up_the_same_way():
+    batch = _burst_day(3000)  # above SMALL_BATCH: Arrow's index_in; slices: the dict path
+    profile = PartitionProfile.build([batch])
+    whole = profile.features(batch, FEATURES)
+    pieces = [profile.features(batch.slice(i, 500), FEATURES) for i in range(0, 3000, 500)]
+    assert np.array_equal(whole, np.concatenate(pieces))
+    stranger = _transactions([("nobody", "m1", 1.0, "09:00:00", "pos", "GB")])
+    for rows in (
+        stranger,
+        pa.Table.from_batches([stranger] * 2000).combine_chunks().to_batches()[0],
+    ):
+        with pytest.raises(
+            ValueError, match="'account_id' values are not in the partition profile"
+        ):
+            profile.features(rows, FEATURES)

@@ -1,8 +1,10 @@
 """Numeric fraud features from raw transactions, one partition (day) at a time.
 
-A cheap pre-pass over five columns builds a :class:`PartitionProfile` (per-account counts and
-amounts, account-merchant and account-country pairs, each account's sorted timestamps); the
-scoring pass then streams record batches and looks each row's context up in it. Features use
+A pre-pass over five columns streams through a :class:`ProfileBuilder` into a
+:class:`PartitionProfile` (per-account counts and amounts, account-merchant and account-country
+pairs, each account's sorted event times); the scoring pass then streams record batches and
+looks each row's context up in it. Only the event keys (8 bytes a row) grow with the rows; the
+rest grows with accounts, merchants and pairs, and no string column is ever held. Features use
 the partition alone, with no state carried between days, so any day can be scored, re-scored or
 backfilled on its own and training and scoring compute exactly the same thing.
 """
@@ -10,8 +12,7 @@ backfilled on its own and training and scoring compute exactly the same thing.
 from __future__ import annotations
 
 from collections.abc import Iterable, Sequence
-from dataclasses import dataclass
-from itertools import repeat
+from dataclasses import dataclass, field
 
 import numpy as np
 import pyarrow as pa
@@ -55,6 +56,9 @@ def check_feature_names(names: Sequence[str]) -> None:
 # be unsigned, in the low 32. A window of +-w seconds around a key stays inside its account's
 # range as long as every offset stays at least _WIDEST away from either end (about 68 years).
 _SECOND_BIAS = 1 << 31
+# Batches up to this many rows look codes up in a Python dict instead of hashing the
+# vocabulary in Arrow (row-at-a-time and micro-batch callers).
+SMALL_BATCH = 1024
 _SECOND_MASK = (1 << 32) - 1
 
 
@@ -75,38 +79,43 @@ def _event_keys(acc: np.ndarray, seconds: np.ndarray, base: int) -> np.ndarray:
     return (acc.astype(np.int64) << 32) | offset
 
 
-def _local_codes(column: pa.ChunkedArray | pa.Array, name: str) -> tuple[list, np.ndarray]:
-    """(distinct values, each row's index into them): Arrow's hash encoding of one batch."""
+def _strings(column: pa.ChunkedArray | pa.Array, name: str) -> pa.Array:
     if column.null_count:
         raise ValueError(f"column '{name}' has {column.null_count} null values")
     if isinstance(column, pa.ChunkedArray):
         column = column.combine_chunks()
-    encoded = column.dictionary_encode()
-    return encoded.dictionary.to_pylist(), encoded.indices.to_numpy(zero_copy_only=False)
+    return column.cast(pa.string()) if column.type != pa.string() else column
 
 
-def _lookup(codes: dict[str, int], values: list) -> np.ndarray:
-    """Each value's code, -1 for unknown ones. ``map`` over ``dict.get`` runs in C: measured
-    2-3x faster than ``pd.Index.get_indexer`` (pandas 3 str index) on 50k of 200k accounts."""
-    return np.array(list(map(codes.get, values, repeat(-1))), np.int64)
+def _lookup(known: pa.Array, column: pa.Array) -> pa.Array:
+    """Each row's position in ``known`` (null where it is not there), hashed in Arrow.
+
+    Measured on a 1M-row day in batches of 262k rows (200k accounts): about 5x faster than
+    dictionary-encoding each batch and looking its distinct values up in a Python dict.
+    """
+    return pc.index_in(column, value_set=known)
 
 
 class _Vocabulary:
     """A string -> code mapping that grows batch by batch; codes follow first appearance."""
 
     def __init__(self, name: str):
-        self.name, self.codes = name, {}
+        self.name = name
+        self.known = pa.array([], pa.string())
 
-    def encode(self, column: pa.ChunkedArray | pa.Array) -> tuple[np.ndarray, np.ndarray]:
-        """(global code of each distinct value in the batch, each row's index into those)."""
-        values, local = _local_codes(column, self.name)
-        codes = _lookup(self.codes, values)
-        for i in np.flatnonzero(codes < 0).tolist():
-            codes[i] = self.codes[values[i]] = len(self.codes)
-        return codes, local
+    def encode(self, column: pa.ChunkedArray | pa.Array) -> np.ndarray:
+        """Each row's code, new values taking the next free codes."""
+        column = _strings(column, self.name)
+        codes = _lookup(self.known, column)
+        if codes.null_count:
+            new = pc.unique(column.filter(pc.is_null(codes)))
+            extra = pc.add(_lookup(new, column), pa.scalar(len(self.known), codes.type))
+            codes = pc.coalesce(codes, extra)
+            self.known = pa.concat_arrays([self.known, new])
+        return codes.to_numpy(zero_copy_only=False).astype(np.int64)
 
     def __len__(self) -> int:
-        return len(self.codes)
+        return len(self.known)
 
 
 class _Counts:
@@ -115,15 +124,13 @@ class _Counts:
     def __init__(self, dtype: type):
         self.values = np.zeros(0, dtype)
 
-    def add(self, codes: np.ndarray, local: np.ndarray, size: int, weights=None) -> None:
+    def add(self, codes: np.ndarray, size: int, weights=None) -> None:
         if len(self.values) < size:
             grown = np.zeros(max(size, 2 * len(self.values)), self.values.dtype)
             grown[: len(self.values)] = self.values
             self.values = grown
-        # ``codes`` is distinct per batch, so a fancy-indexed += adds each batch sum once.
-        self.values[codes] += np.bincount(local, weights=weights, minlength=len(codes)).astype(
-            self.values.dtype
-        )
+        sums = np.bincount(codes, weights=weights, minlength=size)
+        self.values[:size] += sums.astype(self.values.dtype)
 
     def result(self, size: int) -> np.ndarray:
         return self.values[:size].copy()
@@ -217,21 +224,20 @@ class ProfileBuilder:
         for name in ("amount", "ts"):
             if batch[name].null_count:
                 raise ValueError(f"column '{name}' has {batch[name].null_count} null values")
-        acc_codes, acc_local = self.accounts.encode(batch["account_id"])
-        merch_codes, merch_local = self.merchants.encode(batch["merchant_id"])
-        country_codes, country_local = self.countries.encode(batch["country"])
+        acc = self.accounts.encode(batch["account_id"])
+        merch = self.merchants.encode(batch["merchant_id"])
+        country = self.countries.encode(batch["country"])
         log_amount = _log_amount(batch["amount"])
         seconds = _seconds(batch["ts"])
         if self.base is None:
             self.base = int(seconds.min())
         n_acc = len(self.accounts)
         weight = None if sign == 1 else np.full(batch.num_rows, sign)
-        self.account_txns.add(acc_codes, acc_local, n_acc, weight)
-        self.account_log_amount_sum.add(acc_codes, acc_local, n_acc, sign * log_amount)
-        self.country_counts.add(country_codes, country_local, len(self.countries), weight)
-        acc = acc_codes[acc_local]
-        self.merchant_pairs.add((acc << 32) | merch_codes[merch_local], sign)
-        self.country_pairs.add((acc << 32) | country_codes[country_local], sign)
+        self.account_txns.add(acc, n_acc, weight)
+        self.account_log_amount_sum.add(acc, n_acc, sign * log_amount)
+        self.country_counts.add(country, len(self.countries), weight)
+        self.merchant_pairs.add((acc << 32) | merch, sign)
+        self.country_pairs.add((acc << 32) | country, sign)
         keys = _event_keys(acc, seconds, self.base)
         self.rows += sign * batch.num_rows
         if sign == 1:
@@ -251,9 +257,9 @@ class ProfileBuilder:
         country_keys, country_counts = self.country_pairs.result()
         removed = np.concatenate(self._removed) if self._removed else np.zeros(0, np.int64)
         return PartitionProfile(
-            accounts=self.accounts.codes,
-            merchants=self.merchants.codes,
-            countries=self.countries.codes,
+            accounts=self.accounts.known,
+            merchants=self.merchants.known,
+            countries=self.countries.known,
             account_txns=self.account_txns.result(n_acc),
             account_log_amount_sum=self.account_log_amount_sum.result(n_acc),
             merchant_pair_keys=merchant_keys,
@@ -289,9 +295,9 @@ class PartitionProfile:
     << 32 | biased second`` (see :func:`_event_keys`), sorted.
     """
 
-    accounts: dict[str, int]
-    merchants: dict[str, int]
-    countries: dict[str, int]
+    accounts: pa.Array  # each code's value, in code order
+    merchants: pa.Array
+    countries: pa.Array
     account_txns: np.ndarray
     account_log_amount_sum: np.ndarray
     merchant_pair_keys: np.ndarray
@@ -303,6 +309,8 @@ class PartitionProfile:
     rows: int
     event_keys: np.ndarray
     base: int
+    # Python dicts over the vocabularies, built on first use by a small batch.
+    _small_batch_codes: dict[str, dict] = field(default_factory=dict, compare=False, repr=False)
 
     @classmethod
     def build(cls, batches: Iterable[pa.RecordBatch], rows_hint: int = 0) -> PartitionProfile:
@@ -312,15 +320,27 @@ class PartitionProfile:
             builder.add(batch)
         return builder.finish()
 
-    def _codes(self, known: dict[str, int], column: pa.Array, name: str) -> np.ndarray:
-        values, local = _local_codes(column, name)
-        codes = _lookup(known, values)
-        if (codes < 0).any():
+    def _codes(self, known: pa.Array, column: pa.Array, name: str) -> np.ndarray:
+        column = _strings(column, name)
+        if len(column) <= SMALL_BATCH:
+            # index_in hashes the whole vocabulary on every call: fine for a batch of 100k
+            # rows, 1000x the work for one row. Small batches look up a dict built once.
+            if name not in self._small_batch_codes:
+                values = known.to_pylist()
+                self._small_batch_codes[name] = dict(zip(values, range(len(values)), strict=True))
+            lookup = self._small_batch_codes[name].get
+            codes = np.array([lookup(v, -1) for v in column.to_pylist()], np.int64)
+            missing = int((codes < 0).sum())
+        else:
+            found = _lookup(known, column)
+            missing = found.null_count
+            codes = found.to_numpy(zero_copy_only=False) if not missing else None
+        if missing:
             raise ValueError(
-                f"{int((codes < 0).sum())} '{name}' values are not in the partition profile: "
+                f"{missing} '{name}' values are not in the partition profile: "
                 "the landing data changed between the pre-pass and scoring"
             )
-        return codes[local]
+        return codes.astype(np.int64)
 
     def _pair_lookup(self, keys: np.ndarray, counts: np.ndarray, query: np.ndarray) -> np.ndarray:
         return counts[_search(keys, query, np.argsort(query))]

@@ -23,6 +23,7 @@ from assets.fraud.features import (
     check_feature_names,
 )
 from assets.fraud.quality import (
+    SCREEN_BATCH_ROWS,
     SCREEN_COLUMNS,
     score_histogram,
     score_observer,
@@ -48,7 +49,9 @@ from resources.storage import DataStore, LandingDataError, Published
 
 def profile(store: DataStore, dataset: str, date: str, schema: pa.Schema) -> PartitionProfile:
     """The feature pre-pass over one landing partition."""
-    batches = store.iter_landing(dataset, date, schema, columns=PROFILE_COLUMNS)
+    batches = store.iter_landing(
+        dataset, date, schema, columns=PROFILE_COLUMNS, batch_size=SCREEN_BATCH_ROWS
+    )
     return PartitionProfile.build(batches)
 
 

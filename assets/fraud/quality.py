@@ -42,6 +42,10 @@ SCREEN_COLUMNS = ["transaction_id", *FEATURE_COLUMNS]
 # Currency is carried to alerts but not scored: a missing one is no reason to skip a transaction.
 REQUIRED = ["transaction_id", "account_id", "merchant_id", "amount", "ts", "channel", "country"]
 SCORE_BINS = 20
+# The screening pass reads bigger batches than the model takes: its per-batch costs (Arrow
+# hashing the accounts seen so far, one sort per batch) shrink with fewer batches. Measured on a
+# 1M-row day: 0.29-0.38 s at 262k rows a batch against 0.45-0.53 s at 65k (about 30 MB a batch).
+SCREEN_BATCH_ROWS = 262_144
 REASONS = (
     *(f"null_{c}" for c in REQUIRED),
     "non_finite_amount",
@@ -117,7 +121,9 @@ def screen_transactions(
         )
 
     def stream(columns: list[str]):
-        return store.iter_landing(TRANSACTIONS, date, TRANSACTIONS_SCHEMA, columns)
+        return store.iter_landing(
+            TRANSACTIONS, date, TRANSACTIONS_SCHEMA, columns, batch_size=SCREEN_BATCH_ROWS
+        )
 
     wanted = sample_positions(rows, sample_rows, seed)
     screener = Screener(lambda: pa.chunked_array(b.column(0) for b in stream(["transaction_id"])))
