@@ -135,8 +135,21 @@ def run(
             "tokens/s",
             True,
             1.0,
-            f"chose {runs[name].strategy.removeprefix('auto:')}",
+            _auto_note(runs[name]),
         )
+    # What deciding costs: the first call against its chosen strategy run alone.
+    chosen = runs["auto (first call: probes)"].strategy.removeprefix("auto:")
+    alone = {"static": "static bucketed", "continuous": "continuous"}[chosen]
+    w.compare(
+        "auto (first call: probes)",
+        f"{alone} alone (the strategy it chose)",
+        rate["auto (first call: probes)"],
+        rate[alone],
+        "tokens/s",
+        True,
+        None,
+        "the probe's cost",
+    )
     w.compare(
         "continuous batching",
         "static batches of 32 (time to first token, p50)",
@@ -147,3 +160,18 @@ def run(
         None,
     )
     return w
+
+
+def _auto_note(run: TokenRun) -> str:
+    """The decision and, for a call that probed, what each strategy measured and what it cost."""
+    note = f"chose {run.strategy.removeprefix('auto:')}"
+    if not run.probe:
+        return note
+    p = run.probe
+    stopped = " (stopped early: clearly behind)" if p.get("continuous_stopped_early") else ""
+    return (
+        f"{note}; probe of {int(p['probe_requests'])} requests each: static "
+        f"{p['static_tokens_per_second']:,.0f} tokens/s, continuous "
+        f"{p['continuous_tokens_per_second']:,.0f}{stopped}; probe {p['probe_seconds']:.2f} s, "
+        f"cost {p['probe_cost_seconds']:.2f} s over the winner"
+    )

@@ -7,12 +7,14 @@
 - auto: the strategy measured faster on this device for this model (see ``generate_tokens``).
 
 Which is faster depends on the device and the model, so it is measured, not assumed: on the
-2-core CPU this was built on, continuous batching ran a 4 x 256 random Llama at 0.66x the
-tokens/s of static batches of 32 (benchmarks/results.md).
+2-core CPU this was built on, continuous batching ran a 4 x 256 random Llama at 0.72-0.77x the
+tokens/s of static batches of 32 (0.63-0.66x before its teardown's gc passes were cut, see
+generate_continuous; ``python -m benchmarks.bench --only generation``).
 """
 
 from __future__ import annotations
 
+import gc
 import importlib.util
 import time
 from collections.abc import Callable, Sequence
@@ -41,7 +43,12 @@ class TokenRun:
     seconds: float
     first_token_seconds: list[float]
     model_calls: int = 0
-    probe: dict[str, float] = field(default_factory=dict)  # auto: each strategy's measured rate
+    probe: dict[str, float] = field(default_factory=dict)  # auto: rates, cost (see generate_tokens)
+    # Seconds until the last result was produced: ``seconds`` less the teardown (continuous
+    # batching stops a background thread and frees its cache after the last result).
+    busy_seconds: float | None = None
+    # Requests given up on (continuous, when told to stop early): their ``tokens`` are empty.
+    unfinished: list[int] = field(default_factory=list)
 
     @property
     def useful_tokens(self) -> int:
@@ -51,6 +58,12 @@ class TokenRun:
     @property
     def tokens_per_second(self) -> float:
         return self.useful_tokens / self.seconds if self.seconds > 0 else 0.0
+
+    @property
+    def busy_tokens_per_second(self) -> float:
+        """Useful tokens per second of generating, per-call teardown excluded."""
+        busy = self.seconds if self.busy_seconds is None else self.busy_seconds
+        return self.useful_tokens / busy if busy > 0 else 0.0
 
     def first_token_percentiles(self) -> dict[str, float]:
         if not self.first_token_seconds:
@@ -152,6 +165,7 @@ def generate_continuous(
     max_batch_size: int,
     max_batch_tokens: int,
     page_size: int = 256,
+    give_up: Callable[[float, int], bool] | None = None,
 ) -> TokenRun:
     """Greedy generation with transformers' continuous batching (paged KV cache).
 
@@ -159,6 +173,13 @@ def generate_continuous(
     a request that is already done. The KV cache is sized here from the workload (requests in
     flight x their longest sequence) instead of from free device memory, which on a CPU would
     allocate gigabytes for nothing.
+
+    Args:
+        give_up: called about every 20 ms with (seconds since the start, tokens generated so
+            far, finished or not); True stops the run: the requests not finished by then are
+            listed in ``TokenRun.unfinished`` with no tokens (``auto`` uses it to stop probing a
+            strategy that is clearly behind).
+        (others): as for :func:`generate_static`.
 
     Raises:
         ValueError: the model is an encoder-decoder (continuous batching is decoder-only).
@@ -196,12 +217,23 @@ def generate_continuous(
         max_generated_length=int(max(max_new_tokens)),
         num_requests=len(prompts),
     )
+    # Stopping the manager runs gc.collect() twice (in stop() and in the batch processor's
+    # __del__), each a full pass over the whole process heap: 0.24-0.32 s apiece on the 2-core
+    # CPU with dagster imported (profiled: stop() took 0.76 s after 32 requests of 8
+    # tokens that ran in 0.55 s). Freezing the heap as it was before the call leaves those
+    # passes only the objects made here (the manager, its KV cache: still freed as intended).
+    frozen = gc.get_freeze_count() == 0
+    if frozen:
+        gc.freeze()
     manager = model.init_continuous_batching(
         generation_config=config, continuous_batching_config=cb_config, workload_hints=hints
     )
-    manager.start()
     results: dict[str, object] = {}
+    finished_tokens = 0
+    stopped_early = False
+    done_at = 0.0
     try:
+        manager.start()
         for i, (prompt, limit) in enumerate(zip(prompts, max_new_tokens, strict=True)):
             manager.add_request(
                 list(prompt), request_id=f"r{i}", max_new_tokens=int(limit), record_timestamps=True
@@ -209,35 +241,92 @@ def generate_continuous(
         # Results are drained without a request id: asking for one id returns None whenever
         # another request's result is first in the queue.
         while len(results) < len(prompts):
-            result = manager.get_result(timeout=1.0)
+            result = manager.get_result(timeout=1.0 if give_up is None else 0.02)
             if result is None:
                 if not manager.is_running():
                     raise RuntimeError(
                         f"continuous batching stopped with {len(prompts) - len(results)} "
                         "requests unfinished"
                     )
-                continue
-            if result.is_finished():
+            elif result.is_finished():
                 if result.error is not None:
                     raise RuntimeError(f"request {result.request_id} failed: {result.error}")
                 results[result.request_id] = result
+                finished_tokens += len(result.generated_tokens)
+                done_at = time.perf_counter() - began
+            if give_up is not None and len(results) < len(prompts):
+                elapsed = time.perf_counter() - began
+                if give_up(elapsed, finished_tokens + _tokens_in_flight(manager)):
+                    stopped_early, done_at = True, elapsed
+                    break
     finally:
-        manager.stop(block=True, timeout=30)
+        manager.stop(block=True, timeout=30, hard_stop=stopped_early)
         manager.destroy()
-    tokens, first = [], []
+        if frozen:
+            gc.unfreeze()
+    tokens, first, unfinished = [], [], []
     for i, limit in enumerate(max_new_tokens):
-        result = results[f"r{i}"]
+        result = results.get(f"r{i}")
+        if result is None:
+            tokens.append([])
+            first.append(done_at)
+            unfinished.append(i)
+            continue
         tokens.append(_cut(list(result.generated_tokens), int(limit), eos_token_id))
         stamps = result.timestamps or [result.lifespan[1]]
         first.append(stamps[0] - began)
-    return TokenRun(tokens, "continuous", time.perf_counter() - began, first)
+    seconds = time.perf_counter() - began
+    return TokenRun(
+        tokens, "continuous", seconds, first, busy_seconds=done_at, unfinished=unfinished
+    )
 
 
-def _probe_sets(lengths: np.ndarray, size: int) -> tuple[np.ndarray, np.ndarray]:
-    """Two disjoint request sets of ``size`` with matching length mixes (alternate by length)."""
-    order = np.argsort(lengths, kind="stable")
-    picked = order[np.linspace(0, len(order) - 1, 2 * size).round().astype(np.int64)]
-    return picked[0::2], picked[1::2]
+def _tokens_in_flight(manager: object) -> int:
+    """Tokens generated so far by the requests still running (0 where that cannot be read).
+
+    Reads the scheduler of transformers 5.x's batch processor; it is only a progress signal,
+    so a version that lays it out differently makes ``auto`` wait for finished requests.
+    """
+    try:
+        states = list(manager.batch_processor.scheduler.active_requests.values())
+        return sum(state.generated_len() for state in states)
+    except (AttributeError, RuntimeError):
+        return 0
+
+
+def _typical_bucket(plan: list[np.ndarray], limits: np.ndarray) -> np.ndarray:
+    """The full bucket whose share of useful decoding steps is closest to the whole plan's.
+
+    A static batch runs until its longest request is done, so its tokens/s follows the share
+    of its rows x steps that are useful, which differs a lot between buckets: 0.42 to 0.87 in
+    the benchmark's 8 buckets (0.62 over all), and the middle bucket (0.47) ran at 1,516
+    tokens/s against 2,261 for the whole call. The typical bucket's rate stands for the call.
+    """
+    steps = [len(b) * int(limits[b].max()) for b in plan]
+    overall = limits.sum() / max(sum(steps), 1)
+    largest = max(len(b) for b in plan)
+    return min(
+        (b for b, n in zip(plan, steps, strict=True) if len(b) == largest),
+        key=lambda b: abs(limits[b].sum() / max(len(b) * int(limits[b].max()), 1) - overall),
+    )
+
+
+def _matched(prompt_lengths: np.ndarray, limits: np.ndarray, rows: np.ndarray) -> np.ndarray:
+    """For each of ``rows``, the closest other request by (prompt length, new tokens), unshared.
+
+    The two probe sets then hold the same mix of lengths, so their tokens/s compare directly.
+    """
+    free = np.ones(len(limits), dtype=bool)
+    free[rows] = False
+    picked = []
+    for i in rows:
+        if not free.any():
+            break
+        distance = np.abs(prompt_lengths - prompt_lengths[i]) + np.abs(limits - limits[i])
+        j = int(np.argmin(np.where(free, distance, np.iinfo(np.int64).max)))
+        picked.append(j)
+        free[j] = False
+    return np.asarray(picked, dtype=np.int64)
 
 
 def generate_tokens(
@@ -255,16 +344,27 @@ def generate_tokens(
 ) -> TokenRun:
     """Greedy generation with a chosen strategy, or ``auto``: the one measured faster here.
 
-    ``auto`` decides from measurement, not from what is usually true of a device: it runs two
-    sets of the real requests (same length mix), one with each strategy, keeps the one with
-    more useful tokens per second, and runs the rest with it. The probe's outputs are part of
-    the result, so measuring repeats no work; each set is one full batch (``max_batch_size``
-    requests), so each strategy is measured at the efficiency it would run at, and the cost
-    of measuring is the slower strategy's extra time on one batch. The choice is stored in
-    ``decisions`` under the model's device type, so later calls with the same dict (one
-    process scoring several partitions) reuse it. A call with fewer than four batches of
-    requests and no stored choice runs static without measuring (too little work to measure
-    on); encoder-decoder models always run static.
+    ``auto`` decides from measurement, not from what is usually true of a device: it runs one
+    batch of the real requests with each strategy (the same length mix for both), keeps the one
+    with more useful tokens per second and runs the rest with it (see :func:`_probe_then_run`).
+    The probe's outputs are part of the result, so no request is generated twice unless the
+    continuous probe is stopped early, and then only the requests it had not finished. Static's
+    probe batch is one of its own length buckets, so when static wins the probe costs only the
+    continuous batch's extra time, cut short once it is clearly behind. ``TokenRun.probe``
+    holds both measured rates, the probe's wall time and its cost over the winner.
+
+    Measured (``NIGHTSHIFT_CPU_THREADS=1 python -m benchmarks.bench --only generation``, 2-core
+    CPU, 256 requests, 4 x 256 random Llama): the earlier probe (two spread-out sets of 32, one
+    per strategy, each run to completion) cost ~1.6 s of a 7.7 s call: first call 0.95-0.97x of
+    the better of continuous and static-32. This one, three runs: 1.11x, 1.05x, 1.11x (0.93x,
+    0.89x, 0.93x of static length-bucketed run alone; probe cost 0.51-0.60 s, continuous run to
+    the end of its 32 requests at 1,479-1,756 tokens/s against static's 2,066-2,416, so static
+    kept); once decided 1.18-1.21x.
+
+    The choice is stored in ``decisions`` under the model's device type, so later calls with
+    the same dict (one process scoring several partitions) reuse it. A call with fewer than
+    four batches of requests and no stored choice runs static without measuring (too little
+    work to measure on); encoder-decoder models always run static.
 
     Args:
         strategy: ``static``, ``continuous`` or ``auto``.
@@ -292,10 +392,28 @@ def generate_tokens(
         run = runners[known or "static"](prompts, max_new_tokens)
         run.strategy = f"auto:{known or 'static'}"
         return run
-    return _probe_then_run(prompts, max_new_tokens, runners, probe, device, decisions)
+    return _probe_then_run(
+        prompts, max_new_tokens, runners, probe, device, decisions, max_batch_size, max_batch_tokens
+    )
 
 
-_Runner = Callable[[Sequence[Sequence[int]], Sequence[int]], TokenRun]
+_Runner = Callable[..., TokenRun]  # (prompts, max_new_tokens, **options)
+
+
+# The probe stops running continuous batching once it is clearly behind static: when even at
+# the fastest pace it has shown over any window of PACE_WINDOW x static's time, it would finish
+# its set after BEHIND x static's time for the same work (judged once tokens have flowed for
+# OBSERVE x that time), or when DEADLINE x that time has passed. Its first step is all prefill
+# (0.45-0.6 s of nothing, then ~2,700 tokens/s of decoding on the 2-core CPU, measured by
+# polling one bucket of the benchmark), so the fastest window once tokens flow, not the mean
+# since the start, is what it is judged by: it is stopped only when behind by more than noise.
+# On the benchmark it
+# is not (its 32 requests take ~1.4-1.6x static's time), so it runs to the end and its results
+# are kept: stopping it then would throw away as much time as it saves.
+BEHIND = 1.5
+DEADLINE = 2.0
+PACE_WINDOW = 0.1
+OBSERVE = 0.3
 
 
 def _probe_then_run(
@@ -305,30 +423,91 @@ def _probe_then_run(
     size: int,
     device: str,
     decisions: dict[str, str] | None,
+    max_batch_size: int,
+    max_batch_tokens: int,
 ) -> TokenRun:
+    """``auto`` without a stored choice: measure both strategies on real requests, run the rest.
+
+    1. Static runs one batch of the very plan it would run for the whole call (the typical
+       one, see :func:`_typical_bucket`): if static wins, this probe cost nothing.
+    2. Continuous runs as many other requests, matched one to one by prompt length and new
+       tokens, so the two sets are the same work; it is stopped early once clearly behind (see
+       BEHIND), keeping the requests it finished.
+    3. The faster by useful tokens per second (continuous's teardown, a per-call cost, left
+       out) runs every request not yet done. Each request is generated to completion once.
+    """
     began = time.perf_counter()
     limits = np.asarray(max_new_tokens, dtype=np.int64)
-    lengths = np.fromiter((len(p) for p in prompts), np.int64, len(prompts)) + limits
-    sets = dict(zip(("static", "continuous"), _probe_sets(lengths, size), strict=True))
+    prompt_lengths = np.fromiter((len(p) for p in prompts), np.int64, len(prompts))
+    plan = length_buckets(prompt_lengths + limits, max_batch_tokens, max_batch_size)
+    static_rows = _typical_bucket(plan, limits)[:size]
+    continuous_rows = _matched(prompt_lengths, limits, static_rows)
     tokens: list[list[int]] = [[] for _ in prompts]
     first = [0.0] * len(prompts)
-    rates: dict[str, float] = {}
-    calls = 0
-    for name, rows in sets.items():
+    done = np.zeros(len(prompts), dtype=bool)
+
+    def run_rows(name: str, rows: np.ndarray, **kwargs) -> TokenRun:
         offset = time.perf_counter() - began
-        run = runners[name]([prompts[i] for i in rows], limits[rows].tolist())
-        rates[name] = run.tokens_per_second
-        calls += run.model_calls
+        run = runners[name]([prompts[i] for i in rows], limits[rows].tolist(), **kwargs)
+        skipped = set(run.unfinished)
         for j, i in enumerate(rows):
-            tokens[i], first[i] = run.tokens[j], offset + run.first_token_seconds[j]
-    winner = max(rates, key=rates.get)
+            if j not in skipped:
+                tokens[i], first[i] = run.tokens[j], offset + run.first_token_seconds[j]
+                done[i] = True
+        return run
+
+    static = run_rows("static", static_rows)
+    # Static's time for the continuous set's work (same length mix; with an end-of-sequence
+    # token, the share of the limits static really generated stands for both sets).
+    share = limits[continuous_rows].sum() / max(limits[static_rows].sum(), 1)
+    static_time = static.seconds * share
+    expected = static.useful_tokens * share
+    pace: list[tuple[float, int]] = []
+    fastest = 0.0
+
+    def behind(elapsed: float, produced: int) -> bool:
+        nonlocal fastest
+        pace.append((elapsed, produced))
+        if elapsed > DEADLINE * static_time:
+            return True
+        # Windows start once tokens flow: the first step's burst of first tokens (prefill) is
+        # no measure of the pace of decoding.
+        flowing = [(t, n) for t, n in pace if n > 0]
+        window = [(t, n) for t, n in flowing if t <= elapsed - PACE_WINDOW * static_time]
+        if window:
+            t, n = window[-1]
+            fastest = max(fastest, (produced - n) / (elapsed - t))
+        # Judged only after several windows of flow: the second step may still be prefilling
+        # the requests the first had no room for (a pace of ~900 tokens/s, then ~2,700).
+        observed = bool(flowing) and elapsed - flowing[0][0] >= OBSERVE * static_time
+        if not observed:
+            return False
+        remaining = max(expected - produced, 0)
+        return fastest <= 0 or elapsed + remaining / fastest > BEHIND * static_time
+
+    continuous = run_rows("continuous", continuous_rows, give_up=behind)
+    gave_up = bool(continuous.unfinished)
+    rates = {
+        "static": static.busy_tokens_per_second,
+        # Stopped early: the tokens it had generated, finished or not, over the time it ran.
+        "continuous": pace[-1][1] / pace[-1][0] if gave_up else continuous.busy_tokens_per_second,
+    }
+    winner = "static" if gave_up else max(rates, key=rates.get)
     if decisions is not None:
         decisions[device] = winner
-    rest = np.setdiff1d(np.arange(len(prompts)), np.concatenate(list(sets.values())))
-    offset = time.perf_counter() - began
-    run = runners[winner]([prompts[i] for i in rest], limits[rest].tolist())
-    for j, i in enumerate(rest):
-        tokens[i], first[i] = run.tokens[j], offset + run.first_token_seconds[j]
+    probe_seconds = time.perf_counter() - began
+    probe_tokens = static.useful_tokens + continuous.useful_tokens
+    rest = np.flatnonzero(~done)
+    run = run_rows(winner, rest)
     probe = {f"{k}_tokens_per_second": round(v, 1) for k, v in rates.items()}
+    probe.update(
+        probe_requests=float(len(static_rows)),
+        continuous_stopped_early=float(gave_up),
+        probe_seconds=round(probe_seconds, 3),
+        # What probing cost over running the probe's finished requests with the winner at
+        # its measured rate: the slower strategy's extra time, work given up, teardowns.
+        probe_cost_seconds=round(probe_seconds - probe_tokens / max(rates[winner], 1e-9), 3),
+    )
     seconds = time.perf_counter() - began
-    return TokenRun(tokens, f"auto:{winner}", seconds, first, calls + run.model_calls, probe)
+    calls = static.model_calls + continuous.model_calls + run.model_calls
+    return TokenRun(tokens, f"auto:{winner}", seconds, first, calls, probe)
