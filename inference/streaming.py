@@ -55,31 +55,8 @@ def _cast(batch: pa.RecordBatch, schema: pa.Schema) -> pa.RecordBatch:
     return batch if batch.schema == target else batch.cast(target)
 
 
-# glibc's mallopt parameter number for M_MMAP_THRESHOLD.
-_M_MMAP_THRESHOLD = -3
-_HEAP_SETTINGS: list[bool] = []
-
-
 def _libc():
     return ctypes.CDLL(ctypes.util.find_library("c") or "libc.so.6")
-
-
-def keep_large_arrays_off_the_heap(threshold: int = 1 << 20) -> None:
-    """Has glibc map every allocation of ``threshold`` bytes or more on its own (once a process).
-
-    glibc raises its mmap threshold each time a large block is freed, after which numpy's
-    per-batch arrays come from the heap and fragment it: resident memory then climbed with
-    every batch of a long pass. Measured on a 10M-row fraud partition: peak 949 MB with the
-    default, 894 MB with a fixed 1 MB threshold (1M rows: 780 vs 771 MB), same run time within
-    noise. A no-op where glibc is not the allocator.
-    """
-    if _HEAP_SETTINGS:
-        return
-    _HEAP_SETTINGS.append(True)
-    try:
-        _libc().mallopt(_M_MMAP_THRESHOLD, threshold)
-    except (OSError, AttributeError):
-        pass
 
 
 def release_freed_memory() -> None:

@@ -42,7 +42,7 @@ from assets.fraud.schemas import (
 )
 from inference.device import Runtime
 from inference.modelstore import load_model, save_model
-from inference.streaming import keep_large_arrays_off_the_heap, release_freed_memory
+from inference.streaming import release_freed_memory
 from inference.tabular import TabularScorer, TrainConfig, train_classifier
 from resources.storage import DataStore, LandingDataError, Published
 
@@ -143,7 +143,6 @@ def score_partition(
     their reason; above ``max_quarantine_rate`` of the day the step fails before any inference.
     """
     store = run.store
-    keep_large_arrays_off_the_heap()
     screen = screen_transactions(store, date, build_profile=True)
     plan = screen.plan
     plan.check_rate(max_quarantine_rate, f"{SCORES} {date}")
