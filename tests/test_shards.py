@@ -138,3 +138,20 @@ def test_an_expired_lease_is_taken_over(any_store) -> None:
     acquire_lease(target.cas, target.lease_path, "run-x", seconds=-1)
     run_sharded(_writer(store, lineage="run-y"), _input(), Model(), batch_size=100)
     assert store.read_output("out", "2026-03-01").num_rows == 1000
+
+
+def test_shards_dictionary_encode_only_repetitive_columns():
+    from inference.shard_writer import dictionary_columns
+
+    n = 5000
+    table = pa.table(
+        {
+            "transaction_id": [f"t{i}" for i in range(n)],
+            "score": np.linspace(0, 1, n, dtype=np.float32),
+            "flagged": [i % 7 == 0 for i in range(n)],
+            "model_version": ["fraud_model-abc"] * n,
+            "reason": [("null_amount", "negative_amount")[i % 2] for i in range(n)],
+        }
+    )
+    assert dictionary_columns(table) == ["model_version", "reason"]
+    assert dictionary_columns(table.slice(0, 0)) == []
