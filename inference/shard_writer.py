@@ -435,6 +435,8 @@ def dictionary_columns(table: pa.Table, sample: int = 4096) -> list[str]:
         column = head[name]
         if pa.types.is_boolean(column.type) or not len(column):
             continue
-        if pc.count_distinct(column).as_py() * 2 <= len(column):
+        if pa.types.is_nested(column.type):  # lists and structs: parquet's default
+            chosen.append(name)
+        elif pc.count_distinct(column).as_py() * 2 <= len(column):
             chosen.append(name)
     return chosen

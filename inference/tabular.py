@@ -430,10 +430,19 @@ class TabularScorer:
             trained.model, trained.standardizer, trained.features, trained.threshold, runtime
         )
 
-    def score(self, x: np.ndarray) -> np.ndarray:
-        """Probabilities (float32 in [0, 1]) for the rows of a matrix in ``features`` order."""
+    def score(self, x: np.ndarray, max_rows: int | None = None) -> np.ndarray:
+        """Probabilities (float32 in [0, 1]) for the rows of a matrix in ``features`` order.
+
+        Args:
+            x: the feature matrix.
+            max_rows: rows per model call at most (all at once when None).
+        """
         if x.ndim != 2 or x.shape[1] != len(self.features):
             raise ValueError(f"expected {len(self.features)} feature columns, got shape {x.shape}")
+        if max_rows and len(x) > max_rows:
+            return np.concatenate(
+                [self.score(x[i : i + max_rows]) for i in range(0, len(x), max_rows)]
+            )
         inputs = torch.from_numpy(self.standardizer.transform(x)).to(self.runtime.device)
         with torch.inference_mode():
             logits = self.model(inputs.to(self.runtime.dtype)).squeeze(1)

@@ -151,7 +151,8 @@ def test_shards_dictionary_encode_only_repetitive_columns():
             "flagged": [i % 7 == 0 for i in range(n)],
             "model_version": ["fraud_model-abc"] * n,
             "reason": [("null_amount", "negative_amount")[i % 2] for i in range(n)],
+            "keywords": [["a", "b"]] * n,
         }
     )
-    assert dictionary_columns(table) == ["model_version", "reason"]
+    assert dictionary_columns(table) == ["model_version", "reason", "keywords"]
     assert dictionary_columns(table.slice(0, 0)) == []

