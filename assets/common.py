@@ -6,6 +6,7 @@ from collections.abc import Iterator
 from contextlib import contextmanager
 from dataclasses import dataclass
 
+import pandas as pd
 import pyarrow as pa
 from dagster import AssetExecutionContext, Failure, MaterializeResult, MetadataValue
 
@@ -41,6 +42,8 @@ class PartitionReport:
     gpu: GpuStats | None = None
     price: NodePrice | None = None
     capacity: str = "spot"
+    # The output's check sample, when it was taken while the rows streamed (else read back).
+    sample: pd.DataFrame | None = None
 
 
 def partition_dates(context: AssetExecutionContext) -> list[str]:

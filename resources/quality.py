@@ -167,8 +167,49 @@ def _validate(
     result_format: dict[str, Any] = {"result_format": detail}
     if detail == "SUMMARY":
         result_format["partial_unexpected_count"] = EXAMPLES
-    result = batch.validate(suite, expectation_parameters=parameters, result_format=result_format)
+    with _configurations_built_once():
+        result = batch.validate(
+            suite, expectation_parameters=parameters, result_format=result_format
+        )
     return list(result.results)
+
+
+_MEMO_LOCK = threading.Lock()
+
+
+@contextmanager
+def _configurations_built_once() -> Iterator[None]:
+    """Builds each expectation's configuration once per validation instead of on every read.
+
+    GE 1.x derives ``Expectation.configuration`` afresh (a pydantic ``.dict()`` and a new
+    ExpectationConfiguration) each time it is read, about 40 times per expectation in one
+    validation: 44% of the time of our validations in a profile. Nothing changes an expectation
+    while it is validated, so within the call the first one built is reused. Measured (best of
+    5, 1M-row fraud partition): fraud_scores suites 0.103 -> 0.075 s, transactions 0.143 ->
+    0.122 s, every check result and its metadata identical (tests/test_quality.py compares
+    them). If GE's class no longer has the property, this does nothing.
+    """
+    try:
+        from great_expectations.expectations.expectation import Expectation
+
+        derived = Expectation.__dict__["configuration"]
+    except (ImportError, KeyError):
+        yield
+        return
+    built: dict[int, tuple[Any, Any]] = {}
+
+    def configuration(self):
+        hit = built.get(id(self))
+        if hit is None or hit[0] is not self:  # keyed by identity; the entry keeps it alive
+            hit = built[id(self)] = (self, derived.fget(self))
+        return hit[1]
+
+    with _MEMO_LOCK:
+        Expectation.configuration = property(configuration)
+        try:
+            yield
+        finally:
+            Expectation.configuration = derived
 
 
 def _validate_passing_fast(expectations: list[dict], frame: pd.DataFrame, parameters: dict) -> list:
@@ -375,6 +416,32 @@ def sample_output(
         empty = readers[0].schema_arrow.empty_table()
         return (empty.select(columns) if columns else empty).to_pandas()
     return pa.concat_tables(taken).to_pandas()
+
+
+class StreamedSample:
+    """The rows at :func:`sample_positions` of an output, taken while its batches stream past in
+    order, so the checks need not read the published partition back: the same rows
+    :func:`sample_output` would read (reading them back cost ~0.045 s of a 1M-row fraud
+    partition's 1.4 s). Complete only when every output row went past, i.e. not on an attempt
+    that resumed finished shards; :meth:`frame` is None then and the caller reads them back.
+    """
+
+    def __init__(self, rows: int, size: int, seed: int):
+        self.rows = rows
+        self.wanted = sample_positions(rows, size, seed)
+        self.seen = 0
+        self._parts: list[pa.Table] = []
+
+    def add(self, out: pa.Table) -> None:
+        lo, hi = np.searchsorted(self.wanted, [self.seen, self.seen + out.num_rows])
+        if hi > lo:
+            self._parts.append(out.take(pa.array(self.wanted[lo:hi] - self.seen)))
+        self.seen += out.num_rows
+
+    def frame(self, rows_out: int) -> pd.DataFrame | None:
+        if not self._parts or self.seen != rows_out or rows_out != self.rows:
+            return None
+        return pa.concat_tables(self._parts).to_pandas()
 
 
 def published_rows(store: DataStore, asset: str, date: str) -> int:

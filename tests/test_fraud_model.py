@@ -224,8 +224,8 @@ def test_a_profile_with_rows_taken_out_equals_one_built_without_them():
     assert streamed.rows == 36 and len(streamed.event_keys) == 36
 
 
-def test_screened_profile_leaves_out_quarantined_and_duplicate_rows(store: DataStore):
-    from assets.fraud.quality import screen_transactions
+def _land_with_bad_rows(store: DataStore) -> pa.Table:
+    """Two landing files of 30 transactions: row 5 has a negative amount, row 20 repeats an id."""
     from assets.fraud.schemas import TRANSACTIONS
 
     batch = _burst_day(30)
@@ -240,12 +240,39 @@ def test_screened_profile_leaves_out_quarantined_and_duplicate_rows(store: DataS
     folder.mkdir(parents=True)
     pq.write_table(table.slice(0, 15), folder / "part-00000.parquet")
     pq.write_table(table.slice(15), folder / "part-00001.parquet")
+    return table
 
+
+def test_screened_profile_leaves_out_quarantined_and_duplicate_rows(store: DataStore):
+    from assets.fraud.quality import screen_transactions
+
+    table = _land_with_bad_rows(store)
     screen = screen_transactions(store, "2026-03-01", build_profile=True)
     assert screen.plan.positions.tolist() == [5, 20]
     clean = table.filter(pa.array(~np.isin(np.arange(30), [5, 20]))).to_batches()[0]
     expected = PartitionProfile.build([clean]).features(clean, FEATURES)
     assert np.array_equal(screen.profile().features(clean, FEATURES), expected)
+
+
+def test_the_landing_plan_is_reused_for_the_same_files_only(store: DataStore):
+    from assets.fraud.quality import load_screen, save_screen, screen_transactions
+
+    table = _land_with_bad_rows(store)
+    landing = screen_transactions(store, "2026-03-01")
+    assert load_screen(store, "2026-03-01") is None  # nothing saved yet
+    save_screen(store, "2026-03-01", landing)
+    plan = load_screen(store, "2026-03-01")
+    assert plan.positions.tolist() == [5, 20] and plan.digest() == landing.plan.digest()
+    reused = screen_transactions(store, "2026-03-01", build_profile=True, plan=plan)
+    fresh = screen_transactions(store, "2026-03-01", build_profile=True)
+    clean = table.filter(pa.array(~np.isin(np.arange(30), [5, 20]))).to_batches()[0]
+    assert np.array_equal(
+        reused.profile().features(clean, FEATURES), fresh.profile().features(clean, FEATURES)
+    )
+    # A landing file replaced after the checks ran: the saved plan no longer applies.
+    folder = Path(store.landing_path("transactions", "2026-03-01"))
+    pq.write_table(table.slice(15, 10), folder / "part-00001.parquet")
+    assert load_screen(store, "2026-03-01") is None
 
 
 def test_small_and_large_batches_look_codes_up_the_same_way():

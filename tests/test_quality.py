@@ -29,10 +29,12 @@ from inference.tabular import TabularScorer
 from resources.inference import InferenceResource
 from resources.quality import (
     CheckSuite,
+    StreamedSample,
     check_result,
     fail_fast_on_bad_rows,
     load_suites,
     quarantine_limit,
+    sample_output,
     validate,
 )
 from resources.storage import DataStore, StorageResource
@@ -325,8 +327,8 @@ def _materialized(result) -> set[str]:
 def test_a_failing_error_check_stops_the_alerts(fraud_world, monkeypatch) -> None:
     real, calls = TabularScorer.score, []
 
-    def broken(self, x):
-        scores = real(self, x)
+    def broken(self, x, max_rows=None):
+        scores = real(self, x, max_rows)
         if not calls:  # a numerically broken model: NaN scores, not an exception
             scores[:3] = np.nan
         calls.append(len(x))
@@ -462,3 +464,53 @@ def test_ids_out_of_order_are_read_again_and_checked_exactly(parts) -> None:
     plan = screener.plan()
     assert plan.positions.tolist() == [len(ids) - 1]
     assert plan.reasons.tolist() == ["duplicate_id"]
+
+
+def test_a_sample_taken_while_rows_stream_equals_the_one_read_back(tmp_path) -> None:
+    store = DataStore(str(tmp_path))
+    table = pa.table({"id": np.arange(5000), "y": np.linspace(0, 1, 5000)})
+    batches = table.to_batches(max_chunksize=333)
+    store.publish("out", DAY, batches, table.schema)
+    streamed = StreamedSample(5000, 120, seed=7)
+    for batch in batches:
+        streamed.add(pa.Table.from_batches([batch]))
+    read_back = sample_output(store, "out", DAY, 120, seed=7)
+    assert streamed.frame(5000).equals(read_back) and len(read_back) == 120
+    partial = StreamedSample(5000, 120, seed=7)
+    partial.add(pa.Table.from_batches(batches[:3]))  # a resumed attempt sees only some rows
+    assert partial.frame(5000) is None
+
+
+def test_configurations_built_once_change_no_verdict_or_evidence(monkeypatch) -> None:
+    import contextlib
+
+    import pandas as pd
+
+    import resources.quality as quality
+
+    statistics = {c: 0 for s in SCORE_SUITES.values() for c in s.columns}
+    statistics.update(score_null=3, rows_in=10, landed_rows=11, flagged_rate=0.9)
+    sample = pd.DataFrame(
+        {
+            "transaction_id": ["a", "b", "b"],
+            "score": [0.2, 1.4, 0.9],
+            "flagged": [False, True, True],
+            "score_reaches_threshold": [False, True, True],
+            "model_version": ["v1", "v1", None],
+        }
+    )
+    parameters = {
+        "flagged_rate_low": 0.0,
+        "flagged_rate_high": 0.1,
+        "max_psi": 0.25,
+        "model_versions": ["v1"],
+    }
+
+    def evidence() -> dict:
+        found = validate(list(SCORE_SUITES.values()), DAY, statistics, sample, parameters)
+        return {name: (e.evaluated, e.failures) for name, e in found.items()}
+
+    memoised = evidence()
+    monkeypatch.setattr(quality, "_configurations_built_once", contextlib.nullcontext)
+    assert evidence() == memoised
+    assert sum(len(failures) for _, failures in memoised.values()) >= 4

@@ -30,7 +30,7 @@ from assets.fraud.checks import (
 )
 from assets.fraud.features import FEATURES
 from assets.fraud.model_metadata import model_metadata
-from assets.fraud.quality import screen_transactions
+from assets.fraud.quality import save_screen, screen_transactions
 from assets.fraud.schemas import ALERTS, MODEL_NAME, SCORES, TRANSACTIONS, TRANSACTIONS_SCHEMA
 from inference.modelstore import ModelNotFoundError, current_version, load_model
 from inference.tabular import TrainConfig
@@ -83,6 +83,8 @@ def transactions(
             )
             for date in partition_dates(context)
         }
+    for date, screen in screens.items():
+        save_screen(store, date, screen)  # fraud_scores reuses the plan instead of re-screening
     checks = transactions_check_results(
         store,
         screens,
@@ -193,7 +195,9 @@ def fraud_scores(
     with spot_safe(context, store, inference) as run:
         for date in partition_dates(context):
             with fail_fast_on_bad_input(), fail_fast_on_bad_rows():
-                report = pipeline.score_partition(run, date, scorer, version, limit)
+                report = pipeline.score_partition(
+                    run, date, scorer, version, limit, config.check_sample_rows, config.check_seed
+                )
             log_partition(context, SCORES, report)
             reports.append(report)
     started = time.perf_counter()

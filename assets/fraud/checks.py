@@ -90,7 +90,9 @@ def score_check_results(
         date = report.date
         figures = score_figures(store, report, reference)
         psi[date], flagged_rates[date] = figures["score_psi"], figures["flagged_rate"]
-        sample = sample_output(store, SCORES, date, sample_rows, seed)
+        sample = report.sample
+        if sample is None:  # a resumed attempt did not see every row stream past
+            sample = sample_output(store, SCORES, date, sample_rows, seed)
         if len(sample):
             sample["score_reaches_threshold"] = sample["score"].astype(np.float32) >= np.float32(
                 threshold

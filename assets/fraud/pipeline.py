@@ -7,6 +7,7 @@ columns of a whole partition, and only alerts (a small share of rows) are ever j
 from __future__ import annotations
 
 from collections.abc import Callable, Sequence
+from dataclasses import replace
 
 import numpy as np
 import pyarrow as pa
@@ -25,6 +26,7 @@ from assets.fraud.features import (
 from assets.fraud.quality import (
     SCREEN_BATCH_ROWS,
     SCREEN_COLUMNS,
+    load_screen,
     score_histogram,
     score_observer,
     screen_transactions,
@@ -41,9 +43,11 @@ from assets.fraud.schemas import (
     TRANSACTIONS_SCHEMA,
 )
 from inference.device import Runtime
+from inference.invariants import StreamStats
 from inference.modelstore import load_model, save_model
 from inference.streaming import release_freed_memory
 from inference.tabular import TabularScorer, TrainConfig, train_classifier
+from resources.quality import StreamedSample
 from resources.storage import DataStore, LandingDataError, Published
 
 
@@ -140,15 +144,23 @@ def score_reference(store: DataStore, version: str) -> list[int] | None:
 
 
 def score_partition(
-    run: SpotSafeRun, date: str, scorer: TabularScorer, version: str, max_quarantine_rate: float
+    run: SpotSafeRun,
+    date: str,
+    scorer: TabularScorer,
+    version: str,
+    max_quarantine_rate: float,
+    sample_rows: int = 0,
+    seed: int = 0,
 ) -> PartitionReport:
     """Scores one day of transactions in checkpointed shards and publishes ``fraud_scores``.
 
     Transactions that cannot be scored are quarantined to ``fraud_scores_quarantine`` with
     their reason; above ``max_quarantine_rate`` of the day the step fails before any inference.
+    The output checks' seeded sample of ``sample_rows`` rows is taken as the scores stream.
     """
     store = run.store
-    screen = screen_transactions(store, date, build_profile=True)
+    # The landing checks' plan for these exact files, if they ran: then only the profile is built.
+    screen = screen_transactions(store, date, build_profile=True, plan=load_screen(store, date))
     plan = screen.plan
     plan.check_rate(max_quarantine_rate, f"{SCORES} {date}")
     context = screen.profile()
@@ -158,6 +170,12 @@ def score_partition(
     threshold = np.float32(scorer.threshold)
 
     model_rows = run.inference.max_batch_size
+    sample = StreamedSample(plan.rows - plan.count, sample_rows, seed)
+    observer = score_observer(float(threshold), version)
+
+    def observe(scored: pa.RecordBatch, out: pa.Table, stats: StreamStats) -> None:
+        observer(scored, out, stats)
+        sample.add(out)
 
     def transform(batch: pa.RecordBatch, x: np.ndarray) -> pa.RecordBatch:
         scores = scorer.score(x, max_rows=model_rows)
@@ -171,7 +189,7 @@ def score_partition(
             schema=SCORES_SCHEMA,
         )
 
-    return run.partition(
+    report = run.partition(
         SCORES,
         date,
         SCORES_SCHEMA,
@@ -185,8 +203,9 @@ def score_partition(
         inputs=store.landing_files(TRANSACTIONS, date),
         depends_on={"model": version, "threshold": float(threshold)},
         quarantine=plan,
-        observe=score_observer(float(threshold), version),
+        observe=observe,
     )
+    return replace(report, sample=sample.frame(report.published.rows))
 
 
 def _output(store: DataStore, asset: str, date: str) -> ds.Dataset:

@@ -35,6 +35,7 @@ from inference.quarantine import (
     not_finite,
     outside,
 )
+from inference.shard_writer import input_fingerprint
 from resources.quality import sample_positions
 from resources.storage import DataStore, LandingDataError
 
@@ -97,6 +98,7 @@ def screen_transactions(
     build_profile: bool = False,
     sample_rows: int = 0,
     seed: int = 0,
+    plan: QuarantinePlan | None = None,
 ) -> TransactionScreen:
     """Screens one landing partition: quarantine plan, exact figures, a seeded row sample.
 
@@ -107,6 +109,9 @@ def screen_transactions(
             :meth:`TransactionScreen.profile`).
         sample_rows: size of the seeded random sample of landing rows (for row-level checks).
         seed: the sample's seed.
+        plan: the plan the landing checks already made for these exact files (see
+            :func:`load_screen`): only the profile is built, from the five columns it needs,
+            and the figures are left empty.
 
     Raises:
         LandingDataError: the partition is missing, unreadable, malformed or empty.
@@ -125,6 +130,11 @@ def screen_transactions(
             TRANSACTIONS, date, TRANSACTIONS_SCHEMA, columns, batch_size=SCREEN_BATCH_ROWS
         )
 
+    if plan is not None:
+        builder = ProfileBuilder(rows)
+        for batch, keep in _kept(stream(PROFILE_COLUMNS), plan):
+            builder.add(batch if keep is None else batch.filter(keep))
+        return TransactionScreen(plan, {}, pa.table({}), builder)
     wanted = sample_positions(rows, sample_rows, seed)
     screener = Screener(lambda: pa.chunked_array(b.column(0) for b in stream(["transaction_id"])))
     builder = ProfileBuilder(rows) if build_profile else None
@@ -166,6 +176,62 @@ def screen_transactions(
     }
     sample = pa.Table.from_batches(sampled, schema=_schema(SCREEN_COLUMNS))
     return TransactionScreen(plan, figures, sample, builder)
+
+
+def _kept(batches: Iterable[pa.RecordBatch], plan: QuarantinePlan):
+    """Each batch with the mask of its rows the plan keeps (None when it keeps them all)."""
+    offset = 0
+    for batch in batches:
+        lo, hi = np.searchsorted(plan.positions, [offset, offset + batch.num_rows])
+        keep = None
+        if hi > lo:
+            keep = np.ones(batch.num_rows, bool)
+            keep[plan.positions[lo:hi] - offset] = False
+            keep = pa.array(keep)
+        yield batch, keep
+        offset += batch.num_rows
+
+
+# Bumped whenever the screening rules change, so a plan saved under older rules is not reused.
+SCREEN_RULES_VERSION = 1
+
+
+def _screen_path(store: DataStore, date: str) -> str:
+    return f"{store.path('checks', TRANSACTIONS, f'date={date}')}/screen.json"
+
+
+def save_screen(store: DataStore, date: str, screen: TransactionScreen) -> None:
+    """Keeps the landing checks' quarantine plan for scoring, tied to the files it was made from.
+
+    ``fraud_scores`` then builds its feature profile from five columns instead of screening
+    the day again (on a 1M-row day that pass was 0.066 s of the checks' cost).
+    """
+    record = {
+        "rules": SCREEN_RULES_VERSION,
+        "inputs": input_fingerprint(store.fs, store.landing_files(TRANSACTIONS, date)),
+        "rows": screen.plan.rows,
+        "positions": screen.plan.positions.tolist(),
+        "reasons": screen.plan.reasons.tolist(),
+    }
+    store.write_bytes(_screen_path(store, date), json.dumps(record).encode())
+
+
+def load_screen(store: DataStore, date: str) -> QuarantinePlan | None:
+    """The saved plan, if it was made by these rules from exactly the files landed now."""
+    try:
+        record = json.loads(store.read_bytes(_screen_path(store, date)))
+    except (FileNotFoundError, OSError, ValueError):
+        return None
+    inputs = input_fingerprint(store.fs, store.landing_files(TRANSACTIONS, date))
+    if record.get("rules") != SCREEN_RULES_VERSION or record.get("inputs") != json.loads(
+        json.dumps(inputs)
+    ):
+        return None
+    return QuarantinePlan(
+        int(record["rows"]),
+        np.asarray(record["positions"], np.int64),
+        np.asarray(record["reasons"], object),
+    )
 
 
 def _rows_at(batches: Iterable[pa.RecordBatch], positions: np.ndarray) -> pa.RecordBatch:
