@@ -47,6 +47,8 @@ from resources.storage import DataStore, Published
 RETRY_ON_STEP_FAILURE_TAG = "dagster/retry_on_asset_or_op_failure"
 INTERRUPTED_TAG = "nightshift/interrupted"
 INTERRUPTIONS_TAG = "nightshift/interruptions"
+# Input rows per shard unless the asset or the resource says otherwise.
+DEFAULT_SHARD_ROWS = 50_000
 # In-place retries after soft interruptions, so error retries can be told apart from them.
 SOFT_INTERRUPTIONS_TAG = "nightshift/soft_interruptions"
 
@@ -89,6 +91,12 @@ class SpotSafeRun:
             "run_attempt": int(self.context.run.tags.get("dagster/retry_number", 0)) + 1,
         }
 
+    def _shard_rows(self, asked: int | None, default: int) -> int:
+        configured = self.inference.shard_rows
+        if configured == 0:  # checkpointing off
+            return 0
+        return asked or configured or default
+
     def stop(self) -> str | None:
         notice = self.watcher.check()
         return notice.reason if notice else None
@@ -106,6 +114,7 @@ class SpotSafeRun:
         prepare: Callable[[pa.RecordBatch], Any] | None = None,
         batch_size: int | None = None,
         shard_rows: int | None = None,
+        default_shard_rows: int = DEFAULT_SHARD_ROWS,
         metrics: BatchMetrics | None = None,
         quarantine: QuarantinePlan | None = None,
         observe: Observe | None = None,
@@ -124,8 +133,10 @@ class SpotSafeRun:
                 discards old progress instead of mixing outputs.
             prepare: CPU-side preparation, run ahead in a background thread.
             batch_size: rows per model call (default: the resource's ``max_batch_size``).
-            shard_rows: rows per shard for this asset (default: the resource's ``shard_rows``);
-                ignored when the resource turns checkpointing off.
+            shard_rows: rows per shard for this run (e.g. from the asset's config); ignored
+                when the resource turns checkpointing off.
+            default_shard_rows: rows per shard when neither ``shard_rows`` nor the resource
+                sets it: cheap rows (a tabular score) want bigger shards than expensive ones.
             metrics: where timings go (a new BatchMetrics by default).
             quarantine: rows to set aside, published to ``outputs/<asset>_quarantine/``.
             observe: adds each output batch to the partition's exact statistics.
@@ -139,7 +150,7 @@ class SpotSafeRun:
             self.store.partition_target(asset, date),
             schema,
             fingerprint(*decided_by),
-            shard_rows if shard_rows and self.inference.shard_rows else self.inference.shard_rows,
+            self._shard_rows(shard_rows, default_shard_rows),
             run_lineage(self.context),
             self.inference.lease_seconds,
             quarantine=(

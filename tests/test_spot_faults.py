@@ -27,10 +27,12 @@ BIN = Path(sys.executable).parent
 TRAIN_DAY, DAY = "2026-03-01", "2026-03-02"
 # Shards hold whole batches here, so every model call sees the same rows as in the baseline
 # and scores match bit for bit.
-SHARD_ROWS, BATCH = 9_600, 32
+SHARD_ROWS, BATCH = 960, 32
 SHARDS = -(-100_000 // SHARD_ROWS)
-# Small batches and one thread make a 100k-row partition take several seconds to score, so
-# there is time to interrupt it between its first and last shard.
+# Small shards (each a parquet file and two progress writes) and one thread make a 100k-row
+# partition take seconds to score, so there is time to interrupt it between its first and last
+# shard. (Model batches no longer pace it: fraud assembles features for up to 64k rows at a
+# time and scores them in max_batch_size calls.)
 SLOW = {
     "NIGHTSHIFT_MAX_BATCH_SIZE": str(BATCH),
     "NIGHTSHIFT_SHARD_ROWS": str(SHARD_ROWS),

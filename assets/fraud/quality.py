@@ -26,6 +26,7 @@ from assets.fraud.features import (
     ProfileBuilder,
 )
 from assets.fraud.schemas import SCORES, TRANSACTIONS, TRANSACTIONS_SCHEMA
+from inference.batching import prefetch
 from inference.invariants import StreamStats
 from inference.quarantine import (
     QuarantinePlan,
@@ -126,9 +127,11 @@ def screen_transactions(
         )
 
     def stream(columns: list[str]):
-        return store.iter_landing(
+        # The next batch is read and decoded in the background while this one is screened.
+        batches = store.iter_landing(
             TRANSACTIONS, date, TRANSACTIONS_SCHEMA, columns, batch_size=SCREEN_BATCH_ROWS
         )
+        return prefetch(batches, depth=1)
 
     if plan is not None:
         builder = ProfileBuilder(rows)
