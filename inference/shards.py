@@ -16,6 +16,7 @@ from __future__ import annotations
 import time
 from collections import Counter
 from collections.abc import Callable, Iterable
+from concurrent.futures import Future, ThreadPoolExecutor
 from dataclasses import dataclass, field
 from typing import Any
 
@@ -100,14 +101,17 @@ def run_sharded(
     stop: StopCheck = lambda: None,
     metrics: BatchMetrics | None = None,
     prefetch_depth: int = 2,
+    prepare_workers: int = 2,
     quarantine: QuarantinePlan | None = None,
     observe: Observe | None = None,
     count_out: CountOut | None = None,
 ) -> ShardReport:
     """Runs the model over the input in shards and commits the partition.
 
-    Reading and ``prepare`` (tokenising, assembling features) run in a background thread,
-    ``prefetch_depth`` batches ahead of the model; batches of finished shards are read but
+    Reading runs in a background thread, ``prefetch_depth`` batches ahead of the model, and
+    ``prepare`` (tokenising, assembling features) on ``prepare_workers`` threads, so two
+    batches can be prepared at once while the model runs (Arrow, numpy and tokenizers release
+    the GIL); results come back in input order. Batches of finished shards are read but
     neither prepared nor computed.
 
     Args:
@@ -119,6 +123,7 @@ def run_sharded(
         stop: returns a reason when the node is going away; checked before every batch.
         metrics: receives per-batch timings and the read/preprocess/compute/write split.
         prefetch_depth: batches read and prepared ahead.
+        prepare_workers: threads preparing batches.
         quarantine: rows to set aside instead of scoring; the model never sees them.
         observe: adds each model call (rows scored, output) to its shard's statistics.
         count_out: input rows an output batch answers for (default: its row count).
@@ -130,6 +135,7 @@ def run_sharded(
     """
     metrics = metrics or BatchMetrics()
     report = writer.begin()
+    workers = ThreadPoolExecutor(max(1, prepare_workers), thread_name_prefix="nightshift-prepare")
 
     def staged():
         # Shards are cut by input rows, then each into model batches: a batch never spans two
@@ -139,12 +145,15 @@ def run_sharded(
             for batch in rebatch([rows], batch_size):
                 start, offset = offset, offset + batch.num_rows
                 if writer.done(shard):
-                    yield shard, batch, None, None, None, 0.0
+                    yield shard, batch, None, None, _ready(None, 0.0)
                     continue
                 started = time.perf_counter()
                 good, held = quarantine.split(batch, start) if quarantine else (batch, None)
-                prepared = prepare(good) if prepare and good.num_rows else good
-                yield shard, batch, good, held, prepared, time.perf_counter() - started
+                split = time.perf_counter() - started
+                if prepare and good.num_rows:
+                    yield shard, batch, good, held, workers.submit(_timed, prepare, good, split)
+                else:
+                    yield shard, batch, good, held, _ready(good, split)
 
     def interrupt(reason: str, shard: int | None, rows: int) -> Interrupted:
         writer.record_interruption(shard, rows)
@@ -157,7 +166,8 @@ def run_sharded(
         current: _Shard | None = None
         shards = 0
         clock = time.perf_counter()
-        for shard, batch, good, held, prepared, prep_seconds in source:
+        for shard, batch, good, held, preparing in source:
+            prepared, prep_seconds = preparing.result()
             metrics.add_phase("read", time.perf_counter() - clock)
             metrics.add_phase("preprocess", prep_seconds)
             metrics.observe_queue_depth(source.depth)
@@ -196,7 +206,20 @@ def run_sharded(
         metrics.add_phase("write", time.perf_counter() - started)
         return writer.report
     finally:
+        workers.shutdown(wait=True, cancel_futures=True)
         writer.close()
+
+
+def _timed(prepare: Prepare, good: pa.RecordBatch, seconds: float) -> tuple[Any, float]:
+    started = time.perf_counter()
+    prepared = prepare(good)
+    return prepared, seconds + time.perf_counter() - started
+
+
+def _ready(prepared: Any, seconds: float) -> Future:
+    done: Future = Future()
+    done.set_result((prepared, seconds))
+    return done
 
 
 def _score(

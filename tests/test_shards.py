@@ -156,3 +156,26 @@ def test_shards_dictionary_encode_only_repetitive_columns():
     )
     assert dictionary_columns(table) == ["model_version", "reason", "keywords"]
     assert dictionary_columns(table.slice(0, 0)) == []
+
+
+def test_batches_prepared_on_several_threads_reach_the_model_in_input_order(store) -> None:
+    import time as clock
+
+    delays = np.random.default_rng(0).uniform(0, 0.01, 40)
+
+    def prepare(batch: pa.RecordBatch) -> int:
+        first = int(batch["id"][0].as_py())
+        clock.sleep(delays[first // 25 % 40])  # later batches often finish first
+        return first
+
+    seen: list[tuple[int, int]] = []
+
+    def model(batch: pa.RecordBatch, prepared: int) -> pa.Table:
+        seen.append((int(batch["id"][0].as_py()), prepared))
+        ids = batch["id"].to_numpy()
+        return pa.table({"id": ids, "y": ids * 2.0})
+
+    run_sharded(_writer(store), _input(), model, batch_size=25, prepare=prepare, prepare_workers=3)
+    assert [first for first, _ in seen] == sorted(first for first, _ in seen)
+    assert all(first == prepared for first, prepared in seen)
+    assert store.read_output("out", "2026-03-01")["y"].to_pylist() == _expected()
