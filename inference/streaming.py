@@ -55,10 +55,6 @@ def _cast(batch: pa.RecordBatch, schema: pa.Schema) -> pa.RecordBatch:
     return batch if batch.schema == target else batch.cast(target)
 
 
-def _libc():
-    return ctypes.CDLL(ctypes.util.find_library("c") or "libc.so.6")
-
-
 def release_freed_memory() -> None:
     """Hands heap pages freed by a finished pass back to the OS (glibc's ``malloc_trim``).
 
@@ -68,6 +64,6 @@ def release_freed_memory() -> None:
     557 -> 520 MB); what stays is the profile itself. A no-op where glibc is not the allocator.
     """
     try:
-        _libc().malloc_trim(0)
+        ctypes.CDLL(ctypes.util.find_library("c") or "libc.so.6").malloc_trim(0)
     except (OSError, AttributeError):
         pass

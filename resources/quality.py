@@ -388,6 +388,20 @@ def sample_positions(rows: int, size: int, seed: int) -> np.ndarray:
     return np.sort(np.random.default_rng(seed).choice(rows, size=size, replace=False))
 
 
+class PositionCursor:
+    """Walks sorted row positions along a stream read in order: for the next ``rows`` rows,
+    :meth:`advance` gives the positions that fall in them, local to them."""
+
+    def __init__(self, positions: np.ndarray):
+        self.positions, self.seen = positions, 0
+
+    def advance(self, rows: int) -> np.ndarray:
+        lo, hi = np.searchsorted(self.positions, [self.seen, self.seen + rows])
+        local = self.positions[lo:hi] - self.seen
+        self.seen += rows
+        return local
+
+
 def sample_output(
     store: DataStore, asset: str, date: str, size: int, seed: int, columns: list[str] | None = None
 ) -> pd.DataFrame:
@@ -404,14 +418,12 @@ def sample_output(
     groups = [
         (r, g, r.metadata.row_group(g).num_rows) for r in readers for g in range(r.num_row_groups)
     ]
-    wanted = sample_positions(sum(n for _, _, n in groups), size, seed)
-    taken, offset = [], 0
+    cursor = PositionCursor(sample_positions(sum(n for _, _, n in groups), size, seed))
+    taken = []
     for reader, group, rows in groups:
-        lo, hi = np.searchsorted(wanted, [offset, offset + rows])
-        if hi > lo:
-            part = reader.read_row_group(group, columns=columns)
-            taken.append(part.take(pa.array(wanted[lo:hi] - offset)))
-        offset += rows
+        local = cursor.advance(rows)
+        if len(local):
+            taken.append(reader.read_row_group(group, columns=columns).take(pa.array(local)))
     if not taken:
         empty = readers[0].schema_arrow.empty_table()
         return (empty.select(columns) if columns else empty).to_pandas()
@@ -428,18 +440,16 @@ class StreamedSample:
 
     def __init__(self, rows: int, size: int, seed: int):
         self.rows = rows
-        self.wanted = sample_positions(rows, size, seed)
-        self.seen = 0
+        self._cursor = PositionCursor(sample_positions(rows, size, seed))
         self._parts: list[pa.Table] = []
 
     def add(self, out: pa.Table) -> None:
-        lo, hi = np.searchsorted(self.wanted, [self.seen, self.seen + out.num_rows])
-        if hi > lo:
-            self._parts.append(out.take(pa.array(self.wanted[lo:hi] - self.seen)))
-        self.seen += out.num_rows
+        local = self._cursor.advance(out.num_rows)
+        if len(local):
+            self._parts.append(out.take(pa.array(local)))
 
     def frame(self, rows_out: int) -> pd.DataFrame | None:
-        if not self._parts or self.seen != rows_out or rows_out != self.rows:
+        if not self._parts or self._cursor.seen != rows_out or rows_out != self.rows:
             return None
         return pa.concat_tables(self._parts).to_pandas()
 

@@ -57,12 +57,12 @@ def check_feature_names(names: Sequence[str]) -> None:
 # be unsigned, in the low 32. A window of +-w seconds around a key stays inside its account's
 # range as long as every offset stays at least _WIDEST away from either end (about 68 years).
 _SECOND_BIAS = 1 << 31
+_SECOND_MASK = (1 << 32) - 1
 # A batch with fewer rows than 1/DICT_LOOKUP_RATIO of a vocabulary looks its codes up in a
 # Python dict built once, instead of Arrow hashing the whole vocabulary for it. Measured on a
 # 1M-row day (200k accounts), features for every row: batches of 4,096 rows 3.62 s with Arrow
 # alone; 65,536-row batches 0.56 s with Arrow (row-at-a-time callers would be 1000x off).
 DICT_LOOKUP_RATIO = 8
-_SECOND_MASK = (1 << 32) - 1
 
 
 def _seconds(ts: pa.ChunkedArray | pa.Array) -> np.ndarray:
@@ -218,7 +218,8 @@ class ProfileBuilder:
 
     Memory follows the partition's accounts, merchants and (account, merchant/country) pairs,
     plus one 8-byte event key per row for the burst windows, never the rows' strings. Rows can
-    be taken out again at the end (:meth:`finish`), e.g. duplicates found after the pass.
+    be taken out again (:meth:`remove`) before :meth:`finish`, e.g. duplicates found after the
+    pass.
     """
 
     def __init__(self, rows_hint: int = 0):

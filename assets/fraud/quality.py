@@ -10,7 +10,6 @@ rows stream through the model, :func:`score_observer` keeps exact statistics of 
 from __future__ import annotations
 
 import json
-from collections.abc import Iterable
 from dataclasses import dataclass
 from datetime import UTC, datetime, timedelta
 from typing import Any
@@ -37,7 +36,7 @@ from inference.quarantine import (
     outside,
 )
 from inference.shard_writer import input_fingerprint
-from resources.quality import sample_positions
+from resources.quality import PositionCursor, sample_positions
 from resources.storage import DataStore, LandingDataError
 
 SCREEN_COLUMNS = ["transaction_id", *FEATURE_COLUMNS]
@@ -134,17 +133,17 @@ def screen_transactions(
         return prefetch(batches, depth=1)
 
     if plan is not None:
-        builder = ProfileBuilder(rows)
-        for batch, keep in _kept(stream(PROFILE_COLUMNS), plan):
-            builder.add(batch if keep is None else batch.filter(keep))
+        builder, offset = ProfileBuilder(rows), 0
+        for batch in stream(PROFILE_COLUMNS):
+            builder.add(plan.split(batch, offset)[0])
+            offset += batch.num_rows
         return TransactionScreen(plan, {}, pa.table({}), builder)
-    wanted = sample_positions(rows, sample_rows, seed)
+    sampler = PositionCursor(sample_positions(rows, sample_rows, seed))
     screener = Screener(lambda: pa.chunked_array(b.column(0) for b in stream(["transaction_id"])))
     builder = ProfileBuilder(rows) if build_profile else None
     sampled = []
     amount_low, amount_high = np.inf, -np.inf
     for batch in stream(SCREEN_COLUMNS):
-        offset = screener.rows
         amount = batch["amount"]
         rules = {f"null_{c}": is_null(batch[c]) for c in REQUIRED}
         rules["non_finite_amount"] = not_finite(amount)
@@ -159,7 +158,7 @@ def screen_transactions(
         if builder is not None:
             clean = batch.select(PROFILE_COLUMNS)
             builder.add(clean.filter(pa.array(~flagged)) if flagged.any() else clean)
-        local = wanted[(wanted >= offset) & (wanted < offset + batch.num_rows)] - offset
+        local = sampler.advance(batch.num_rows)
         if len(local):
             sampled.append(batch.take(pa.array(local)))
     plan = screener.plan()
@@ -167,7 +166,10 @@ def screen_transactions(
         # Duplicates are known only now: take their rows (few) out of the profile again.
         repeated = plan.positions[plan.reasons == "duplicate_transaction_id"]
         if len(repeated):
-            builder.remove(_rows_at(stream(PROFILE_COLUMNS), repeated))
+            cursor, taken = PositionCursor(repeated), []
+            for batch in stream(PROFILE_COLUMNS):
+                taken.append(batch.take(pa.array(cursor.advance(batch.num_rows))))
+            builder.remove(pa.Table.from_batches(taken).combine_chunks().to_batches()[0])
     figures: dict[str, Any] = {
         "rows": rows,
         "rows_quarantined": plan.count,
@@ -179,20 +181,6 @@ def screen_transactions(
     }
     sample = pa.Table.from_batches(sampled, schema=_schema(SCREEN_COLUMNS))
     return TransactionScreen(plan, figures, sample, builder)
-
-
-def _kept(batches: Iterable[pa.RecordBatch], plan: QuarantinePlan):
-    """Each batch with the mask of its rows the plan keeps (None when it keeps them all)."""
-    offset = 0
-    for batch in batches:
-        lo, hi = np.searchsorted(plan.positions, [offset, offset + batch.num_rows])
-        keep = None
-        if hi > lo:
-            keep = np.ones(batch.num_rows, bool)
-            keep[plan.positions[lo:hi] - offset] = False
-            keep = pa.array(keep)
-        yield batch, keep
-        offset += batch.num_rows
 
 
 # Bumped whenever the screening rules change, so a plan saved under older rules is not reused.
@@ -226,26 +214,15 @@ def load_screen(store: DataStore, date: str) -> QuarantinePlan | None:
     except (FileNotFoundError, OSError, ValueError):
         return None
     inputs = input_fingerprint(store.fs, store.landing_files(TRANSACTIONS, date))
-    if record.get("rules") != SCREEN_RULES_VERSION or record.get("inputs") != json.loads(
-        json.dumps(inputs)
-    ):
+    if record.get("rules") != SCREEN_RULES_VERSION or record.get("inputs") != [
+        list(f) for f in inputs
+    ]:
         return None
     return QuarantinePlan(
         int(record["rows"]),
         np.asarray(record["positions"], np.int64),
         np.asarray(record["reasons"], object),
     )
-
-
-def _rows_at(batches: Iterable[pa.RecordBatch], positions: np.ndarray) -> pa.RecordBatch:
-    """The rows at sorted input ``positions`` of a stream, as one batch."""
-    taken, offset = [], 0
-    for batch in batches:
-        lo, hi = np.searchsorted(positions, [offset, offset + batch.num_rows])
-        if hi > lo:
-            taken.append(batch.take(pa.array(positions[lo:hi] - offset)))
-        offset += batch.num_rows
-    return pa.Table.from_batches(taken).combine_chunks().to_batches()[0]
 
 
 def _schema(columns: list[str]) -> pa.Schema:
