@@ -90,3 +90,30 @@ def ui_stack(tmp_path_factory: pytest.TempPathFactory) -> Iterator:
     with dagster_dev(tmp_path_factory.mktemp("ui")) as stack:
         start_operating(stack)
         yield stack
+
+
+@pytest.fixture(scope="session")
+def llama():
+    """A tiny random Llama whose greedy output depends on its input (generation mechanics)."""
+    import torch
+    from transformers import LlamaConfig, LlamaForCausalLM
+
+    torch.manual_seed(0)
+    config = LlamaConfig(
+        vocab_size=96,
+        hidden_size=32,
+        intermediate_size=64,
+        num_hidden_layers=2,
+        num_attention_heads=4,
+        num_key_value_heads=2,
+        max_position_embeddings=256,
+        pad_token_id=0,
+        bos_token_id=1,
+        eos_token_id=2,
+    )
+    model = LlamaForCausalLM(config).eval()
+    # A large init scale makes the random model's greedy output depend on its input.
+    with torch.no_grad():
+        for p in model.parameters():
+            p.mul_(8.0)
+    return model

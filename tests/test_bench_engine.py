@@ -13,7 +13,7 @@ import pyarrow as pa
 import pyarrow.parquet as pq
 import pytest
 import torch
-from transformers import LlamaConfig, LlamaForCausalLM
+from transformers import LlamaForCausalLM
 
 from benchmarks.common import Comparison
 from inference.decoding import generate_continuous, generate_static, generate_tokens
@@ -97,29 +97,6 @@ def test_streaming_memory_stays_flat_as_the_file_grows(tmp_path: Path) -> None:
 
 
 # -- generation strategies --------------------------------------------------------------------
-
-
-@pytest.fixture(scope="module")
-def llama() -> LlamaForCausalLM:
-    torch.manual_seed(0)
-    config = LlamaConfig(
-        vocab_size=96,
-        hidden_size=32,
-        intermediate_size=64,
-        num_hidden_layers=2,
-        num_attention_heads=4,
-        num_key_value_heads=2,
-        max_position_embeddings=256,
-        pad_token_id=0,
-        bos_token_id=1,
-        eos_token_id=2,
-    )
-    model = LlamaForCausalLM(config).eval()
-    # A large init scale makes the random model's greedy output depend on its input.
-    with torch.no_grad():
-        for p in model.parameters():
-            p.mul_(8.0)
-    return model
 
 
 def _requests(n: int = 12) -> tuple[list[list[int]], list[int]]:

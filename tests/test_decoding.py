@@ -5,37 +5,11 @@ from __future__ import annotations
 import time
 
 import numpy as np
-import pytest
-import torch
-from transformers import LlamaConfig, LlamaForCausalLM
 
 from inference import decoding
 from inference.decoding import generate_continuous, generate_static, generate_tokens
 
 LIMITS = {"max_batch_size": 4, "max_batch_tokens": 256}
-
-
-@pytest.fixture(scope="module")
-def llama() -> LlamaForCausalLM:
-    torch.manual_seed(0)
-    config = LlamaConfig(
-        vocab_size=96,
-        hidden_size=32,
-        intermediate_size=64,
-        num_hidden_layers=2,
-        num_attention_heads=4,
-        num_key_value_heads=2,
-        max_position_embeddings=256,
-        pad_token_id=0,
-        bos_token_id=1,
-        eos_token_id=2,
-    )
-    model = LlamaForCausalLM(config).eval()
-    # A large init scale makes the random model's greedy output depend on its input.
-    with torch.no_grad():
-        for p in model.parameters():
-            p.mul_(8.0)
-    return model
 
 
 def _requests(n: int, seed: int = 3) -> tuple[list[list[int]], list[int]]:
