@@ -210,13 +210,10 @@ class KeyRuns:
 def duplicates(keys: pa.ChunkedArray, exclude: np.ndarray | None = None) -> np.ndarray:
     """Positions of repeated keys after their first occurrence, ignoring nulls and ``exclude``.
 
-    Cheap common cases first: keys that strictly increase in input order (files written in
-    id order) cannot repeat, which one pass of comparisons shows in a few milliseconds per
-    million keys; otherwise distinct values are counted with a hash table. Positions are only
-    worked out when some key does repeat.
+    Distinct values are counted with a hash table first; positions are only worked out when
+    some key does repeat. (Keys in increasing runs never get here: :class:`KeyRuns` shows
+    them unique without holding them.)
     """
-    if not keys.null_count and _strictly_increasing(keys):
-        return np.zeros(0, np.int64)
     distinct = len(pc.unique(keys)) - (1 if keys.null_count else 0)
     if distinct == len(keys) - keys.null_count:
         return np.zeros(0, np.int64)
@@ -228,13 +225,6 @@ def duplicates(keys: pa.ChunkedArray, exclude: np.ndarray | None = None) -> np.n
     repeated = codes >= 0
     repeated[first] = False
     return np.flatnonzero(repeated).astype(np.int64)
-
-
-def _strictly_increasing(keys: pa.ChunkedArray) -> bool:
-    values = keys.combine_chunks()
-    if len(values) < 2:
-        return True
-    return bool(pc.all(pc.less(values.slice(0, len(values) - 1), values.slice(1))).as_py())
 
 
 # -- rules: boolean masks over one batch's column --------------------------------------------
