@@ -4,7 +4,8 @@ from __future__ import annotations
 
 import queue
 import threading
-from collections.abc import Iterable, Iterator, Sequence
+from collections.abc import Callable, Iterable, Iterator, Sequence
+from concurrent.futures import Future, ThreadPoolExecutor
 from typing import TypeVar
 
 import numpy as np
@@ -141,3 +142,37 @@ class Prefetcher:
 class _Failure:
     def __init__(self, exc: BaseException):
         self.exc = exc
+
+
+class Behind:
+    """Runs calls in order on one background thread, at most one call behind the caller.
+
+    For a stage that must see batches in order (a builder that grows as it goes) while the
+    caller works on the next batch: :meth:`submit` waits for the previous call first, so at
+    most one batch is held for it, and re-raises that call's exception. :meth:`wait` before
+    reading the stage's result.
+    """
+
+    def __init__(self, name: str = "nightshift-behind"):
+        self._pool = ThreadPoolExecutor(1, thread_name_prefix=name)
+        self._pending: Future | None = None
+
+    def submit(self, call: Callable[..., object], *args: object) -> None:
+        self.wait()
+        self._pending = self._pool.submit(call, *args)
+
+    def wait(self) -> None:
+        pending, self._pending = self._pending, None
+        if pending is not None:
+            pending.result()
+
+    def close(self) -> None:
+        """Stops the thread; a call still running is waited for, its outcome dropped."""
+        self._pending = None
+        self._pool.shutdown(wait=True, cancel_futures=True)
+
+    def __enter__(self) -> Behind:
+        return self
+
+    def __exit__(self, *exc: object) -> None:
+        self.close()

@@ -2,12 +2,14 @@
 
 from __future__ import annotations
 
+import threading
+
 import numpy as np
 import pyarrow as pa
 import pytest
 import torch
 
-from inference.batching import length_buckets, padding_ratio, prefetch, rebatch
+from inference.batching import Behind, length_buckets, padding_ratio, prefetch, rebatch
 from inference.device import resolve_device, resolve_dtype
 from inference.metrics import BatchMetrics
 from inference.modelstore import ModelNotFoundError, load_model, save_model
@@ -71,6 +73,35 @@ def test_prefetch_stops_its_thread_when_the_consumer_leaves_early() -> None:
     stream = prefetch(iter(range(10_000)), depth=2)
     assert next(stream) == 0
     stream.close()
+
+
+def test_behind_runs_calls_in_order_one_behind_and_reraises_their_errors() -> None:
+    seen: list[int] = []
+    running = threading.Event()
+    release = threading.Event()
+
+    def slow(i: int) -> None:
+        running.set()
+        release.wait(5)
+        seen.append(i)
+
+    with Behind() as behind:
+        behind.submit(slow, 0)
+        assert running.wait(5) and seen == []  # the caller goes on while call 0 runs
+        release.set()
+        for i in range(1, 20):
+            behind.submit(seen.append, i)  # waits for the previous call first
+            assert seen == list(range(i))
+        behind.wait()
+        assert seen == list(range(20))
+
+        def broken() -> None:
+            raise OSError("disk gone")
+
+        behind.submit(broken)
+        with pytest.raises(OSError, match="disk gone"):
+            behind.submit(seen.append, 99)  # the failure surfaces at the next call
+        assert seen[-1] == 19
 
 
 def test_device_resolution() -> None:

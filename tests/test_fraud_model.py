@@ -209,11 +209,12 @@ def _burst_day(n: int) -> pa.RecordBatch:
     )  # fmt: skip
 
 
-def test_a_profile_with_rows_taken_out_equals_one_built_without_them():
+@pytest.mark.parametrize("overlap", [False, True], ids=["inline", "overlapped"])
+def test_a_profile_with_rows_taken_out_equals_one_built_without_them(overlap):
     batch = _burst_day(40)
     gone = [3, 4, 17, 39]
     keep = pa.array(~np.isin(np.arange(40), gone))
-    builder = ProfileBuilder()
+    builder = ProfileBuilder(overlap=overlap)
     for piece in pa.Table.from_batches([batch]).to_batches(max_chunksize=9):
         builder.add(piece)
     builder.remove(batch.take(pa.array(gone)))

@@ -19,6 +19,7 @@ import numpy as np
 import pyarrow as pa
 import pyarrow.compute as pc
 
+from inference.batching import Behind
 from inference.tabular import stack_features
 
 PROFILE_COLUMNS = ["account_id", "merchant_id", "country", "amount", "ts"]
@@ -222,7 +223,10 @@ class ProfileBuilder:
     pass.
     """
 
-    def __init__(self, rows_hint: int = 0):
+    def __init__(self, rows_hint: int = 0, overlap: bool = False):
+        """``overlap`` aggregates each batch on a background thread while the caller encodes
+        the next (Arrow and numpy's sorts release the GIL); :meth:`finish` waits for it."""
+        self._behind = Behind("nightshift-profile") if overlap else None
         self.accounts = _Vocabulary("account_id")
         self.merchants = _Vocabulary("merchant_id")
         self.countries = _Vocabulary("country")
@@ -249,15 +253,22 @@ class ProfileBuilder:
         seconds = _seconds(batch["ts"])
         if self.base is None:
             self.base = int(seconds.min())
-        n_acc = len(self.accounts)
-        weight = None if sign == 1 else np.full(batch.num_rows, sign)
-        self.account_txns.add(acc, n_acc, weight)
-        self.account_log_amount_sum.add(acc, n_acc, sign * log_amount)
-        self.country_counts.add(country, len(self.countries), weight)
-        self.merchant_pairs.add((acc << 32) | merch, sign)
-        self.country_pairs.add((acc << 32) | country, sign)
         keys = _event_keys(acc, seconds, self.base)
         self.rows += sign * batch.num_rows
+        sizes = len(self.accounts), len(self.countries)
+        if self._behind is None:
+            self._aggregate(acc, merch, country, log_amount, keys, sizes, sign)
+        else:
+            self._behind.submit(self._aggregate, acc, merch, country, log_amount, keys, sizes, sign)
+
+    def _aggregate(self, acc, merch, country, log_amount, keys, sizes, sign) -> None:
+        n_acc, n_country = sizes
+        weight = None if sign == 1 else np.full(len(acc), sign)
+        self.account_txns.add(acc, n_acc, weight)
+        self.account_log_amount_sum.add(acc, n_acc, sign * log_amount)
+        self.country_counts.add(country, n_country, weight)
+        self.merchant_pairs.add((acc << 32) | merch, sign)
+        self.country_pairs.add((acc << 32) | country, sign)
         if sign == 1:
             self.events.add(keys)
         else:
@@ -267,7 +278,17 @@ class ProfileBuilder:
         """Takes rows added earlier out of the profile again."""
         self.add(batch, sign=-1)
 
+    def close(self) -> None:
+        """Waits for the batch being aggregated and stops the background thread, if any."""
+        if self._behind is not None:
+            try:
+                self._behind.wait()
+            finally:
+                self._behind.close()
+                self._behind = None
+
     def finish(self) -> PartitionProfile:
+        self.close()
         if self.rows <= 0:
             raise ValueError("the partition has no transactions")
         n_acc, n_merch = len(self.accounts), len(self.merchants)

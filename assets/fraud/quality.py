@@ -133,14 +133,14 @@ def screen_transactions(
         return prefetch(batches, depth=1)
 
     if plan is not None:
-        builder, offset = ProfileBuilder(rows), 0
+        builder, offset = ProfileBuilder(rows, overlap=True), 0
         for batch in stream(PROFILE_COLUMNS):
             builder.add(plan.split(batch, offset)[0])
             offset += batch.num_rows
         return TransactionScreen(plan, {}, pa.table({}), builder)
     sampler = PositionCursor(sample_positions(rows, sample_rows, seed))
     screener = Screener(lambda: pa.chunked_array(b.column(0) for b in stream(["transaction_id"])))
-    builder = ProfileBuilder(rows) if build_profile else None
+    builder = ProfileBuilder(rows, overlap=True) if build_profile else None
     sampled = []
     amount_low, amount_high = np.inf, -np.inf
     for batch in stream(SCREEN_COLUMNS):
