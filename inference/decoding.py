@@ -25,6 +25,7 @@ import numpy as np
 import torch
 
 from inference.batching import length_buckets
+from inference.device import to_device
 
 STRATEGIES = ("static", "continuous", "auto")
 
@@ -140,8 +141,8 @@ def generate_static(
                 mask[row, longest - len(prompts[i]) :] = 1
             step = _FirstStep()
             out = model.generate(
-                input_ids=ids.to(device),
-                attention_mask=mask.to(device),
+                input_ids=to_device(ids, device),
+                attention_mask=to_device(mask, device),
                 max_new_tokens=int(limits[batch].max()),
                 do_sample=False,
                 num_beams=1,

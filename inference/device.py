@@ -71,6 +71,22 @@ def resolve_dtype(precision: str, device: torch.device) -> torch.dtype:
     return torch.float32
 
 
+def to_device(tensor: torch.Tensor, device: torch.device) -> torch.Tensor:
+    """A host tensor on ``device``; on CUDA through page-locked memory, without blocking.
+
+    The copy is queued behind the model's work on the current stream and the host returns at
+    once, so it can prepare the next batch while the GPU runs; torch's pinned-memory cache
+    reuses the page-locked block only after the copy that read it has finished. Callers read
+    results back with one synchronising ``.cpu()`` per call, not per batch. On the CPU the
+    tensor itself is returned (no copy).
+    """
+    if device.type != "cuda":
+        return tensor.to(device)
+    if not tensor.is_pinned():
+        tensor = tensor.pin_memory()
+    return tensor.to(device, non_blocking=True)
+
+
 def configure_cpu_threads(threads: int | None = None) -> int:
     """Sets torch's intra-op threads to the cores this process may use, and returns it."""
     if threads is None:

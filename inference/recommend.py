@@ -19,6 +19,7 @@ from dataclasses import dataclass, field
 import numpy as np
 import torch
 
+from inference.device import to_device
 from inference.topk import DEFAULT_BLOCK_ELEMENTS, ItemTiles, grouped_fits
 
 
@@ -186,8 +187,10 @@ def iter_top_k(
                 scores = (user_factors[start:stop] @ items_t).float()
                 if item_bias is not None:
                     scores += item_bias
-                rows_t = torch.from_numpy(rows).to(device)
-                values, items = masked_top_k(scores, rows_t, torch.from_numpy(cols).to(device), k)
+                rows_t = to_device(torch.from_numpy(rows), device)
+                values, items = masked_top_k(
+                    scores, rows_t, to_device(torch.from_numpy(cols), device), k
+                )
             yield TopKBlock(
                 start, values.cpu().numpy(), items.cpu().numpy(), time.perf_counter() - began
             )
@@ -361,7 +364,7 @@ class Recommender:
             no_taste = torch.zeros(n, 1, device=device, dtype=dtype)
             no_items = torch.zeros(len(self.items), 1, device=device, dtype=dtype)
             return no_taste, no_items, self.popularity
-        rows_t = torch.from_numpy(np.asarray(rows, dtype=np.int64)).to(device)
+        rows_t = to_device(torch.from_numpy(np.asarray(rows, dtype=np.int64)), device)
         return self.user_factors[rows_t], self.item_factors, self.item_bias
 
 

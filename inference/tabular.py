@@ -18,7 +18,7 @@ import torch
 from torch import nn
 
 from inference.batching import prefetch
-from inference.device import Runtime
+from inference.device import Runtime, to_device
 from inference.metrics import BatchMetrics
 
 MODEL_KIND = "tabular_mlp"
@@ -439,14 +439,19 @@ class TabularScorer:
         """
         if x.ndim != 2 or x.shape[1] != len(self.features):
             raise ValueError(f"expected {len(self.features)} feature columns, got shape {x.shape}")
-        if max_rows and len(x) > max_rows:
-            return np.concatenate(
-                [self.score(x[i : i + max_rows]) for i in range(0, len(x), max_rows)]
-            )
-        inputs = torch.from_numpy(self.standardizer.transform(x)).to(self.runtime.device)
+        step = max_rows or len(x) or 1
+        device, dtype = self.runtime.device, self.runtime.dtype
+        out = []
         with torch.inference_mode():
-            logits = self.model(inputs.to(self.runtime.dtype)).squeeze(1)
-            return torch.sigmoid(logits.float()).cpu().numpy()
+            # Every model call is queued before the one read-back: on a GPU the host
+            # standardises and copies the next rows while the current ones run.
+            for start in range(0, len(x), step):
+                rows = self.standardizer.transform(x[start : start + step])
+                logits = self.model(to_device(torch.from_numpy(rows), device).to(dtype))
+                out.append(torch.sigmoid(logits.squeeze(1).float()))
+            if not out:
+                return np.zeros(0, np.float32)
+            return (out[0] if len(out) == 1 else torch.cat(out)).cpu().numpy()
 
     def score_columns(self, columns: Mapping[str, Any]) -> np.ndarray:
         return self.score(stack_features(columns, self.features))

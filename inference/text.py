@@ -24,7 +24,7 @@ import torch
 import torch.nn.functional as F
 
 from inference.batching import length_buckets, padding_ratio
-from inference.device import Runtime
+from inference.device import Runtime, to_device
 
 if TYPE_CHECKING:
     from transformers import PreTrainedTokenizerBase
@@ -158,8 +158,10 @@ def encode(
     lengths = np.fromiter((len(i) for i in ids), dtype=np.int64, count=len(ids))
     buckets = length_buckets(lengths, max_batch_tokens, max_batch_size)
     pad = encoder.tokenizer.pad_token_id or 0
-    out = torch.empty(len(unique), width)
     device = encoder.runtime.device
+    # Pooled vectors stay on the device until the end: one read-back for the whole call, so on
+    # a GPU the host pads the next bucket while the current one runs.
+    out = torch.empty(len(unique), width, device=device)
     with torch.inference_mode():
         for bucket in buckets:
             longest = int(lengths[bucket].max())
@@ -167,9 +169,10 @@ def encode(
             for row, index in enumerate(bucket):
                 batch[row, : lengths[index]] = torch.tensor(ids[index])
             mask = torch.arange(longest)[None, :] < torch.from_numpy(lengths[bucket])[:, None]
-            batch, mask = batch.to(device), mask.to(device)
+            batch, mask = to_device(batch, device), to_device(mask, device)
             hidden = encoder.model(input_ids=batch, attention_mask=mask.long()).last_hidden_state
-            out[torch.from_numpy(bucket)] = mean_pool(hidden.float(), mask).cpu()
+            out[to_device(torch.from_numpy(bucket), device)] = mean_pool(hidden.float(), mask)
+    out = out.cpu()
     position = {text: i for i, text in enumerate(unique)}
     vectors = out[torch.tensor([position[t] for t in texts], dtype=torch.long)]
     return Embeddings(vectors, len(buckets), padding_ratio(lengths, buckets))

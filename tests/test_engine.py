@@ -10,9 +10,10 @@ import pytest
 import torch
 
 from inference.batching import Behind, length_buckets, padding_ratio, prefetch, rebatch
-from inference.device import resolve_device, resolve_dtype
+from inference.device import make_runtime, resolve_device, resolve_dtype, to_device
 from inference.metrics import BatchMetrics
 from inference.modelstore import ModelNotFoundError, load_model, save_model
+from inference.tabular import Standardizer, TabularScorer, build_mlp
 from resources.storage import DataStore
 
 
@@ -116,6 +117,39 @@ def test_device_resolution() -> None:
     if not torch.cuda.is_available():
         with pytest.raises(RuntimeError, match="CUDA is not available"):
             resolve_device("cuda:0")
+
+
+def _devices() -> list[str]:
+    return ["cpu", *(["cuda"] if torch.cuda.is_available() else [])]
+
+
+@pytest.mark.parametrize("device", _devices())
+def test_to_device_copies_to_the_device_and_pins_on_cuda(device: str) -> None:
+    host = torch.arange(12, dtype=torch.float32).reshape(3, 4)
+    moved = to_device(host, torch.device(device))
+    assert moved.device.type == device and torch.equal(moved.cpu(), host)
+    if device == "cpu":
+        assert moved is host  # no copy on the CPU
+    else:
+        assert not host.is_pinned()  # the caller's tensor is left as it was
+        assert to_device(host.pin_memory(), torch.device(device)).device.type == "cuda"
+
+
+@pytest.mark.parametrize("device", _devices())
+def test_scoring_in_model_calls_equals_one_call(device: str) -> None:
+    """Model calls are queued with one read-back at the end; chunking must not change a score."""
+    rng = np.random.default_rng(1)
+    x = rng.normal(size=(1_003, 5)).astype(np.float32)
+    torch.manual_seed(1)
+    scorer = TabularScorer(
+        build_mlp(5, [8]), Standardizer.fit(x), [f"f{i}" for i in range(5)], 0.5,
+        make_runtime(device, "fp32"),
+    )  # fmt: skip
+    whole = scorer.score(x)
+    assert whole.dtype == np.float32 and whole.shape == (1_003,)
+    for rows in (1, 100, 1_002, 5_000):
+        np.testing.assert_allclose(scorer.score(x, max_rows=rows), whole, rtol=1e-6, atol=1e-6)
+    assert scorer.score(x[:0], max_rows=100).shape == (0,)
 
 
 def test_metrics_summarise_batches() -> None:
