@@ -107,19 +107,28 @@ class AdaptiveBatchSize:
         self.history.append(("oom", size))
         release_cached_memory()
 
-    def run(self, total: int, call: Callable[[int, int], R]) -> Iterator[tuple[int, int, R]]:
+    def run(
+        self, total: int, call: Callable[[int, int], R], unit: int = 1
+    ) -> Iterator[tuple[int, int, R]]:
         """Processes items ``0..total`` in consecutive batches at the adaptive size.
 
         ``call(start, stop)`` runs one batch. A batch that runs out of memory is retried from
         the same ``start`` at half the size, so every item is processed exactly once and in
         order; each halving is one retry, so one batch is tried at most log2(size) times.
 
+        Args:
+            total: items to process.
+            call: runs items ``start .. stop``.
+            unit: what one item costs in the size's units (the size is a token budget and an
+                item is ``unit`` tokens long): a batch holds ``size // unit`` items, at least
+                one. An item that alone runs out of memory raises :class:`BatchTooLargeError`.
+
         Yields:
             ``(start, stop, result)`` for each batch that succeeded.
         """
         start = 0
         while start < total:
-            stop = min(total, start + self.size)
+            stop = min(total, start + max(1, self.size // unit))
             failed = False
             try:
                 result = call(start, stop)
@@ -130,8 +139,19 @@ class AdaptiveBatchSize:
             if failed:
                 # Handled outside the except block, once the exception (and the failed batch's
                 # tensors its traceback holds) is gone, so the cache release can free them.
-                self.record_out_of_memory(stop - start)
+                if stop - start == 1 and unit > 1:
+                    self.ooms += 1
+                    raise BatchTooLargeError(
+                        f"out of memory on a single item of {unit} (batch budget {self.size}): "
+                        "one item does not fit this device"
+                    )
+                self.record_out_of_memory((stop - start) * unit)
                 continue
             self.record_success()
             yield start, stop, result
             start = stop
+
+    def describe(self, name: str = "model_batch_size") -> dict[str, int]:
+        """What the back-off did, for a run's metadata: the size now under ``name``, how many
+        out-of-memory errors it backed off from, and how often it grew back."""
+        return {name: self.size, "oom_backoffs": self.ooms, f"{name}_grows": self.grows}

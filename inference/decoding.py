@@ -17,6 +17,7 @@ from __future__ import annotations
 import gc
 import importlib.util
 import time
+import weakref
 from collections.abc import Callable, Sequence
 from dataclasses import dataclass, field
 from functools import partial
@@ -24,6 +25,7 @@ from functools import partial
 import numpy as np
 import torch
 
+from inference.adaptive import AdaptiveBatchSize
 from inference.batching import length_buckets
 from inference.device import to_device
 
@@ -131,30 +133,65 @@ def generate_static(
     device = next(model.parameters()).device
     tokens: list[list[int]] = [[] for _ in prompts]
     first = [0.0] * len(prompts)
+    # Bucketed batches keep to a padded-token budget, arrival-order ones to a request count.
+    budget = _sizing(
+        model,
+        "tokens" if bucketed else "requests",
+        max_batch_tokens if bucketed else max_batch_size,
+    )
+
+    def call(batch: np.ndarray) -> None:
+        longest = max(len(prompts[i]) for i in batch)
+        ids = torch.full((len(batch), longest), pad_token_id, dtype=torch.long)
+        mask = torch.zeros((len(batch), longest), dtype=torch.long)
+        for row, i in enumerate(batch):
+            ids[row, longest - len(prompts[i]) :] = torch.as_tensor(prompts[i])
+            mask[row, longest - len(prompts[i]) :] = 1
+        step = _FirstStep()
+        out = model.generate(
+            input_ids=to_device(ids, device),
+            attention_mask=to_device(mask, device),
+            max_new_tokens=int(limits[batch].max()),
+            do_sample=False,
+            num_beams=1,
+            pad_token_id=pad_token_id,
+            eos_token_id=eos_token_id,
+            stopping_criteria=StoppingCriteriaList([step]),
+        )
+        new = out[:, longest:].tolist()
+        for row, i in enumerate(batch):
+            tokens[i] = _cut(new[row], int(limits[i]), eos_token_id)
+            first[i] = (step.at or time.perf_counter()) - began
+
+    calls = 0
     with torch.inference_mode():
         for batch in batches:
-            longest = max(len(prompts[i]) for i in batch)
-            ids = torch.full((len(batch), longest), pad_token_id, dtype=torch.long)
-            mask = torch.zeros((len(batch), longest), dtype=torch.long)
-            for row, i in enumerate(batch):
-                ids[row, longest - len(prompts[i]) :] = torch.as_tensor(prompts[i])
-                mask[row, longest - len(prompts[i]) :] = 1
-            step = _FirstStep()
-            out = model.generate(
-                input_ids=to_device(ids, device),
-                attention_mask=to_device(mask, device),
-                max_new_tokens=int(limits[batch].max()),
-                do_sample=False,
-                num_beams=1,
-                pad_token_id=pad_token_id,
-                eos_token_id=eos_token_id,
-                stopping_criteria=StoppingCriteriaList([step]),
-            )
-            new = out[:, longest:].tolist()
-            for row, i in enumerate(batch):
-                tokens[i] = _cut(new[row], int(limits[i]), eos_token_id)
-                first[i] = (step.at or time.perf_counter()) - began
-    return TokenRun(tokens, "static", time.perf_counter() - began, first, len(batches))
+            # A batch that runs out of memory is generated again as smaller ones (the budget
+            # halves, and is kept for later batches and calls); a request's tokens do not
+            # depend on its batch under greedy decoding.
+            width = int(max(len(prompts[i]) + limits[i] for i in batch)) if bucketed else 1
+            parts = budget.run(len(batch), lambda a, b, rows=batch: call(rows[a:b]), width)
+            calls += sum(1 for _ in parts)
+    return TokenRun(tokens, "static", time.perf_counter() - began, first, calls)
+
+
+# What fits each model's device per generate call, per kind and configured limit.
+_SIZING: weakref.WeakKeyDictionary = weakref.WeakKeyDictionary()
+
+
+def _sizing(model: torch.nn.Module, kind: str, limit: int) -> AdaptiveBatchSize:
+    """Static batches' size for ``model`` (padded ``tokens`` or ``requests``): starts at (and
+    never exceeds) ``limit``, halves on out-of-memory, grows back after a run of successes,
+    and is kept across calls so later batches start at the size that fitted."""
+    sizes = _SIZING.setdefault(model, {})
+    if (kind, limit) not in sizes:
+        sizes[kind, limit] = AdaptiveBatchSize(limit)
+    return sizes[kind, limit]
+
+
+def static_sizing(model: torch.nn.Module, max_batch_tokens: int) -> AdaptiveBatchSize:
+    """The padded-token budget that bucketed static batches of ``model`` run under now."""
+    return _sizing(model, "tokens", max_batch_tokens)
 
 
 def generate_continuous(

@@ -17,8 +17,8 @@ import numpy as np
 import torch
 
 from inference.batching import length_buckets, padding_ratio
-from inference.decoding import STRATEGIES, generate_tokens
-from inference.device import Runtime
+from inference.decoding import STRATEGIES, generate_tokens, static_sizing
+from inference.device import Runtime, to_device
 from inference.text import folder_fingerprint, offline_hub
 
 if TYPE_CHECKING:
@@ -160,23 +160,31 @@ def generate_summaries(
     out: list[str] = [""] * len(texts)
     generated = Generated(out, padding=padding_ratio(lengths, buckets))
     device = generator.runtime.device
+    # Shared with the causal strategies' static batches: halved on out-of-memory, kept.
+    budget = static_sizing(generator.model, max_batch_tokens)
+
+    def call(rows: np.ndarray) -> None:
+        batch = tokenizer.pad({"input_ids": [ids[i] for i in rows]}, return_tensors="pt")
+        batch = {k: to_device(v, device) for k, v in batch.items()}
+        tokens = generator.model.generate(
+            **batch,
+            max_new_tokens=max_new_tokens,
+            do_sample=False,
+            num_beams=1,
+            pad_token_id=tokenizer.pad_token_id,
+        )
+        if not generator.is_encoder_decoder:
+            tokens = tokens[:, batch["input_ids"].shape[1] :]
+        texts_out = tokenizer.batch_decode(tokens, skip_special_tokens=True)
+        for index, text in zip(rows, texts_out, strict=True):
+            out[index] = text.strip()
+        generated.batch_sizes.append(len(rows))
+
     with torch.inference_mode():
         for bucket in buckets:
-            batch = tokenizer.pad({"input_ids": [ids[i] for i in bucket]}, return_tensors="pt")
-            batch = {k: v.to(device) for k, v in batch.items()}
-            tokens = generator.model.generate(
-                **batch,
-                max_new_tokens=max_new_tokens,
-                do_sample=False,
-                num_beams=1,
-                pad_token_id=tokenizer.pad_token_id,
-            )
-            if not generator.is_encoder_decoder:
-                tokens = tokens[:, batch["input_ids"].shape[1] :]
-            texts_out = tokenizer.batch_decode(tokens, skip_special_tokens=True)
-            for index, text in zip(bucket, texts_out, strict=True):
-                out[index] = text.strip()
-            generated.batch_sizes.append(len(bucket))
+            width = int(lengths[bucket].max()) + max_new_tokens
+            for _ in budget.run(len(bucket), lambda a, b, rows=bucket: call(rows[a:b]), width):
+                pass
     return generated
 
 

@@ -19,6 +19,7 @@ from dataclasses import dataclass, field
 import numpy as np
 import torch
 
+from inference.adaptive import AdaptiveBatchSize
 from inference.device import to_device
 from inference.topk import DEFAULT_BLOCK_ELEMENTS, ItemTiles, grouped_fits
 
@@ -149,6 +150,7 @@ def iter_top_k(
     seen: SparseRows,
     k: int,
     block_size: int,
+    sizings: dict[int, AdaptiveBatchSize] | None = None,
 ) -> Iterator[TopKBlock]:
     """Exact top-``k`` unseen items for every user, one block of users at a time.
 
@@ -162,7 +164,10 @@ def iter_top_k(
         item_bias: (items,) added to every user's scores, or None.
         seen: items each user already interacted with; they are never recommended.
         k: recommendations per user.
-        block_size: users per block (see ``block_size_for``).
+        block_size: users per block (see ``block_size_for``); a block that runs out of
+            memory is scored again as two halves, and the size that fitted is kept.
+        sizings: where that size is kept between calls (per starting block size), e.g. the
+            model's :meth:`Recommender.block_sizings`; each call starts afresh without it.
     """
     if seen.n_rows != user_factors.shape[0]:
         raise ValueError(f"seen has {seen.n_rows} rows for {user_factors.shape[0]} users")
@@ -175,25 +180,30 @@ def iter_top_k(
         # of 335 users would run as chunks of 256 and 79, and the small one at half speed).
         chunk = tiles.chunk_users()
         block_size = max(chunk, block_size - block_size % chunk)
-    with torch.inference_mode():
-        for start in range(0, user_factors.shape[0], block_size):
-            began = time.perf_counter()
-            stop = min(start + block_size, user_factors.shape[0])
-            rows, cols, _ = seen.take(np.arange(start, stop))
-            if tiles is not None:
-                values, items = tiles.top_k(user_factors[start:stop], rows, cols, k)
-            else:
-                # Ranked in fp32 even when the factors are bf16, so near-ties keep their order.
-                scores = (user_factors[start:stop] @ items_t).float()
-                if item_bias is not None:
-                    scores += item_bias
-                rows_t = to_device(torch.from_numpy(rows), device)
-                values, items = masked_top_k(
-                    scores, rows_t, to_device(torch.from_numpy(cols), device), k
-                )
-            yield TopKBlock(
-                start, values.cpu().numpy(), items.cpu().numpy(), time.perf_counter() - began
+    sizings = {} if sizings is None else sizings
+    sizing = sizings.setdefault(block_size, AdaptiveBatchSize(block_size))
+
+    def block(start: int, stop: int) -> TopKBlock:
+        began = time.perf_counter()
+        rows, cols, _ = seen.take(np.arange(start, stop))
+        if tiles is not None:
+            values, items = tiles.top_k(user_factors[start:stop], rows, cols, k)
+        else:
+            # Ranked in fp32 even when the factors are bf16, so near-ties keep their order.
+            scores = (user_factors[start:stop] @ items_t).float()
+            if item_bias is not None:
+                scores += item_bias
+            rows_t = to_device(torch.from_numpy(rows), device)
+            values, items = masked_top_k(
+                scores, rows_t, to_device(torch.from_numpy(cols), device), k
             )
+        return TopKBlock(
+            start, values.cpu().numpy(), items.cpu().numpy(), time.perf_counter() - began
+        )
+
+    with torch.inference_mode():
+        for _, _, scored in sizing.run(user_factors.shape[0], block):
+            yield scored
 
 
 def top_k(
@@ -324,6 +334,10 @@ class Recommender:
     item_factors: torch.Tensor
     item_bias: torch.Tensor
     popularity: torch.Tensor  # share of training interactions per item, for cold-start users
+    # Users per top-K block that fit the device, per configured block size (see iter_top_k).
+    block_sizings: dict[int, AdaptiveBatchSize] = field(
+        default_factory=dict, init=False, compare=False, repr=False
+    )
 
     def to_tensors(self) -> dict[str, torch.Tensor]:
         """The state to save as safetensors (vocabularies included, so ids survive a reload)."""
@@ -444,7 +458,8 @@ def recommend(
         if len(members) == 0:
             continue
         scorer = model.scorer(None if cold_start else model_rows[members], len(members))
-        for block in iter_top_k(*scorer, history.select(members), k, block_size):
+        blocks = iter_top_k(*scorer, history.select(members), k, block_size, model.block_sizings)
+        for block in blocks:
             valid = block.items >= 0
             counts = valid.sum(axis=1)
             block_users = user_ids[members[block.start : block.start + len(block.items)]]

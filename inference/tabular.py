@@ -17,6 +17,7 @@ import numpy as np
 import torch
 from torch import nn
 
+from inference.adaptive import AdaptiveBatchSize
 from inference.batching import prefetch
 from inference.device import Runtime, to_device
 from inference.metrics import BatchMetrics
@@ -406,6 +407,7 @@ class TabularScorer:
         self.standardizer = standardizer
         self.features = list(features)
         self.threshold = float(threshold)
+        self._sizing: AdaptiveBatchSize | None = None
 
     @classmethod
     def from_stored(
@@ -439,19 +441,32 @@ class TabularScorer:
         """
         if x.ndim != 2 or x.shape[1] != len(self.features):
             raise ValueError(f"expected {len(self.features)} feature columns, got shape {x.shape}")
-        step = max_rows or len(x) or 1
         device, dtype = self.runtime.device, self.runtime.dtype
-        out = []
+
+        def call(start: int, stop: int) -> torch.Tensor:
+            rows = self.standardizer.transform(x[start:stop])
+            logits = self.model(to_device(torch.from_numpy(rows), device).to(dtype))
+            return torch.sigmoid(logits.squeeze(1).float())
+
         with torch.inference_mode():
             # Every model call is queued before the one read-back: on a GPU the host
-            # standardises and copies the next rows while the current ones run.
-            for start in range(0, len(x), step):
-                rows = self.standardizer.transform(x[start : start + step])
-                logits = self.model(to_device(torch.from_numpy(rows), device).to(dtype))
-                out.append(torch.sigmoid(logits.squeeze(1).float()))
+            # standardises and copies the next rows while the current ones run. Calls of
+            # max_rows back off on out-of-memory (see batch_sizing).
+            if max_rows:
+                out = [part for _, _, part in self.batch_sizing(max_rows).run(len(x), call)]
+            else:
+                out = [call(0, len(x))]
             if not out:
                 return np.zeros(0, np.float32)
             return (out[0] if len(out) == 1 else torch.cat(out)).cpu().numpy()
+
+    def batch_sizing(self, max_rows: int) -> AdaptiveBatchSize:
+        """The rows per model call, starting at (and never above) ``max_rows``: halved on an
+        out-of-memory error and grown back after a run of successes, kept across calls so a
+        partition's later batches start at the size that fitted."""
+        if self._sizing is None or self._sizing.maximum != max_rows:
+            self._sizing = AdaptiveBatchSize(max_rows)
+        return self._sizing
 
     def score_columns(self, columns: Mapping[str, Any]) -> np.ndarray:
         return self.score(stack_features(columns, self.features))

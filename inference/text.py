@@ -14,7 +14,7 @@ import re
 from collections import Counter
 from collections.abc import Iterator, Sequence
 from contextlib import contextmanager
-from dataclasses import dataclass
+from dataclasses import dataclass, field
 from functools import lru_cache
 from pathlib import Path
 from typing import TYPE_CHECKING
@@ -23,6 +23,7 @@ import numpy as np
 import torch
 import torch.nn.functional as F
 
+from inference.adaptive import AdaptiveBatchSize
 from inference.batching import length_buckets, padding_ratio
 from inference.device import Runtime, to_device
 
@@ -42,6 +43,17 @@ class SentenceEncoder:
     runtime: Runtime
     max_length: int
     version: str
+    # Padded tokens per model call that fit the device, per configured budget (see token_budget).
+    _budgets: dict[int, AdaptiveBatchSize] = field(
+        default_factory=dict, init=False, compare=False, repr=False
+    )
+
+    def token_budget(self, max_batch_tokens: int) -> AdaptiveBatchSize:
+        """Padded tokens per model call, starting at (and never above) ``max_batch_tokens``:
+        halved on out-of-memory, grown back after a run of successes, kept across calls."""
+        if max_batch_tokens not in self._budgets:
+            self._budgets[max_batch_tokens] = AdaptiveBatchSize(max_batch_tokens)
+        return self._budgets[max_batch_tokens]
 
 
 @dataclass(frozen=True)
@@ -159,23 +171,34 @@ def encode(
     buckets = length_buckets(lengths, max_batch_tokens, max_batch_size)
     pad = encoder.tokenizer.pad_token_id or 0
     device = encoder.runtime.device
+    budget = encoder.token_budget(max_batch_tokens)
     # Pooled vectors stay on the device until the end: one read-back for the whole call, so on
     # a GPU the host pads the next bucket while the current one runs.
     out = torch.empty(len(unique), width, device=device)
+
+    def call(rows: np.ndarray, longest: int) -> None:
+        batch = torch.full((len(rows), longest), pad, dtype=torch.long)
+        for row, index in enumerate(rows):
+            batch[row, : lengths[index]] = torch.tensor(ids[index])
+        mask = torch.arange(longest)[None, :] < torch.from_numpy(lengths[rows])[:, None]
+        batch, mask = to_device(batch, device), to_device(mask, device)
+        hidden = encoder.model(input_ids=batch, attention_mask=mask.long()).last_hidden_state
+        out[to_device(torch.from_numpy(rows), device)] = mean_pool(hidden.float(), mask)
+
+    calls = 0
     with torch.inference_mode():
         for bucket in buckets:
+            # A bucket fits the configured budget; after an out-of-memory error the budget is
+            # smaller and the bucket runs as several calls of its longest text's padded length.
             longest = int(lengths[bucket].max())
-            batch = torch.full((len(bucket), longest), pad, dtype=torch.long)
-            for row, index in enumerate(bucket):
-                batch[row, : lengths[index]] = torch.tensor(ids[index])
-            mask = torch.arange(longest)[None, :] < torch.from_numpy(lengths[bucket])[:, None]
-            batch, mask = to_device(batch, device), to_device(mask, device)
-            hidden = encoder.model(input_ids=batch, attention_mask=mask.long()).last_hidden_state
-            out[to_device(torch.from_numpy(bucket), device)] = mean_pool(hidden.float(), mask)
+            parts = budget.run(
+                len(bucket), lambda a, b, rows=bucket, n=longest: call(rows[a:b], n), longest
+            )
+            calls += sum(1 for _ in parts)
     out = out.cpu()
     position = {text: i for i, text in enumerate(unique)}
     vectors = out[torch.tensor([position[t] for t in texts], dtype=torch.long)]
-    return Embeddings(vectors, len(buckets), padding_ratio(lengths, buckets))
+    return Embeddings(vectors, calls, padding_ratio(lengths, buckets))
 
 
 def mean_pool(hidden: torch.Tensor, mask: torch.Tensor) -> torch.Tensor:

@@ -107,26 +107,49 @@ def test_invalid_settings_are_rejected() -> None:
         AdaptiveBatchSize(64, maximum=32)
 
 
-def test_scores_with_back_off_equal_scores_in_one_batch() -> None:
-    """A real scorer behind a device that cannot hold big batches gives the same scores."""
+class SmallDevice(torch.nn.Module):
+    """Wraps a model like a device with room for ``capacity`` rows: a bigger call raises the
+    CUDA out-of-memory error, exactly the type torch raises on a GPU."""
+
+    def __init__(self, model: torch.nn.Module, capacity: int):
+        super().__init__()
+        self.model, self.capacity, self.calls = model, capacity, []
+
+    def forward(self, x: torch.Tensor) -> torch.Tensor:
+        self.calls.append(len(x))
+        if len(x) > self.capacity:
+            raise torch.cuda.OutOfMemoryError(f"CUDA out of memory. Tried {len(x)} rows")
+        return self.model(x)
+
+
+def test_scores_back_off_on_out_of_memory_and_equal_scores_in_one_batch() -> None:
+    """The scorer the pipeline uses halves its model calls on OOM and keeps the size that fit."""
     rng = np.random.default_rng(0)
     x = rng.normal(size=(3000, 6)).astype(np.float32)
     torch.manual_seed(0)
-    scorer = TabularScorer(
-        build_mlp(6, [16]),
-        Standardizer.fit(x),
-        [f"f{i}" for i in range(6)],
-        0.5,
-        make_runtime("cpu", "fp32"),
-    )
-    expected = scorer.score(x)
+    mlp = build_mlp(6, [16])
+    runtime = make_runtime("cpu", "fp32")
+    names = [f"f{i}" for i in range(6)]
+    expected = TabularScorer(mlp, Standardizer.fit(x), names, 0.5, runtime).score(x)
+    device = SmallDevice(mlp, capacity=500)
+    scorer = TabularScorer(device, Standardizer.fit(x), names, 0.5, runtime)
 
-    def score(start: int, stop: int) -> np.ndarray:
-        if stop - start > 500:
-            raise torch.cuda.OutOfMemoryError("CUDA out of memory")
-        return scorer.score(x[start:stop])
+    got = scorer.score(x, max_rows=2048)
 
-    sizer = AdaptiveBatchSize(2048)
-    got = np.concatenate([scores for _, _, scores in sizer.run(len(x), score)])
     np.testing.assert_allclose(got, expected, rtol=1e-6)
-    assert sizer.size == 256
+    assert device.calls[:4] == [2048, 1024, 512, 256]  # the same rows, retried at half size
+    # 12 batches fitted at 256; after 8 in a row it tried 512 once more, which failed again.
+    assert scorer.batch_sizing(2048).describe() == {
+        "model_batch_size": 256, "oom_backoffs": 4, "model_batch_size_grows": 1
+    }  # fmt: skip
+    assert device.calls.count(512) == 2 and max(device.calls[4:]) == 512
+    # The next call (the partition's next batch) starts at the size that fitted: no new OOM.
+    device.calls.clear()
+    np.testing.assert_allclose(scorer.score(x[:700], max_rows=2048), expected[:700], rtol=1e-6)
+    assert device.calls == [256, 256, 188]
+    # A single row that does not fit is a real error, raised once, not retried forever.
+    device.capacity = 0
+    device.calls.clear()
+    with pytest.raises(BatchTooLargeError, match="minimum batch size 1"):
+        scorer.score(x[:10], max_rows=2048)
+    assert device.calls == [10, 5, 2, 1]

@@ -5,6 +5,7 @@ from __future__ import annotations
 import time
 
 import numpy as np
+import torch
 
 from inference import decoding
 from inference.decoding import generate_continuous, generate_static, generate_tokens
@@ -130,3 +131,36 @@ def test_continuous_told_to_give_up_lists_the_unfinished_requests(llama) -> None
     assert all(run.tokens[i] == [] for i in run.unfinished)
     assert all(run.tokens[i] == reference[i] for i in done)
     assert run.busy_seconds is not None and run.busy_seconds <= run.seconds
+
+
+class SmallDevice(torch.nn.Module):
+    """Generates like a device with room for ``capacity`` padded tokens (prompt + new) per
+    call: a bigger call raises the CUDA out-of-memory error, the type torch raises on a GPU."""
+
+    def __init__(self, model: torch.nn.Module, capacity: int):
+        super().__init__()
+        self.model, self.capacity, self.calls = model, capacity, []
+
+    def generate(self, input_ids, max_new_tokens, **kwargs):
+        tokens = input_ids.shape[0] * (input_ids.shape[1] + max_new_tokens)
+        self.calls.append(tokens)
+        if tokens > self.capacity:
+            raise torch.cuda.OutOfMemoryError(f"CUDA out of memory ({tokens} tokens)")
+        return self.model.generate(input_ids=input_ids, max_new_tokens=max_new_tokens, **kwargs)
+
+
+def test_static_batches_back_off_on_out_of_memory_to_the_same_tokens(llama) -> None:
+    prompts, limits = _requests(24)
+    expected = _static(llama, prompts, limits).tokens
+    device = SmallDevice(llama, capacity=70)
+
+    run = _static(device, prompts, limits)
+
+    assert run.tokens == expected  # greedy: a request's tokens do not depend on its batch
+    sizing = decoding.static_sizing(device, LIMITS["max_batch_tokens"])
+    failed = [c for c in device.calls if c > 70]
+    assert sizing.ooms == len(failed) >= 1 and sizing.history[0][0] == "oom"
+    assert run.model_calls == len(device.calls) - len(failed)  # every request generated once
+    # The budget is the model's, kept for its later calls; the unwrapped model's is untouched.
+    assert decoding.static_sizing(device, LIMITS["max_batch_tokens"]) is sizing
+    assert decoding.static_sizing(llama, LIMITS["max_batch_tokens"]).ooms == 0

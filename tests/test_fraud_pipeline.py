@@ -120,6 +120,7 @@ def test_one_partition_end_to_end(landed, store, resources, instance):
     meta = _metadata(result, "fraud_scores", day)
     assert meta["rows_in"] == meta["rows_out"] == scores.num_rows
     assert meta["model_loads"] == 1 and meta["model_version"] == model["model_version"]
+    assert meta["oom_backoffs"] == 0 and meta["model_batch_size"] > 0  # the back-off's record
     assert meta["flagged"] == int(scores["flagged"].to_numpy().sum())
 
     alerts = store.read_output("fraud_alerts", day)

@@ -1,5 +1,6 @@
 """Abstractive summaries: tiny random seq2seq and causal checkpoints built offline, and the asset's mode."""
 
+from dataclasses import replace
 from pathlib import Path
 
 import pytest
@@ -17,6 +18,7 @@ from transformers import (
 from assets.summaries.demo_data import BOILERPLATE, TOPICS, generate_day
 from assets.summaries.document_summaries import document_summaries
 from assets.summaries.documents import DOCUMENTS_SCHEMA, documents
+from inference.decoding import static_sizing
 from inference.device import make_runtime
 from inference.generate import (
     CheckpointError,
@@ -124,6 +126,36 @@ def test_greedy_bucketed_generation_is_deterministic_and_in_input_order(checkpoi
     assert len(set(first.texts)) > 1
 
 
+class OneRowDevice(torch.nn.Module):
+    """Generates like a device with room for one document per call: more raise the CUDA
+    out-of-memory error, the type torch raises on a GPU."""
+
+    def __init__(self, model: torch.nn.Module):
+        super().__init__()
+        self.model, self.rows = model, []
+
+    def generate(self, input_ids, **kwargs):
+        self.rows.append(len(input_ids))
+        if len(input_ids) > 1:
+            raise torch.cuda.OutOfMemoryError(f"CUDA out of memory ({len(input_ids)} rows)")
+        return self.model.generate(input_ids=input_ids, **kwargs)
+
+
+@pytest.mark.parametrize("kind", ["seq2seq", "causal"])
+def test_static_summaries_back_off_on_out_of_memory_to_the_same_texts(checkpoints, kind):
+    generator = load_generator(checkpoints[kind], make_runtime("cpu", "fp32"))
+    expected = generate_summaries(generator, DOCS, **LIMITS).texts
+    device = OneRowDevice(generator.model)
+
+    got = generate_summaries(replace(generator, model=device), DOCS, **LIMITS)
+
+    assert got.texts == expected
+    assert sum(got.batch_sizes) == len(DOCS) and max(got.batch_sizes) == 1
+    sizing = static_sizing(device, LIMITS["max_batch_tokens"])
+    assert sizing.ooms == sum(r > 1 for r in device.rows) >= 1
+    assert static_sizing(generator.model, LIMITS["max_batch_tokens"]).ooms == 0
+
+
 def test_missing_checkpoint_is_reported_clearly(tmp_path: Path):
     with pytest.raises(CheckpointError, match="needs checkpoint_path"):
         check_checkpoint(None)
@@ -155,7 +187,7 @@ def test_abstractive_mode_summarises_every_document(checkpoints, store, resource
     }
     metadata = result.asset_materializations_for_node("document_summaries")[0].metadata
     assert metadata["mode"].value == "abstractive"
-    assert metadata["model_loads"].value == 1
+    assert metadata["model_loads"].value == 1 and metadata["oom_backoffs"].value == 0
 
 
 def test_abstractive_mode_without_checkpoint_fails_and_publishes_nothing(

@@ -88,6 +88,37 @@ def test_top_k_excludes_seen_items_exactly(block_size: int) -> None:
     assert np.all(ranked[1] == -1)
 
 
+def test_top_k_blocks_back_off_on_out_of_memory_and_keep_the_size(monkeypatch) -> None:
+    """A block of users too big for the device is scored again as halves, to the same result."""
+    from inference import recommend as engine
+
+    rng = np.random.default_rng(3)
+    users = torch.from_numpy(rng.normal(size=(50, 4)).astype(np.float32))
+    items = torch.from_numpy(rng.normal(size=(15, 4)).astype(np.float32))
+    rows = np.repeat(np.arange(50), 2)
+    seen = SparseRows.from_pairs(rows, rng.integers(0, 15, 100), 50)
+    expected = top_k(users, items, None, seen, 5, 64)
+    blocks, real = [], engine.masked_top_k
+
+    def small_device(scores, *args):
+        blocks.append(len(scores))
+        if len(scores) > 12:
+            raise torch.cuda.OutOfMemoryError(f"CUDA out of memory ({len(scores)} users)")
+        return real(scores, *args)
+
+    monkeypatch.setattr(engine, "masked_top_k", small_device)
+    sizings: dict = {}
+    got = list(engine.iter_top_k(users, items, None, seen, 5, 64, sizings))
+
+    assert np.array_equal(np.concatenate([b.items for b in got]), expected[1])
+    assert [b.start for b in got] == list(range(0, 50, 12))  # every user once, in order
+    assert blocks[:3] == [50, 25, 12] and sizings[64].size == 12 and sizings[64].ooms == 2
+    blocks.clear()  # the next call starts at the size that fitted, not at 64
+    again = list(engine.iter_top_k(users, items, None, seen, 5, 64, sizings))
+    assert blocks[0] == 12 and sum(b > 12 for b in blocks) <= 1  # at most one growth probe
+    assert np.array_equal(np.concatenate([b.items for b in again]), expected[1])
+
+
 def test_recommend_ranks_known_users_by_model_and_new_users_by_popularity() -> None:
     model = Recommender(
         users=Vocabulary(np.array([100, 200], dtype=np.int64)),
@@ -231,7 +262,7 @@ def test_materialize_scores_active_users_with_unseen_items(landed, resources, in
     assert meta["rows_in"] == day.user_id.nunique() and meta["rows_out"] == len(out)
     assert meta["cold_start_users"] > 0 and meta["model_users"] > 0
     assert meta["cold_start_users"] + meta["model_users"] == meta["rows_in"]
-    assert meta["model_loads"] == 1 and meta["batch_count"] > 1
+    assert meta["model_loads"] == 1 and meta["batch_count"] > 1 and meta["oom_backoffs"] == 0
     assert {"unknown_items", "unknown_item_interactions", "rows_per_second"} <= meta.keys()
     assert (out.model_version == model_meta["model_version"]).all()
     assert out.groupby("user_id").size().eq(20).all()

@@ -1,5 +1,6 @@
 """Summaries domain: sentence encoder, extractive summaries, topic clustering, demo data, assets."""
 
+from dataclasses import replace
 from pathlib import Path
 
 import pyarrow as pa
@@ -15,6 +16,7 @@ from assets.summaries.demo_data import generate_day
 from assets.summaries.digest import daily_digest
 from assets.summaries.document_summaries import document_summaries
 from assets.summaries.documents import DOCUMENTS_SCHEMA, documents
+from inference.adaptive import BatchTooLargeError
 from inference.device import make_runtime
 from inference.text import (
     build_digest,
@@ -85,6 +87,44 @@ def test_embeddings_are_unit_norm_and_closer_for_similar_sentences(encoder):
     single = torch.cat([encode(encoder, [t], 64, 8).vectors for t in texts[:3]])
     assert out.model_calls >= 2
     assert torch.allclose(vectors[:3], single, atol=1e-5)
+
+
+class SmallDevice(torch.nn.Module):
+    """Runs an encoder like a device with room for ``capacity`` padded tokens per call: a
+    bigger call raises the CUDA out-of-memory error, the type torch raises on a GPU."""
+
+    def __init__(self, model: torch.nn.Module, capacity: int):
+        super().__init__()
+        self.model, self.config, self.capacity, self.calls = model, model.config, capacity, []
+
+    def forward(self, input_ids, attention_mask):
+        self.calls.append(input_ids.numel())
+        if input_ids.numel() > self.capacity:
+            raise torch.cuda.OutOfMemoryError(f"CUDA out of memory ({input_ids.numel()} tokens)")
+        return self.model(input_ids=input_ids, attention_mask=attention_mask)
+
+
+def test_embeddings_back_off_on_out_of_memory_to_the_same_vectors(encoder):
+    texts = [f"Sentence number {i} says {'something ' * (i % 7)}about the day." for i in range(40)]
+    expected = encode(encoder, texts, max_batch_tokens=2048, max_batch_size=64).vectors
+    device = SmallDevice(encoder.model, capacity=200)
+    tight = replace(encoder, model=device)
+
+    out = encode(tight, texts, max_batch_tokens=2048, max_batch_size=64)
+
+    assert torch.allclose(out.vectors, expected, atol=1e-5)
+    budget = tight.token_budget(2048)
+    assert budget.ooms >= 2 and budget.size <= 200 and max(device.calls) > 200
+    assert out.model_calls == len([c for c in device.calls if c <= 200])
+    # The next call starts at the budget that fitted: no out-of-memory error at all.
+    device.calls.clear()
+    again = encode(tight, texts[:10], max_batch_tokens=2048, max_batch_size=64)
+    assert max(device.calls) <= 200 and torch.allclose(again.vectors, expected[:10], atol=1e-5)
+    # One text longer than the device holds is a clear error, not a retry loop.
+    device.capacity = 5
+    with pytest.raises(BatchTooLargeError, match="single item"):
+        encode(tight, ["a text that is longer than five tokens, for sure"], 2048, 64)
+    assert encoder.token_budget(2048).ooms == 0  # the fixture's own budget is untouched
 
 
 @pytest.mark.parametrize(
@@ -196,7 +236,8 @@ def test_pipeline_summarises_and_digests_a_range_in_one_run(store, resources, in
     }
     summary_meta = metadata["document_summaries"]
     assert summary_meta["partitions"].value == 2
-    assert summary_meta["model_loads"].value == 1
+    assert summary_meta["model_loads"].value == 1 and summary_meta["oom_backoffs"].value == 0
+    assert summary_meta["model_batch_tokens"].value > 0
     assert summary_meta["rows_out"].value == 30
     assert summary_meta["model_version"].value.startswith("all-MiniLM-L6-v2@")
     assert metadata["daily_digest"]["rows_in"].value == 30

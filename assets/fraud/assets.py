@@ -218,6 +218,7 @@ def fraud_scores(
         model_loads=inference.load_count(key),
         extra={
             **run.metadata(),
+            **scorer.batch_sizing(inference.max_batch_size).describe(),
             "flagged": sum(s.stats.counts.get("flagged", 0) for s in shards),
             "threshold": scorer.threshold,
             **quarantine_metadata(shards),

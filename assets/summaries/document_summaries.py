@@ -30,6 +30,8 @@ from assets.summaries.quality import (
     summary_observer,
 )
 from assets.summaries.schemas import DATASET, DOCUMENTS_SCHEMA, SUMMARIES
+from inference.adaptive import AdaptiveBatchSize
+from inference.decoding import static_sizing
 from inference.generate import generate_summaries
 from inference.metrics import BatchMetrics
 from inference.text import extractive_summaries
@@ -120,7 +122,7 @@ def document_summaries(
     preload_great_expectations()
     store = storage.store()
     with fail_fast_on_bad_input():
-        summarise, version, key = _summariser(config, inference)
+        summarise, version, key, sizing = _summariser(config, inference)
     limit = quarantine_limit(config.max_quarantine_rate)
     reports = []
     with spot_safe(context, store, inference) as run:
@@ -165,6 +167,7 @@ def document_summaries(
             **run.metadata(),
             "mode": config.mode,
             "model_calls": sum(r.metrics.model_calls for r in reports),
+            **sizing().describe("model_batch_tokens"),
             **quarantine_metadata([r.shards for r in reports if r.shards is not None]),
         },
     )
@@ -178,8 +181,9 @@ def _output_settings(config: SummariesConfig) -> dict:
 
 def _summariser(
     config: SummariesConfig, inference: InferenceResource
-) -> tuple[Summarise, str, str]:
-    """The configured summariser, its model version and its cache key; fails before any I/O."""
+) -> tuple[Summarise, str, str, Callable[[], AdaptiveBatchSize]]:
+    """The configured summariser, its model version, its cache key and its batch sizing (what
+    out-of-memory back-off did); fails before any I/O."""
     limits = {
         "max_batch_tokens": inference.max_batch_tokens,
         "max_batch_size": inference.max_batch_size,
@@ -198,7 +202,12 @@ def _summariser(
             )
             return out.texts, len(out.batch_sizes)
 
-        return abstractive, generator.version, generator_key(config.checkpoint_path)
+        return (
+            abstractive,
+            generator.version,
+            generator_key(config.checkpoint_path),
+            lambda: static_sizing(generator.model, inference.max_batch_tokens),
+        )
     encoder = sentence_encoder(inference)
 
     def extractive(texts: list[str]) -> tuple[list[str], int]:
@@ -207,7 +216,12 @@ def _summariser(
         )
         return summaries, embedded.model_calls
 
-    return extractive, encoder.version, encoder_key()
+    return (
+        extractive,
+        encoder.version,
+        encoder_key(),
+        lambda: encoder.token_budget(inference.max_batch_tokens),
+    )
 
 
 def _texts(chunk: pa.RecordBatch) -> list[str]:
