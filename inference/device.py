@@ -16,11 +16,9 @@ class Runtime:
     """Where and in which precision models run."""
 
     device: torch.device
+    # Models run in this precision throughout (weights and activations; scores and pooled
+    # vectors are read back in fp32), rather than under torch.autocast: bf16 keeps fp32's range.
     dtype: torch.dtype
-
-    @property
-    def autocast(self) -> bool:
-        return self.dtype != torch.float32
 
     def describe(self) -> str:
         name = str(self.device)
