@@ -47,6 +47,7 @@ __all__ = [
     "Interrupted",
     "Observe",
     "PartitionTarget",
+    "Progress",
     "ShardReport",
     "ShardedWriter",
     "fingerprint",
@@ -77,6 +78,9 @@ StopCheck = Callable[[], str | None]
 Observe = Callable[[pa.RecordBatch, pa.Table, StreamStats], None]
 # How many input rows an output batch answers for (recommendations: distinct users).
 CountOut = Callable[[pa.Table], int]
+# Told after each shard this attempt writes: (input rows read so far, of them rows of shards an
+# earlier attempt finished, shards finished so far).
+Progress = Callable[[int, int, int], None]
 
 
 @dataclass
@@ -105,6 +109,7 @@ def run_sharded(
     quarantine: QuarantinePlan | None = None,
     observe: Observe | None = None,
     count_out: CountOut | None = None,
+    progress: Progress | None = None,
 ) -> ShardReport:
     """Runs the model over the input in shards and commits the partition.
 
@@ -127,6 +132,8 @@ def run_sharded(
         quarantine: rows to set aside instead of scoring; the model never sees them.
         observe: adds each model call (rows scored, output) to its shard's statistics.
         count_out: input rows an output batch answers for (default: its row count).
+        progress: told after each shard written: the input rows read so far, how many of them
+            belong to shards an earlier attempt finished, and the shards finished so far.
 
     Raises:
         Interrupted: ``stop`` fired; finished shards are kept for the retry.
@@ -164,7 +171,13 @@ def run_sharded(
             return report
         source = Prefetcher(staged(), depth=prefetch_depth)
         current: _Shard | None = None
-        shards = 0
+        shards = rows_read = rows_resumed = 0
+
+        def finish(shard: _Shard) -> None:
+            _finish_shard(writer, shard, metrics)
+            if progress is not None:
+                progress(rows_read, rows_resumed, len(writer.progress.shards))
+
         clock = time.perf_counter()
         for shard, batch, good, held, preparing in source:
             prepared, prep_seconds = preparing.result()
@@ -173,13 +186,15 @@ def run_sharded(
             metrics.observe_queue_depth(source.depth)
             if current is None or shard != current.index:
                 if current is not None and not writer.done(current.index):
-                    _finish_shard(writer, current, metrics)
+                    finish(current)
                 current, shards = _Shard(shard), shard + 1
                 if writer.done(shard):
                     report.shards_resumed += 1
                 else:
                     writer.start_shard(shard)
             if writer.done(shard):
+                rows_read += batch.num_rows
+                rows_resumed += batch.num_rows
                 clock = time.perf_counter()
                 continue
             reason = stop()
@@ -192,9 +207,10 @@ def run_sharded(
             if good.num_rows:
                 _score(current, good, prepared, transform, observe, count_out, metrics, writer)
             current.rows_in += batch.num_rows
+            rows_read += batch.num_rows
             clock = time.perf_counter()
         if current is not None and not writer.done(current.index):
-            _finish_shard(writer, current, metrics)
+            finish(current)
         reason = stop()
         if reason:
             raise interrupt(reason, None, 0)

@@ -179,3 +179,37 @@ def test_batches_prepared_on_several_threads_reach_the_model_in_input_order(stor
     assert [first for first, _ in seen] == sorted(first for first, _ in seen)
     assert all(first == prepared for first, prepared in seen)
     assert store.read_output("out", "2026-03-01")["y"].to_pylist() == _expected()
+
+
+def test_progress_is_told_after_each_shard_with_resumed_rows_apart(store) -> None:
+    with pytest.raises(MemoryError):
+        run_sharded(_writer(store), _input(), Model(fail_after_rows=450), batch_size=50)
+    told: list[tuple[int, int, int]] = []
+    run_sharded(
+        _writer(store), _input(), Model(), batch_size=50, progress=lambda *a: told.append(a)
+    )
+    # Shards of 200 rows: the first attempt finished two, this one writes the other three.
+    assert told == [(600, 400, 3), (800, 400, 4), (1000, 400, 5)]
+
+
+def test_progress_log_is_throttled_and_shows_rate_share_and_time_left() -> None:
+    from assets.checkpointing import ProgressLog
+
+    lines: list[str] = []
+    now = [100.0]
+    log = ProgressLog(
+        lines.append, "fraud_scores 2026-03-01", 1_000, every=10, clock=lambda: now[0]
+    )
+    now[0] = 105.0
+    log(300, 0, 1)  # too soon after the start: nothing
+    now[0] = 110.0
+    log(500, 100, 2)
+    now[0] = 115.0
+    log(700, 100, 3)  # too soon after the last line
+    assert lines == [
+        "fraud_scores 2026-03-01: 500 of 1,000 rows (50%) in 2 shards, 40 rows/s, about 12 s to go"
+    ]
+    unknown = ProgressLog(lines.append, "user_recommendations", None, clock=lambda: now[0])
+    now[0] = 145.0
+    unknown(90, 0, 1)
+    assert lines[-1] == "user_recommendations: 90 rows in 1 shard, 3 rows/s"
