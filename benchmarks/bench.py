@@ -130,11 +130,11 @@ def run_workload(name: str, args: argparse.Namespace, sizes: dict, work: Path) -
         return recs.run(users, sizes["items"], sizes["dims"], sizes["k"], 4096, args.device)
     if name == "embeddings":
         from benchmarks import embeddings
+        from resources.inference import CPU_BATCH_TOKENS
 
-        # Measured on this 2-core CPU (200 texts, 1 thread): 24.5 texts/s at 1,024 padded
-        # tokens per call, 21.1 at 2,048, 20.2 at 4,096, 11.6 at 16,384. A CPU gains nothing
-        # from big batches, and wide buckets pad more; GPUs want the large budget.
-        tokens = 2_048 if args.device == "cpu" else 131_072
+        # The CPU budget is the inference resource's own default there (see
+        # InferenceResource.batch_tokens for what was measured); GPUs want the large budget.
+        tokens = CPU_BATCH_TOKENS if args.device == "cpu" else 131_072
         return embeddings.run(args.texts or sizes["texts"], tokens, 256, args.device)
     if name == "generation":
         from benchmarks import generation

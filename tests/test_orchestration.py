@@ -6,6 +6,7 @@ import datetime as dt
 import json
 
 import pytest
+import torch
 from dagster import DagsterInstance, build_schedule_context, build_sensor_context
 
 from orchestration.definitions import build_definitions, defs
@@ -49,6 +50,17 @@ def test_every_environment_builds(env: str, monkeypatch: pytest.MonkeyPatch) -> 
     resources = build_resources(env)
     assert set(resources) == {"storage", "inference"}
     build_definitions(env).get_repository_def().get_all_jobs()
+
+
+def test_text_batch_budget_is_sized_to_the_device_unless_set(monkeypatch) -> None:
+    from resources.inference import CPU_BATCH_TOKENS, GPU_BATCH_TOKENS, InferenceResource
+
+    assert InferenceResource(device="cpu").batch_tokens == CPU_BATCH_TOKENS == 2_048
+    assert InferenceResource(device="cpu", max_batch_tokens=512).batch_tokens == 512
+    monkeypatch.setenv("NIGHTSHIFT_MAX_BATCH_TOKENS", "4096")
+    assert build_resources("local")["inference"].batch_tokens == 4_096
+    if torch.cuda.is_available():
+        assert InferenceResource(device="cuda").batch_tokens == GPU_BATCH_TOKENS
 
 
 def test_unknown_environment_is_a_clear_error() -> None:

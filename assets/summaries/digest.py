@@ -76,7 +76,7 @@ def daily_digest(
             encoder,
             day.column("doc_id").to_pylist(),
             day.column("summary").to_pylist(),
-            max_batch_tokens=inference.max_batch_tokens,
+            max_batch_tokens=inference.batch_tokens,
             max_batch_size=inference.max_batch_size,
             k_max=config.max_topics,
             summary_sentences=config.summary_sentences,

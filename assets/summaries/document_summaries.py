@@ -185,7 +185,7 @@ def _summariser(
     """The configured summariser, its model version, its cache key and its batch sizing (what
     out-of-memory back-off did); fails before any I/O."""
     limits = {
-        "max_batch_tokens": inference.max_batch_tokens,
+        "max_batch_tokens": inference.batch_tokens,
         "max_batch_size": inference.max_batch_size,
     }
     if config.mode == "abstractive":
@@ -206,7 +206,7 @@ def _summariser(
             abstractive,
             generator.version,
             generator_key(config.checkpoint_path),
-            lambda: static_sizing(generator.model, inference.max_batch_tokens),
+            lambda: static_sizing(generator.model, inference.batch_tokens),
         )
     encoder = sentence_encoder(inference)
 
@@ -220,7 +220,7 @@ def _summariser(
         extractive,
         encoder.version,
         encoder_key(),
-        lambda: encoder.token_budget(inference.max_batch_tokens),
+        lambda: encoder.token_budget(inference.batch_tokens),
     )
 
 
