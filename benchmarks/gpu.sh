@@ -1,5 +1,5 @@
 #!/usr/bin/env bash
-# The nightshift benchmark on a CUDA machine, in under 8 minutes: bf16, the `large` sizes
+# The GPU-only tests, then the nightshift benchmark on a CUDA machine, in under 8 minutes: bf16, the `large` sizes
 # (4M fraud rows, 100k x 200k x 128 top-K, 20k texts, 1,024 generation requests on an
 # 8 x 1024 random Llama). Writes benchmarks/out/gpu/results.{json,md}.
 #
@@ -53,14 +53,24 @@ else
         echo "no CUDA device visible to $python: use --cpu-smoke or --dry-run here" >&2
         exit 1
     fi
-    # --budget: no workload starts after 6.5 minutes, so the whole run ends within 8.
-    args=(--large --device cuda --bf16 --threads "$threads" --out "$out" --budget 390)
+    # --budget: no workload starts after 5 minutes, so checks and benchmark end within 8.
+    args=(--large --device cuda --bf16 --threads "$threads" --out "$out" --budget 300)
 fi
 
 command=("$python" -m benchmarks.bench "${args[@]}")
+# The GPU-only tests go first (about a minute): pinned non-blocking copies, scores split over
+# many calls equal to one call on CUDA, a real CUDA out-of-memory error backing off to the CPU's
+# scores, the GPU monitor. A failure is reported and the benchmark still runs.
+checks=("$python" -m pytest -q -p no:cacheprovider -k cuda tests/test_engine.py
+        tests/test_adaptive.py tests/test_observability.py)
 echo "+ ${command[*]}"
 if [ "$mode" = "--dry-run" ]; then
+    echo "+ (first, on CUDA) ${checks[*]}"
     "${command[@]}" --plan
     exit 0
+fi
+if [ "$mode" = "run" ]; then
+    echo "+ ${checks[*]}"
+    timeout 100 "${checks[@]}" || echo "GPU CHECKS FAILED (see above); running the benchmark anyway" >&2
 fi
 exec timeout 470 "${command[@]}"

@@ -153,3 +153,32 @@ def test_scores_back_off_on_out_of_memory_and_equal_scores_in_one_batch() -> Non
     with pytest.raises(BatchTooLargeError, match="minimum batch size 1"):
         scorer.score(x[:10], max_rows=2048)
     assert device.calls == [10, 5, 2, 1]
+
+
+@pytest.mark.skipif(not torch.cuda.is_available(), reason="needs a CUDA device")
+def test_a_real_cuda_out_of_memory_backs_off_to_the_same_scores() -> None:
+    """On a GPU capped at 256 MiB, a call that needs gigabytes really runs out of memory: the
+    scorer halves until it fits and scores exactly what the CPU scores."""
+    import copy
+
+    rng = np.random.default_rng(0)
+    x = rng.normal(size=(200_000, 6)).astype(np.float32)
+    torch.manual_seed(0)
+    mlp = build_mlp(6, [4096])
+    names = [f"f{i}" for i in range(6)]
+    cuda_mlp = copy.deepcopy(mlp)  # a scorer moves its model to its device
+    cpu = TabularScorer(mlp, Standardizer.fit(x), names, 0.5, make_runtime("cpu", "fp32"))
+    expected = cpu.score(x, max_rows=8192)
+    scorer = TabularScorer(cuda_mlp, Standardizer.fit(x), names, 0.5, make_runtime("cuda", "fp32"))
+    torch.cuda.empty_cache()
+    total = torch.cuda.get_device_properties(0).total_memory
+    torch.cuda.set_per_process_memory_fraction(256 * 2**20 / total)
+    try:
+        # 200,000 rows x 4,096 hidden units in fp32 is 3.3 GB of activations in one call.
+        got = scorer.score(x, max_rows=200_000)
+    finally:
+        torch.cuda.set_per_process_memory_fraction(1.0)
+        torch.cuda.empty_cache()
+    sizing = scorer.batch_sizing(200_000)
+    assert sizing.ooms >= 1 and sizing.size < 200_000
+    np.testing.assert_allclose(got, expected, rtol=1e-4, atol=1e-5)
