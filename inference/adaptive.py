@@ -155,3 +155,26 @@ class AdaptiveBatchSize:
         """What the back-off did, for a run's metadata: the size now under ``name``, how many
         out-of-memory errors it backed off from, and how often it grew back."""
         return {name: self.size, "oom_backoffs": self.ooms, f"{name}_grows": self.grows}
+
+
+class BatchSizes:
+    """The adaptive sizes of one model (or device), one per configured limit and kind.
+
+    Kept on whatever lives as long as the model (the scorer, the encoder, the recommender), so
+    a size that had to shrink carries over to the next call and the next partition instead of
+    running out of memory again.
+    """
+
+    def __init__(self) -> None:
+        self._sizes: dict[tuple[str, int], AdaptiveBatchSize] = {}
+
+    def at(self, limit: int, kind: str = "") -> AdaptiveBatchSize:
+        """The size that starts at (and never exceeds) ``limit``, for batches of ``kind``."""
+        if (kind, limit) not in self._sizes:
+            self._sizes[kind, limit] = AdaptiveBatchSize(limit)
+        return self._sizes[kind, limit]
+
+    @property
+    def ooms(self) -> int:
+        """Out-of-memory errors backed off from, over every size."""
+        return sum(size.ooms for size in self._sizes.values())

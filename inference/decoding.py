@@ -25,7 +25,7 @@ from functools import partial
 import numpy as np
 import torch
 
-from inference.adaptive import AdaptiveBatchSize
+from inference.adaptive import AdaptiveBatchSize, BatchSizes
 from inference.batching import length_buckets
 from inference.device import to_device
 
@@ -183,10 +183,9 @@ def _sizing(model: torch.nn.Module, kind: str, limit: int) -> AdaptiveBatchSize:
     """Static batches' size for ``model`` (padded ``tokens`` or ``requests``): starts at (and
     never exceeds) ``limit``, halves on out-of-memory, grows back after a run of successes,
     and is kept across calls so later batches start at the size that fitted."""
-    sizes = _SIZING.setdefault(model, {})
-    if (kind, limit) not in sizes:
-        sizes[kind, limit] = AdaptiveBatchSize(limit)
-    return sizes[kind, limit]
+    if model not in _SIZING:
+        _SIZING[model] = BatchSizes()
+    return _SIZING[model].at(limit, kind)
 
 
 def static_sizing(model: torch.nn.Module, max_batch_tokens: int) -> AdaptiveBatchSize:

@@ -19,7 +19,7 @@ from dataclasses import dataclass, field
 import numpy as np
 import torch
 
-from inference.adaptive import AdaptiveBatchSize
+from inference.adaptive import BatchSizes
 from inference.device import to_device
 from inference.topk import DEFAULT_BLOCK_ELEMENTS, ItemTiles, grouped_fits
 
@@ -150,7 +150,7 @@ def iter_top_k(
     seen: SparseRows,
     k: int,
     block_size: int,
-    sizings: dict[int, AdaptiveBatchSize] | None = None,
+    sizings: BatchSizes | None = None,
 ) -> Iterator[TopKBlock]:
     """Exact top-``k`` unseen items for every user, one block of users at a time.
 
@@ -180,8 +180,7 @@ def iter_top_k(
         # of 335 users would run as chunks of 256 and 79, and the small one at half speed).
         chunk = tiles.chunk_users()
         block_size = max(chunk, block_size - block_size % chunk)
-    sizings = {} if sizings is None else sizings
-    sizing = sizings.setdefault(block_size, AdaptiveBatchSize(block_size))
+    sizing = (BatchSizes() if sizings is None else sizings).at(block_size)
 
     def block(start: int, stop: int) -> TopKBlock:
         began = time.perf_counter()
@@ -335,8 +334,8 @@ class Recommender:
     item_bias: torch.Tensor
     popularity: torch.Tensor  # share of training interactions per item, for cold-start users
     # Users per top-K block that fit the device, per configured block size (see iter_top_k).
-    block_sizings: dict[int, AdaptiveBatchSize] = field(
-        default_factory=dict, init=False, compare=False, repr=False
+    block_sizings: BatchSizes = field(
+        default_factory=BatchSizes, init=False, compare=False, repr=False
     )
 
     def to_tensors(self) -> dict[str, torch.Tensor]:

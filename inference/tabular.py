@@ -17,7 +17,7 @@ import numpy as np
 import torch
 from torch import nn
 
-from inference.adaptive import AdaptiveBatchSize
+from inference.adaptive import AdaptiveBatchSize, BatchSizes
 from inference.batching import prefetch
 from inference.device import Runtime, to_device
 from inference.metrics import BatchMetrics
@@ -407,7 +407,7 @@ class TabularScorer:
         self.standardizer = standardizer
         self.features = list(features)
         self.threshold = float(threshold)
-        self._sizing: AdaptiveBatchSize | None = None
+        self._sizes = BatchSizes()
 
     @classmethod
     def from_stored(
@@ -464,9 +464,7 @@ class TabularScorer:
         """The rows per model call, starting at (and never above) ``max_rows``: halved on an
         out-of-memory error and grown back after a run of successes, kept across calls so a
         partition's later batches start at the size that fitted."""
-        if self._sizing is None or self._sizing.maximum != max_rows:
-            self._sizing = AdaptiveBatchSize(max_rows)
-        return self._sizing
+        return self._sizes.at(max_rows)
 
     def score_columns(self, columns: Mapping[str, Any]) -> np.ndarray:
         return self.score(stack_features(columns, self.features))

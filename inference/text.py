@@ -23,7 +23,7 @@ import numpy as np
 import torch
 import torch.nn.functional as F
 
-from inference.adaptive import AdaptiveBatchSize
+from inference.adaptive import AdaptiveBatchSize, BatchSizes
 from inference.batching import length_buckets, padding_ratio
 from inference.device import Runtime, to_device
 
@@ -44,16 +44,12 @@ class SentenceEncoder:
     max_length: int
     version: str
     # Padded tokens per model call that fit the device, per configured budget (see token_budget).
-    _budgets: dict[int, AdaptiveBatchSize] = field(
-        default_factory=dict, init=False, compare=False, repr=False
-    )
+    _budgets: BatchSizes = field(default_factory=BatchSizes, init=False, compare=False, repr=False)
 
     def token_budget(self, max_batch_tokens: int) -> AdaptiveBatchSize:
         """Padded tokens per model call, starting at (and never above) ``max_batch_tokens``:
         halved on out-of-memory, grown back after a run of successes, kept across calls."""
-        if max_batch_tokens not in self._budgets:
-            self._budgets[max_batch_tokens] = AdaptiveBatchSize(max_batch_tokens)
-        return self._budgets[max_batch_tokens]
+        return self._budgets.at(max_batch_tokens)
 
 
 @dataclass(frozen=True)

@@ -24,6 +24,7 @@ from assets.recommendations.schemas import (
     USER_RECOMMENDATIONS,
 )
 from assets.recommendations.training import current_model
+from inference.adaptive import BatchSizes
 from inference.modelstore import load_model, save_model
 from inference.recommend import (
     Recommender,
@@ -107,12 +108,12 @@ def test_top_k_blocks_back_off_on_out_of_memory_and_keep_the_size(monkeypatch) -
         return real(scores, *args)
 
     monkeypatch.setattr(engine, "masked_top_k", small_device)
-    sizings: dict = {}
+    sizings = BatchSizes()
     got = list(engine.iter_top_k(users, items, None, seen, 5, 64, sizings))
 
     assert np.array_equal(np.concatenate([b.items for b in got]), expected[1])
     assert [b.start for b in got] == list(range(0, 50, 12))  # every user once, in order
-    assert blocks[:3] == [50, 25, 12] and sizings[64].size == 12 and sizings[64].ooms == 2
+    assert blocks[:3] == [50, 25, 12] and sizings.at(64).size == 12 and sizings.at(64).ooms == 2
     blocks.clear()  # the next call starts at the size that fitted, not at 64
     again = list(engine.iter_top_k(users, items, None, seen, 5, 64, sizings))
     assert blocks[0] == 12 and sum(b > 12 for b in blocks) <= 1  # at most one growth probe

@@ -215,7 +215,7 @@ def user_recommendations(
             **run.metadata(),
             "k": config.k,
             "block_users": block,
-            "oom_backoffs": sum(s.ooms for s in model.block_sizings.values()),
+            "oom_backoffs": model.block_sizings.ooms,
             **counts,
             **quarantine_metadata([r.shards for r in reports if r.shards is not None]),
         },
