@@ -170,9 +170,3 @@ class Behind:
         """Stops the thread; a call still running is waited for, its outcome dropped."""
         self._pending = None
         self._pool.shutdown(wait=True, cancel_futures=True)
-
-    def __enter__(self) -> Behind:
-        return self
-
-    def __exit__(self, *exc: object) -> None:
-        self.close()

@@ -86,7 +86,8 @@ def test_behind_runs_calls_in_order_one_behind_and_reraises_their_errors() -> No
         release.wait(5)
         seen.append(i)
 
-    with Behind() as behind:
+    behind = Behind()
+    try:
         behind.submit(slow, 0)
         assert running.wait(5) and seen == []  # the caller goes on while call 0 runs
         release.set()
@@ -103,6 +104,8 @@ def test_behind_runs_calls_in_order_one_behind_and_reraises_their_errors() -> No
         with pytest.raises(OSError, match="disk gone"):
             behind.submit(seen.append, 99)  # the failure surfaces at the next call
         assert seen[-1] == 19
+    finally:
+        behind.close()
 
 
 def test_device_resolution() -> None:
