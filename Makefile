@@ -9,7 +9,7 @@ export DAGSTER_HOME ?= $(CURDIR)/.nightshift/dagster_home
 export HF_HUB_OFFLINE := 1
 export TRANSFORMERS_OFFLINE := 1
 
-.PHONY: install run test ui clean bench bench-quick bench-quality
+.PHONY: install browser run test ui clean bench bench-quick bench-quality
 
 install: $(STAMP)
 
@@ -26,8 +26,13 @@ $(STAMP): pyproject.toml
 run: $(STAMP)
 	$(BIN)/nightshift run --generate-days 3
 
-test: $(STAMP)
+# Everything the suite needs is set up here, so `make test` alone passes on a fresh machine:
+# the project (above) and Debian's Chromium for the UI test (installed through apt when missing).
+test: $(STAMP) browser
 	$(BIN)/pytest
+
+browser:
+	bash deploy/local/install-browser.sh
 
 # The throughput benchmark (a few minutes on 2 cores): writes benchmarks/results.json and .md.
 # BENCH_ARGS passes options through, e.g. BENCH_ARGS="--threads 2 --texts 5000" (the issue's

@@ -19,7 +19,7 @@ def browser() -> Iterator:
     if not CHROMIUM.exists():
         pytest.fail(
             f"Chromium is missing at {CHROMIUM}: install Debian's package "
-            "(`apt-get install -y chromium`, as .ci/run does); this test installs nothing"
+            "(`make test` installs it: `bash deploy/local/install-browser.sh`); this test installs nothing"
         )
     from playwright.sync_api import sync_playwright
 
