@@ -36,6 +36,7 @@ from inference.shards import (
     Interrupted,
     Observe,
     ShardedWriter,
+    Side,
     fingerprint,
     input_fingerprint,
     run_sharded,
@@ -161,6 +162,7 @@ class SpotSafeRun:
         quarantine: QuarantinePlan | None = None,
         observe: Observe | None = None,
         count_out: CountOut | None = None,
+        side: tuple[str, pa.Schema, Side] | None = None,
     ) -> PartitionReport:
         """Scores one partition and commits it exactly once.
 
@@ -183,6 +185,8 @@ class SpotSafeRun:
             quarantine: rows to set aside, published to ``outputs/<asset>_quarantine/``.
             observe: adds each output batch to the partition's exact statistics.
             count_out: input rows an output batch answers for (default: its row count).
+            side: ``(asset, schema, pick)``: a side output published to ``outputs/<asset>/``
+                in the same commit, ``pick(rows scored, their output)`` choosing its rows.
         """
         metrics = metrics or BatchMetrics()
         decided_by = [input_fingerprint(self.store.fs, inputs), depends_on]
@@ -198,6 +202,8 @@ class SpotSafeRun:
             quarantine=(
                 self.store.partition_target(quarantine_asset(asset), date) if quarantine else None
             ),
+            side=self.store.partition_target(side[0], date) if side else None,
+            side_schema=side[1] if side else None,
         )
         with GpuMonitor(str(self.inference.runtime.device)) as gpu:
             shards = run_sharded(
@@ -211,6 +217,7 @@ class SpotSafeRun:
                 quarantine=quarantine,
                 observe=observe,
                 count_out=count_out,
+                side=side[2] if side else None,
                 progress=ProgressLog(
                     self.context.log.info,
                     f"{asset} {date}",

@@ -19,6 +19,8 @@ from dataclasses import dataclass
 from pathlib import Path
 from typing import Any, Protocol
 
+from inference.diskspace import writing
+
 
 class PartitionLeasedError(RuntimeError):
     """Another live run holds the partition: two writers never share a staging area."""
@@ -56,10 +58,11 @@ class LocalCasStore:
     def _write(self, path: str, data: dict[str, Any]) -> str:
         raw = json.dumps(data, sort_keys=True).encode()
         tmp = f"{path}.tmp-{os.getpid()}"
-        with open(tmp, "wb") as out:
-            out.write(raw)
-            out.flush()
-            os.fsync(out.fileno())
+        with writing(path, cleanup=lambda: Path(tmp).unlink(missing_ok=True)):
+            with open(tmp, "wb") as out:
+                out.write(raw)
+                out.flush()
+                os.fsync(out.fileno())
         os.replace(tmp, path)
         return self._token(raw)
 

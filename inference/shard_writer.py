@@ -15,6 +15,15 @@ entry, so a shard's outputs and its quarantined rows are kept or redone together
 publishes them to ``outputs/<asset>_quarantine/date=D/`` first, then the partition, both
 manifests carrying the same commit id; a retry after a crash between the two re-publishes both.
 Exact output statistics (``inference.invariants``) travel in the progress entries the same way.
+
+A side output (rows a downstream asset needs that are not part of the output's own contract, e.g.
+the landing details of flagged transactions for ``fraud_alerts``) follows the same path as the
+quarantine: ``_side/shard-NNNNN.parquet`` beside each shard, published to its own partition in the
+same commit, so a downstream asset reads exactly what was scored instead of re-reading landing.
+
+Nothing but the partition's data files and its manifest is published: whatever else an attempt
+left in staging (a temporary file from a write that failed, a shard no longer wanted) is removed
+at the commit. A write that fails for lack of space says which file and how much space was left.
 """
 
 from __future__ import annotations
@@ -32,6 +41,7 @@ import pyarrow.compute as pc
 import pyarrow.fs as pafs
 import pyarrow.parquet as pq
 
+from inference.diskspace import writing
 from inference.invariants import StreamStats
 from inference.leases import CasStore, Lease, acquire_lease
 
@@ -39,6 +49,7 @@ PROGRESS = "_progress.json"
 MANIFEST = "_manifest.json"
 # Underscore folders are skipped by Hive-style readers (pyarrow, Spark, Athena) of a partition.
 QUARANTINE_DIR = "_quarantine"
+SIDE_DIR = "_side"
 # Statistics counts named "quarantined:<reason>" hold the partition's quarantined rows by reason.
 QUARANTINED_PREFIX = "quarantined:"
 
@@ -79,6 +90,9 @@ class ShardReport:
     rows_scored: int = 0
     rows_quarantined: int = 0
     quarantine_uri: str = ""
+    rows_side: int = 0
+    side_uri: str = ""
+    commit: str = ""
     stats: StreamStats = field(default_factory=StreamStats)
 
     def as_dict(self) -> dict[str, Any]:
@@ -125,6 +139,8 @@ class ShardedWriter:
         lease_seconds: how long the lease lasts without renewal (renewed after every shard).
         quarantine: where quarantined rows are published (``outputs/<asset>_quarantine/``);
             None when the caller quarantines nothing.
+        side: where the side output is published; None when there is none.
+        side_schema: the side output's schema (required with ``side``).
     """
 
     def __init__(
@@ -136,9 +152,14 @@ class ShardedWriter:
         lineage: str,
         lease_seconds: float = 600.0,
         quarantine: PartitionTarget | None = None,
+        side: PartitionTarget | None = None,
+        side_schema: pa.Schema | None = None,
     ):
+        if side is not None and side_schema is None:
+            raise ValueError("a side output needs its schema")
         self.target, self.schema, self.fp = target, schema, fingerprint
         self.quarantine = quarantine
+        self.side, self.side_schema = side, side_schema
         self.shard_rows, self.lineage, self.lease_seconds = shard_rows, lineage, lease_seconds
         self.checkpointing = shard_rows > 0
         self.progress = _Progress(fingerprint, shard_rows)
@@ -167,8 +188,12 @@ class ShardedWriter:
             self.report.rows_scored = committed.get("rows_scored", self.report.rows_in)
             self.report.rows_quarantined = committed.get("rows_quarantined", 0)
             self.report.stats = StreamStats.from_json(committed.get("stats"))
+            self.report.rows_side = committed.get("rows_side", 0)
+            self.report.commit = committed.get("commit", "")
             if self.quarantine is not None:
                 self.report.quarantine_uri = self.quarantine.uri(self.quarantine.final_dir)
+            if self.side is not None:
+                self.report.side_uri = self.side.uri(self.side.final_dir)
             return self.report
         stored = self._read_json(f"{t.staging_dir}/{PROGRESS}") if self.checkpointing else None
         if (
@@ -204,6 +229,7 @@ class ShardedWriter:
         quarantined: list[pa.Table] | None = None,
         stats: StreamStats | None = None,
         rows_scored: int | None = None,
+        side: list[pa.Table] | None = None,
     ) -> int:
         """Writes a finished shard atomically and records it; returns its output rows.
 
@@ -214,11 +240,16 @@ class ShardedWriter:
             quarantined: its quarantined rows, written beside it before the progress entry.
             stats: its output statistics, saved in the progress entry.
             rows_scored: input rows the model scored (default: all of ``rows_in``).
+            side: its side-output rows, written beside it before the progress entry.
         """
         name = f"shard-{shard:05d}.parquet"
         rows = self._write_parquet(f"{self.target.staging_dir}/{name}", tables, self.schema)
         held = [t for t in quarantined or [] if t.num_rows]
-        quarantine_file = self._write_quarantine(name, held)
+        quarantine_file = self._write_beside(QUARANTINE_DIR, self.quarantine, name, held)
+        side_rows = [t for t in side or [] if t.num_rows]
+        if side_rows and self.side is None:
+            raise ValueError("the shard has side-output rows but the writer has no side target")
+        side_file = self._write_beside(SIDE_DIR, self.side, name, side_rows, self.side_schema)
         if shard == self._redo_shard:
             # A graceful stop recorded how far the shard had got; after a kill without notice
             # the whole shard counts as redone.
@@ -232,6 +263,8 @@ class ShardedWriter:
             "rows_scored": rows_in - rows_quarantined if rows_scored is None else rows_scored,
             "rows_quarantined": rows_quarantined,
             "quarantine_file": quarantine_file,
+            "side_file": side_file,
+            "rows_side": sum(t.num_rows for t in side_rows),
             "stats": (stats or StreamStats()).to_json(),
         }
         self.progress.in_flight, self.progress.discarded_rows = None, None
@@ -260,6 +293,7 @@ class ShardedWriter:
         report.rows_in = sum(int(e["rows_in"]) for e in entries)
         report.rows_scored = sum(int(e.get("rows_scored", e["rows_in"])) for e in entries)
         report.rows_quarantined = sum(int(e.get("rows_quarantined", 0)) for e in entries)
+        report.rows_side = sum(int(e.get("rows_side", 0)) for e in entries)
         report.stats = StreamStats()
         for e in entries:
             report.stats.merge(StreamStats.from_json(e.get("stats")))
@@ -272,16 +306,27 @@ class ShardedWriter:
             "rows_in": report.rows_in,
             "rows_scored": report.rows_scored,
             "rows_quarantined": report.rows_quarantined,
+            "rows_side": report.rows_side,
             "stats": report.stats.to_json(),
             "committed_at": time.time(),
             "attempts": self.progress.attempts,
             "interruptions": self.progress.interruptions,
         }
+        report.commit = commit
+        # Companions first: a crash before the partition's own commit leaves the retry to redo
+        # all of them, and a reader can tell they belong together by the shared commit id.
         if self.quarantine is not None:
-            # First: a crash before the partition's own commit leaves the retry to redo both.
             held = [str(e["quarantine_file"]) for e in entries if e.get("quarantine_file")]
-            self._commit_quarantine(held, {**manifest, "rows": report.rows_quarantined})
+            self._commit_beside(
+                QUARANTINE_DIR, self.quarantine, held, {**manifest, "rows": report.rows_quarantined}
+            )
             report.quarantine_uri = self.quarantine.uri(self.quarantine.final_dir)
+        if self.side is not None:
+            sides = [str(e["side_file"]) for e in entries if e.get("side_file")]
+            self._commit_beside(
+                SIDE_DIR, self.side, sides, {**manifest, "rows": report.rows_side}, self.side_schema
+            )
+            report.side_uri = self.side.uri(self.side.final_dir)
         if t.local:
             self._commit_by_rename(files, manifest)
         else:
@@ -303,12 +348,11 @@ class ShardedWriter:
     def _commit_by_rename(self, files: list[str], manifest: dict) -> None:
         t = self.target
         self._write_json(f"{t.staging_dir}/{MANIFEST}", {**manifest, "files": files})
-        if self.checkpointing:
-            # The manifest now records attempts and interruptions; progress has done its job.
-            t.fs.delete_file(f"{t.staging_dir}/{PROGRESS}")
+        # The manifest now records attempts and interruptions: progress has done its job, and
+        # the companions' copies (published to their own partitions already) only served
+        # retries. Anything else an attempt left (a failed write's temporary file) goes too.
+        self._keep_only(t.staging_dir, {*files, MANIFEST})
         self._swap_in(t)
-        # Published to its own partition already; this copy only served retries.
-        self._delete_dir(f"{t.final_dir}/{QUARANTINE_DIR}")
 
     def _swap_in(self, t: PartitionTarget) -> None:
         """Renames the staging folder into place; readers see the old or the new partition."""
@@ -329,17 +373,34 @@ class ShardedWriter:
             parts.append(part)
         # The manifest is the commit point: written last, in one PUT.
         self._write_json(f"{t.final_dir}/{MANIFEST}", {**manifest, "files": parts})
-        keep = {*parts, MANIFEST}
-        for info in t.fs.get_file_info(pafs.FileSelector(t.final_dir)):
-            if info.base_name not in keep:
-                t.fs.delete_file(info.path)
+        self._keep_only(t.final_dir, {*parts, MANIFEST})
 
-    def _commit_quarantine(self, files: list[str], manifest: dict) -> None:
-        """Publishes the quarantined rows (possibly none) as their own partition, replacing any
-        earlier one, while the shards' copies stay in staging until the partition commits."""
-        q = self.quarantine
-        assert q is not None
-        source = f"{self.target.staging_dir}/{QUARANTINE_DIR}"
+    def _keep_only(self, folder: str, keep: set[str]) -> None:
+        """Deletes every file and folder directly in ``folder`` whose name is not in ``keep``."""
+        for info in self.target.fs.get_file_info(pafs.FileSelector(folder)):
+            if info.base_name in keep:
+                continue
+            if info.type == pafs.FileType.Directory:
+                self.target.fs.delete_dir(info.path)
+            else:
+                self.target.fs.delete_file(info.path)
+
+    def _commit_beside(
+        self,
+        subdir: str,
+        q: PartitionTarget,
+        files: list[str],
+        manifest: dict,
+        schema: pa.Schema | None = None,
+    ) -> None:
+        """Publishes a companion (quarantined rows, side output; possibly no rows) as its own
+        partition, replacing any earlier one, while the shards' copies stay in staging until the
+        partition commits. A side output with no rows is still published, as an empty file."""
+        source = f"{self.target.staging_dir}/{subdir}"
+        if schema is not None and not files:
+            self._mkdir(source)
+            self._write_parquet(f"{source}/empty.parquet", [], schema)
+            files = ["empty.parquet"]
         if not q.local:
             self._mkdir(q.final_dir)
             self._commit_by_manifest(q, source, files, manifest)
@@ -353,6 +414,13 @@ class ShardedWriter:
 
     def _write_parquet(self, path: str, tables: Iterable[pa.Table], schema: pa.Schema) -> int:
         tmp = f"{path}.tmp" if self.target.local else path
+        with self._writing(tmp, path):
+            rows = self._write_tables(tmp, tables, schema)
+        if self.target.local:
+            self.target.fs.move(tmp, path)
+        return rows
+
+    def _write_tables(self, tmp: str, tables: Iterable[pa.Table], schema: pa.Schema) -> int:
         rows, out = 0, None
         try:
             for table in tables:
@@ -371,21 +439,36 @@ class ShardedWriter:
         finally:
             if out is not None:
                 out.close()
-        if self.target.local:
-            self.target.fs.move(tmp, path)
         return rows
 
-    def _write_quarantine(self, name: str, tables: list[pa.Table]) -> str | None:
-        """Writes a shard's quarantined rows; removes a stale file when it now has none."""
-        path = f"{self.target.staging_dir}/{QUARANTINE_DIR}/{name}"
+    def _writing(self, tmp: str, path: str):
+        """Removes a failed write's temporary file, and names the file when space ran out."""
+
+        def cleanup() -> None:
+            if tmp != path and self._exists(tmp):
+                self.target.fs.delete_file(tmp)
+
+        return writing(path, self.target.uri(path), cleanup, local=self.target.local)
+
+    def _write_beside(
+        self,
+        subdir: str,
+        target: PartitionTarget | None,
+        name: str,
+        tables: list[pa.Table],
+        schema: pa.Schema | None = None,
+    ) -> str | None:
+        """Writes a shard's companion rows (quarantined, side output) into ``subdir`` of staging;
+        removes a stale file when the shard now has none."""
+        path = f"{self.target.staging_dir}/{subdir}/{name}"
         if not tables:
-            if self.quarantine is not None and self._exists(path):
+            if target is not None and self._exists(path):
                 self.target.fs.delete_file(path)
             return None
-        if self.quarantine is None:
-            raise ValueError("rows were quarantined but the writer has no quarantine target")
-        self._mkdir(f"{self.target.staging_dir}/{QUARANTINE_DIR}")
-        self._write_parquet(path, tables, tables[0].schema)
+        if target is None:
+            raise ValueError(f"a shard has rows for {subdir} but the writer has no target for it")
+        self._mkdir(f"{self.target.staging_dir}/{subdir}")
+        self._write_parquet(path, tables, schema or tables[0].schema)
         return name
 
     # -- small helpers -------------------------------------------------------------------
@@ -397,8 +480,9 @@ class ShardedWriter:
         raw = json.dumps(data, sort_keys=True).encode()
         fs = self.target.fs
         tmp = f"{path}.tmp-{uuid.uuid4().hex[:8]}" if self.target.local else path
-        with fs.open_output_stream(tmp) as out:
-            out.write(raw)
+        with self._writing(tmp, path):
+            with fs.open_output_stream(tmp) as out:
+                out.write(raw)
         if tmp != path:
             fs.move(tmp, path)
 

@@ -49,6 +49,7 @@ __all__ = [
     "PartitionTarget",
     "Progress",
     "ShardReport",
+    "Side",
     "ShardedWriter",
     "fingerprint",
     "input_fingerprint",
@@ -78,6 +79,8 @@ StopCheck = Callable[[], str | None]
 Observe = Callable[[pa.RecordBatch, pa.Table, StreamStats], None]
 # How many input rows an output batch answers for (recommendations: distinct users).
 CountOut = Callable[[pa.Table], int]
+# The side-output rows of one model call (rows scored, their output), committed with the shard.
+Side = Callable[[pa.RecordBatch, pa.Table], pa.Table]
 # Told after each shard this attempt writes: (input rows read so far, of them rows of shards an
 # earlier attempt finished, shards finished so far).
 Progress = Callable[[int, int, int], None]
@@ -90,6 +93,7 @@ class _Shard:
     index: int
     outputs: list[pa.Table] = field(default_factory=list)
     quarantined: list[pa.Table] = field(default_factory=list)
+    side: list[pa.Table] = field(default_factory=list)
     stats: StreamStats = field(default_factory=StreamStats)
     rows_in: int = 0
     rows_scored: int = 0
@@ -110,6 +114,7 @@ def run_sharded(
     observe: Observe | None = None,
     count_out: CountOut | None = None,
     progress: Progress | None = None,
+    side: Side | None = None,
 ) -> ShardReport:
     """Runs the model over the input in shards and commits the partition.
 
@@ -134,6 +139,7 @@ def run_sharded(
         count_out: input rows an output batch answers for (default: its row count).
         progress: told after each shard written: the input rows read so far, how many of them
             belong to shards an earlier attempt finished, and the shards finished so far.
+        side: picks each model call's side-output rows (the writer must have a side target).
 
     Raises:
         Interrupted: ``stop`` fired; finished shards are kept for the retry.
@@ -205,7 +211,9 @@ def run_sharded(
                 for why, n in Counter(held.column(REASON).to_pylist()).items():
                     current.stats.count(f"{QUARANTINED_PREFIX}{why}", n)
             if good.num_rows:
-                _score(current, good, prepared, transform, observe, count_out, metrics, writer)
+                _score(
+                    current, good, prepared, transform, observe, count_out, side, metrics, writer
+                )
             current.rows_in += batch.num_rows
             rows_read += batch.num_rows
             clock = time.perf_counter()
@@ -245,6 +253,7 @@ def _score(
     transform: Transform,
     observe: Observe | None,
     count_out: CountOut | None,
+    side: Side | None,
     metrics: BatchMetrics,
     writer: ShardedWriter,
 ) -> None:
@@ -266,6 +275,8 @@ def _score(
     if observe is not None:
         observe(good, out, shard.stats)
     shard.outputs.append(out)
+    if side is not None:
+        shard.side.append(side(good, out))
     shard.rows_scored += good.num_rows
 
 
@@ -278,5 +289,6 @@ def _finish_shard(writer: ShardedWriter, shard: _Shard, metrics: BatchMetrics) -
         quarantined=shard.quarantined,
         stats=shard.stats,
         rows_scored=shard.rows_scored,
+        side=shard.side,
     )
     metrics.add_phase("write", time.perf_counter() - started)

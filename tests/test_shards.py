@@ -6,6 +6,7 @@ import json
 
 import numpy as np
 import pyarrow as pa
+import pyarrow.compute as pc
 import pytest
 
 from inference.leases import PartitionLeasedError, acquire_lease
@@ -213,3 +214,35 @@ def test_progress_log_is_throttled_and_shows_rate_share_and_time_left() -> None:
     now[0] = 145.0
     unknown(90, 0, 1)
     assert lines[-1] == "user_recommendations: 90 rows in 1 shard, 3 rows/s"
+
+
+def test_a_side_output_survives_a_resume_exactly_once_in_the_same_commit(any_store) -> None:
+    """Rows a downstream asset needs (the even ids here) are committed beside the output, each
+    once, however many attempts it took, with the output's commit id."""
+    store, day = any_store, "2026-03-01"
+    side_schema = pa.schema([("id", pa.int64()), ("y", pa.float64())])
+
+    def even(batch: pa.RecordBatch, out: pa.Table) -> pa.Table:
+        return out.filter(pc.equal(pc.bit_wise_and(out["id"], 1), 0))
+
+    def writer() -> ShardedWriter:
+        return ShardedWriter(
+            store.partition_target("out", day),
+            SCHEMA,
+            "fp",
+            200,
+            "run-a",
+            side=store.partition_target("out_side", day),
+            side_schema=side_schema,
+        )
+
+    first = Model(stop_after_rows=500)
+    with pytest.raises(Interrupted):
+        run_sharded(writer(), _input(), first, batch_size=64, stop=first.stop, side=even)
+    assert not store.output_exists("out_side", day)
+    report = run_sharded(writer(), _input(), Model(), batch_size=64, side=even)
+
+    side = store.read_output("out_side", day)
+    assert sorted(side["id"].to_pylist()) == list(range(0, 1000, 2))
+    assert report.rows_side == 500 and report.shards_resumed >= 2
+    assert store.output_commit("out_side", day) == store.output_commit("out", day) == report.commit

@@ -1,7 +1,9 @@
 """The fraud domain's steps as plain functions over a DataStore: the assets call these.
 
 Every step streams a landing partition in record batches; only the feature pre-pass holds a few
-columns of a whole partition, and only alerts (a small share of rows) are ever joined in memory.
+columns of a whole partition. Scoring writes the flagged transactions' details beside the scores
+(``fraud_scores_flagged``, committed with them), so alerts never re-read landing data that may
+have changed since, or that holds a quarantined duplicate of a scored id.
 """
 
 from __future__ import annotations
@@ -34,6 +36,8 @@ from assets.fraud.quality import (
 from assets.fraud.schemas import (
     ALERTS,
     ALERTS_SCHEMA,
+    FLAGGED,
+    FLAGGED_SCHEMA,
     LABELLED_SCHEMA,
     MODEL_NAME,
     SCORES,
@@ -172,7 +176,7 @@ def score_partition(
     context = screen.profile()
     del screen  # the builder's buffers: only the finished profile is needed from here
     release_freed_memory()
-    landing = store.iter_landing(TRANSACTIONS, date, TRANSACTIONS_SCHEMA, columns=SCREEN_COLUMNS)
+    landing = store.iter_landing(TRANSACTIONS, date, TRANSACTIONS_SCHEMA, columns=SCORED_COLUMNS)
     threshold = np.float32(scorer.threshold)
 
     model_rows = run.inference.max_batch_size
@@ -211,8 +215,27 @@ def score_partition(
         depends_on={"model": version, "threshold": float(threshold)},
         quarantine=plan,
         observe=observe,
+        side=(FLAGGED, FLAGGED_SCHEMA, flagged_details),
     )
     return replace(report, sample=sample.frame(report.published.rows))
+
+
+# What scoring reads of each transaction: the features, and the details an alert carries.
+SCORED_COLUMNS = [*SCREEN_COLUMNS, "currency"]
+
+
+def flagged_details(batch: pa.RecordBatch, scores: pa.Table) -> pa.Table:
+    """The flagged rows of one model call with their landing details: the alerts to be."""
+    flagged = scores["flagged"]
+    details = pa.Table.from_batches([batch]).filter(flagged)
+    scored = scores.filter(flagged)
+    return pa.table(
+        [
+            scored[name] if name in SCORES_SCHEMA.names else details[name]
+            for name in FLAGGED_SCHEMA.names
+        ],
+        schema=FLAGGED_SCHEMA,
+    )
 
 
 def _output(store: DataStore, asset: str, date: str) -> ds.Dataset:
@@ -224,27 +247,35 @@ def _output(store: DataStore, asset: str, date: str) -> ds.Dataset:
     return ds.dataset(store.output_files(asset, date), filesystem=store.fs, format="parquet")
 
 
+class StaleScoresError(LandingDataError):
+    """fraud_alerts' input is unusable as published: the scores and their side output were not
+    committed together. Permanent until fraud_scores is re-run, so it is never retried."""
+
+
+def flagged_transactions(store: DataStore, date: str) -> pa.Table:
+    """The day's flagged transactions as scoring saw them, from the side output committed with
+    ``fraud_scores``; fails when the two do not come from the same commit."""
+    where = store.uri(store.output_path(FLAGGED, date))
+    scored, flagged = store.output_commit(SCORES, date), store.output_commit(FLAGGED, date)
+    if scored is None or scored != flagged:
+        raise StaleScoresError(
+            f"fraud_scores {date} (commit {scored}) has no flagged-transaction details from the "
+            f"same commit at {where} (found {flagged}): it was scored by an older nightshift or "
+            f"its commit did not finish; re-run fraud_scores for {date}"
+        )
+    return _output(store, FLAGGED, date).to_table()
+
+
 def publish_alerts(store: DataStore, date: str) -> tuple[Published, float]:
     """Publishes the day's flagged transactions with their details, highest score first.
+
+    The details come from what scoring read, not from landing: a landing file replaced since,
+    or a duplicate id that scoring quarantined, cannot change an alert.
 
     Returns:
         where they went, and the flagged amount in total.
     """
-    flagged = _output(store, SCORES, date).to_table(
-        columns=["transaction_id", "score", "model_version"], filter=pc.field("flagged")
-    )
-    ids = flagged["transaction_id"]
-    details = [
-        batch.filter(pc.is_in(batch["transaction_id"], value_set=ids))
-        for batch in store.iter_landing(TRANSACTIONS, date, TRANSACTIONS_SCHEMA)
-    ]
-    details = pa.Table.from_batches(details, schema=TRANSACTIONS_SCHEMA)
-    alerts = flagged.join(details, "transaction_id", join_type="inner")
-    if alerts.num_rows != flagged.num_rows:
-        raise ValueError(
-            f"{flagged.num_rows} transactions flagged on {date} but {alerts.num_rows} found in "
-            "landing: the landing partition changed after scoring; re-run fraud_scores"
-        )
+    alerts = flagged_transactions(store, date)
     alerts = alerts.sort_by([("score", "descending"), ("transaction_id", "ascending")])
     published = store.publish(ALERTS, date, [alerts], ALERTS_SCHEMA)
     return published, float(pc.sum(alerts["amount"]).as_py() or 0.0)

@@ -7,6 +7,9 @@ TRANSACTIONS_LABELLED = "transactions_labelled"
 MODEL_NAME = "fraud_model"
 SCORES = "fraud_scores"
 ALERTS = "fraud_alerts"
+# fraud_scores' side output: the landing details of the transactions it flagged, committed with
+# the scores, so fraud_alerts publishes exactly what was scored and never re-reads landing.
+FLAGGED = "fraud_scores_flagged"
 
 TRANSACTIONS_SCHEMA = pa.schema(
     [
@@ -47,3 +50,6 @@ ALERTS_SCHEMA = pa.schema(
         ("model_version", pa.string()),
     ]
 )
+
+# An alert is a flagged transaction's details with its score: the side output has its columns.
+FLAGGED_SCHEMA = ALERTS_SCHEMA

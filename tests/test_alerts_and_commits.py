@@ -1,0 +1,199 @@
+"""Alerts come from exactly what was scored, a published partition holds only its data and manifest, and a full disk names the file it could not write."""
+
+from __future__ import annotations
+
+import os
+import shutil
+import subprocess
+from pathlib import Path
+
+import pyarrow as pa
+import pyarrow.compute as pc
+import pyarrow.parquet as pq
+import pytest
+from dagster import AssetKey, DagsterInstance, materialize
+
+from assets.fraud.assets import fraud_alerts, fraud_model, fraud_scores, transactions
+from assets.fraud.demo_data import generate_day
+from assets.fraud.schemas import FLAGGED, TRANSACTIONS, TRANSACTIONS_SCHEMA
+from inference.shards import MANIFEST
+from resources.inference import InferenceResource
+from resources.storage import DataStore, StorageResource
+
+FIRST_DAY = "2026-05-01"
+
+
+@pytest.fixture(scope="module")
+def fraud(tmp_path_factory) -> dict:
+    """A data root with a trained fraud model; each test lands its own days beside it."""
+    root = tmp_path_factory.mktemp("alerts") / "data"
+    store = DataStore(str(root))
+    generate_day(store, FIRST_DAY, scale=0.02)
+    resources = {
+        "storage": StorageResource(data_root=str(root)),
+        "inference": InferenceResource(device="cpu", precision="fp32", max_batch_size=512),
+    }
+    with DagsterInstance.ephemeral() as instance:
+        assert materialize([fraud_model], resources=resources, instance=instance).success
+    return {"store": store, "root": root, "resources": resources, "days": iter(range(2, 29))}
+
+
+def _day(fraud: dict) -> str:
+    date = f"2026-05-{next(fraud['days']):02d}"
+    generate_day(fraud["store"], date, scale=0.05, seed=int(date[-2:]))
+    return date
+
+
+def _run(fraud: dict, assets: list, date: str):
+    with DagsterInstance.ephemeral() as instance:
+        return materialize(
+            assets,
+            partition_key=date,
+            resources=fraud["resources"],
+            instance=instance,
+            raise_on_error=False,
+        )
+
+
+def _metadata(result, asset: str) -> dict:
+    for event in result.get_asset_materialization_events():
+        if event.asset_key == AssetKey(asset):
+            return {
+                k: v.value for k, v in event.event_specific_data.materialization.metadata.items()
+            }
+    raise AssertionError(f"{asset} was not materialised")
+
+
+def _by_id(table: pa.Table, column: str) -> dict:
+    return dict(zip(table["transaction_id"].to_pylist(), table[column].to_pylist(), strict=True))
+
+
+def _landing_file(store: DataStore, date: str) -> Path:
+    (file,) = store.landing_files(TRANSACTIONS, date)
+    return Path(file)
+
+
+def test_duplicate_ids_across_two_files_still_give_one_alert_per_flagged_score(fraud) -> None:
+    """A second file repeats flagged ids with other amounts: scoring quarantines the repeats,
+    and the alerts are the flagged scores with the details of the rows that were scored."""
+    store, date = fraud["store"], _day(fraud)
+    first = _run(fraud, [transactions, fraud_scores], date)
+    assert first.success
+    flagged = store.read_output("fraud_scores", date).filter(pc.field("flagged"))
+    assert flagged.num_rows >= 4
+    landed = store.read_landing(TRANSACTIONS, date, TRANSACTIONS_SCHEMA)
+    # 0.5% of the day, under the quarantine limit: repeats of flagged ids, amounts changed.
+    repeats = max(4, landed.num_rows // 200)
+    ids = flagged["transaction_id"].slice(0, min(repeats, flagged.num_rows))
+    copies = landed.filter(pc.is_in(landed["transaction_id"], value_set=ids))
+    copies = copies.set_column(3, "amount", pc.add(copies["amount"], 1000.0))
+    pq.write_table(copies, _landing_file(store, date).parent / "part-00001.parquet")
+
+    result = _run(fraud, [transactions, fraud_scores, fraud_alerts], date)
+
+    assert result.success, [e.message for e in result.get_step_failure_events()]
+    scores = store.read_output("fraud_scores", date)
+    held = store.read_output("fraud_scores_quarantine", date)
+    meta = _metadata(result, "fraud_scores")
+    assert meta["rows_in"] == landed.num_rows + copies.num_rows == scores.num_rows + held.num_rows
+    assert set(held["reason"].to_pylist()) == {"duplicate_transaction_id"}
+    alerts = store.read_output("fraud_alerts", date)
+    assert alerts.num_rows == scores.filter(pc.field("flagged")).num_rows
+    assert len(pc.unique(alerts["transaction_id"])) == alerts.num_rows
+    # Each alert carries the amount of the row that was scored (the first file's), not the copy's.
+    original = _by_id(landed, "amount")
+    assert _by_id(alerts, "amount") == {t: original[t] for t in alerts["transaction_id"].to_pylist()}
+    checks = {c.check_name: c.passed for c in result.get_asset_check_evaluations()}
+    assert checks["alert_count_matches_flagged_scores"]
+
+
+def test_a_landing_file_replaced_after_scoring_does_not_change_the_alerts(fraud) -> None:
+    store, date = fraud["store"], _day(fraud)
+    assert _run(fraud, [transactions, fraud_scores], date).success
+    scored = store.read_landing(TRANSACTIONS, date, TRANSACTIONS_SCHEMA)
+    # The upstream system rewrites the day after it was scored: every amount changes.
+    replaced = scored.set_column(3, "amount", pc.multiply(scored["amount"], 3.0))
+    pq.write_table(replaced, _landing_file(store, date))
+
+    result = _run(fraud, [fraud_alerts], date)
+
+    assert result.success
+    alerts = store.read_output("fraud_alerts", date)
+    flagged = store.read_output("fraud_scores", date).filter(pc.field("flagged"))
+    assert alerts.num_rows == flagged.num_rows > 0
+    amounts, ids = _by_id(scored, "amount"), alerts["transaction_id"].to_pylist()
+    assert _by_id(alerts, "amount") == {t: amounts[t] for t in ids}
+    # The alerts' scores are the published scores of the same transactions.
+    assert _by_id(alerts, "score") == _by_id(flagged, "score")
+
+
+def test_alerts_refuse_scores_whose_flagged_details_are_from_another_commit(fraud) -> None:
+    store, date = fraud["store"], _day(fraud)
+    assert _run(fraud, [transactions, fraud_scores], date).success
+    shutil.rmtree(store.output_path(FLAGGED, date))  # e.g. scored before alerts carried details
+
+    result = _run(fraud, [fraud_alerts], date)
+
+    assert not result.success
+    (failure,) = result.get_step_failure_events()
+    message = failure.step_failure_data.error.message
+    assert f"re-run fraud_scores for {date}" in message and "commit" in message
+    assert failure.step_failure_data.error.cls_name == "Failure"  # bad input: not retried
+
+
+@pytest.fixture
+def small_disk(fraud):
+    """``outputs/fraud_scores`` on a 2 MiB tmpfs of its own, so a write can run out of space."""
+    if os.geteuid() != 0:
+        pytest.skip("mounting a small tmpfs to fill needs root (CI runs as root)")
+    folder = fraud["root"] / "outputs" / "fraud_scores"
+    if folder.exists():
+        shutil.rmtree(folder)
+    folder.mkdir(parents=True)
+    subprocess.run(["mount", "-t", "tmpfs", "-o", "size=2m", "tmpfs", str(folder)], check=True)
+    try:
+        yield folder
+    finally:
+        subprocess.run(["umount", "-l", str(folder)], check=True)
+
+
+# One page left: the progress file cannot be written; four: the shard cannot.
+@pytest.mark.parametrize("left", [4096, 16384])
+def test_a_full_disk_names_the_file_and_a_rerun_publishes_only_data_and_manifest(
+    fraud, small_disk, left: int
+) -> None:
+    store, date = fraud["store"], _day(fraud)
+    ballast = small_disk / "ballast"
+    ballast.write_bytes(b"\0" * (shutil.disk_usage(small_disk).free - left))
+
+    failed = _run(fraud, [transactions, fraud_scores], date)
+
+    assert not failed.success
+    (failure,) = failed.get_step_failure_events()
+    message = failure.step_failure_data.error.to_string()
+    assert f"no space left on device writing {small_disk}/_staging/date={date}/" in message
+    assert f"free of 2.0 MiB on {small_disk}/_staging/date={date}" in message
+    assert not store.exists(store.output_path("fraud_scores", date))  # nothing partial published
+
+    ballast.unlink()
+    result = _run(fraud, [transactions, fraud_scores], date)
+
+    assert result.success
+    published = Path(store.output_path("fraud_scores", date))
+    names = sorted(p.name for p in published.iterdir())
+    assert names == sorted([MANIFEST, *(f for f in names if f.endswith(".parquet"))])
+    assert all(not n.endswith(".tmp") and ".tmp-" not in n for n in names)
+    rows = sum(pq.read_metadata(published / n).num_rows for n in names if n != MANIFEST)
+    meta = _metadata(result, "fraud_scores")
+    assert rows == meta["rows_out"] and meta["rows_in"] == rows + meta["rows_quarantined"]
+    assert not list((small_disk / "_staging").glob("**/*"))
+
+
+def test_the_side_output_is_committed_with_the_scores(fraud) -> None:
+    store, date = fraud["store"], _day(fraud)
+    assert _run(fraud, [transactions, fraud_scores], date).success
+    assert store.output_commit("fraud_scores", date) == store.output_commit(FLAGGED, date)
+    flagged = store.read_output(FLAGGED, date)
+    scores = store.read_output("fraud_scores", date)
+    assert flagged.num_rows == scores.filter(pc.field("flagged")).num_rows
+    assert flagged.schema.field("amount").type == pa.float64()
