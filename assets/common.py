@@ -8,13 +8,22 @@ from dataclasses import dataclass
 
 import pandas as pd
 import pyarrow as pa
-from dagster import AssetExecutionContext, Failure, MaterializeResult, MetadataValue
+from dagster import (
+    AssetExecutionContext,
+    AssetKey,
+    AssetObservation,
+    Failure,
+    MaterializeResult,
+    MetadataValue,
+)
 
 from assets.observability import GpuStats, NodePrice, observability_metadata
 from inference.generate import CheckpointError
 from inference.metrics import BatchMetrics
 from inference.modelstore import ModelNotFoundError
 from inference.shards import ShardReport
+from orchestration.jobs import MODELS
+from orchestration.partitions import partition_key_error
 from resources.storage import DataStore, LandingDataError, Published
 
 # Problems that will be the same on a retry: missing or malformed landing data, no trained
@@ -28,7 +37,20 @@ def fail_fast_on_bad_input() -> Iterator[None]:
     try:
         yield
     except PERMANENT_INPUT_ERRORS as exc:
-        raise Failure(description=str(exc), allow_retries=False) from exc
+        raise Failure(description=str(exc) + _how_to_fix(exc), allow_retries=False) from exc
+
+
+def _how_to_fix(exc: Exception) -> str:
+    """What the operator does about it, where the message alone does not say."""
+    if isinstance(exc, ModelNotFoundError):
+        jobs = [job for job, model in MODELS.items() if model == exc.name]
+        train = f", or run `{jobs[0]}`" if jobs else ""
+        return (
+            f". To fix it, train the model once: materialise the `{exc.name}` asset (Materialize "
+            f"on its page in the UI, or `dagster asset materialize -m orchestration.definitions "
+            f"--select {exc.name}`){train}; then run this again"
+        )
+    return ""
 
 
 @dataclass(frozen=True)
@@ -47,7 +69,16 @@ class PartitionReport:
 
 
 def partition_dates(context: AssetExecutionContext) -> list[str]:
-    """The partitions this run covers: one for a normal run, several for a range backfill."""
+    """The partitions this run covers: one for a normal run, several for a range backfill.
+
+    A key that is not a partition (before the start date, not a date, a day not over yet) is
+    bad input: the step fails at once with one line, instead of Dagster's `CheckError` being
+    retried by the retry policy.
+    """
+    keys = context.partition_key_range
+    for key in dict.fromkeys([keys.start, keys.end]):
+        if (problem := partition_key_error(key)) is not None:
+            raise Failure(description=problem, allow_retries=False)
     return list(context.partition_keys)
 
 
@@ -120,25 +151,71 @@ def checkpoint_totals(reports: list[PartitionReport]) -> dict[str, int]:
     }
 
 
+# The metadata key of the observation recording which landing files a step read.
+LANDING_FINGERPRINT = "landing_fingerprint"
+
+
+def record_landing_read(
+    context: AssetExecutionContext, store: DataStore, dataset: str, dates: list[str]
+) -> None:
+    """Records on the landing asset, before reading, which files each partition has (their
+    fingerprint), whether the step then succeeds or fails: the landing sensor relaunches a day
+    only when its files differ from the ones a run last read."""
+    for date in dates:
+        fingerprint = store.landing_fingerprint(dataset, date)
+        if fingerprint is not None:
+            context.log_event(
+                AssetObservation(
+                    asset_key=AssetKey(dataset),
+                    partition=date,
+                    metadata={
+                        LANDING_FINGERPRINT: fingerprint,
+                        "read_by": context.asset_key.to_user_string(),
+                    },
+                )
+            )
+
+
 def landing_result(
     context: AssetExecutionContext, store: DataStore, dataset: str, schema: pa.Schema
 ) -> MaterializeResult:
     """Validates each partition of a landing dataset against its contract and counts its rows.
 
     Every source asset materialises through this, so a missing day or a malformed file fails
-    before any model runs, naming the dataset, date, file and column.
+    before any model runs, naming the dataset, date, file and column. Files below a partition
+    folder that are not data (``_SUCCESS``, ``_temporary/``, ``.crc``: names starting with
+    ``_`` or ``.``) are never read; how many were skipped is logged and recorded.
     """
+    record_landing_read(context, store, dataset, partition_dates(context))
     counts: dict[str, int] = {}
+    skipped: dict[str, int] = {}
     for date in partition_dates(context):
         with fail_fast_on_bad_input():
             counts[date] = store.count_landing(dataset, date, schema)
         where = store.uri(store.landing_path(dataset, date))
         context.log.info(f"{dataset} {date}: {counts[date]} rows at {where}")
+        not_data = store.landing_listing(dataset, date).skipped
+        skipped[date] = len(not_data)
+        if not_data:
+            folder = store.landing_path(dataset, date)
+            names = ", ".join(path[len(folder) + 1 :] for path in not_data)
+            context.log.info(
+                f"{dataset} {date}: skipped {len(not_data)} file(s) that are not data "
+                f"(names starting with '_' or '.'): {names}"
+            )
     return MaterializeResult(
         metadata={
             "dagster/row_count": sum(counts.values()),
+            **landing_timezone_metadata(store, dataset),
             "partitions": len(counts),
             "rows_per_partition": MetadataValue.json(counts),
+            "landing_files_skipped": sum(skipped.values()),
             "output": MetadataValue.path(store.uri(store.landing_path(dataset, date))),
         }
     )
+
+
+def landing_timezone_metadata(store: DataStore, dataset: str) -> dict[str, str]:
+    """How the dataset's timestamps without a time zone were read: as wall-clock time in the
+    configured zone, or not at all (a file with them fails the run)."""
+    return {"landing_timezone": store.landing_timezone(dataset) or "none (naive rejected)"}

@@ -38,6 +38,32 @@ def rebatch(batches: Iterable[pa.RecordBatch], size: int) -> Iterator[pa.RecordB
         yield _concat(pending)
 
 
+def coalesce(batches: Iterable[pa.RecordBatch], size: int) -> Iterator[pa.RecordBatch]:
+    """Joins runs of consecutive small batches into batches of at most ``size`` rows.
+
+    Unlike :func:`rebatch` it never cuts a batch: one that would overflow the pending rows
+    goes into the next batch, and one of ``size`` rows or more passes through uncopied. Only up
+    to ``size`` rows are held at a time.
+    """
+    if size < 1:
+        raise ValueError(f"batch size must be positive, got {size}")
+    pending: list[pa.RecordBatch] = []
+    held = 0
+    for batch in batches:
+        if not batch.num_rows:
+            continue
+        if held and held + batch.num_rows > size:
+            yield _concat(pending)
+            pending, held = [], 0
+        if batch.num_rows >= size:
+            yield batch
+            continue
+        pending.append(batch)
+        held += batch.num_rows
+    if held:
+        yield _concat(pending)
+
+
 def _concat(parts: list[pa.RecordBatch]) -> pa.RecordBatch:
     if len(parts) == 1:
         return parts[0]

@@ -20,11 +20,20 @@ from __future__ import annotations
 
 import ctypes
 import ctypes.util
+import os
 from collections.abc import Iterator, Sequence
+from concurrent.futures import Future, ThreadPoolExecutor
 
 import pyarrow as pa
 import pyarrow.fs as pafs
 import pyarrow.parquet as pq
+
+from inference.timestamps import localize
+
+# Row groups below this many rows are decoded on the calling thread: handing each column of a
+# small row group to Arrow's pool costs more than decoding it (500 files of 200 rows, 8 columns:
+# 0.29 s with threads, 0.12 s without; one 100k-row file: 0.015 s either way).
+THREADED_ROWS = 32_768
 
 
 def iter_parquet(
@@ -34,6 +43,8 @@ def iter_parquet(
     batch_size: int = 65_536,
     schema: pa.Schema | None = None,
     filesystem: pafs.FileSystem | None = None,
+    footers: Sequence[pq.FileMetaData] | None = None,
+    timezone: str | None = None,
 ) -> Iterator[pa.RecordBatch]:
     """Streams record batches from parquet files, one row group in memory at a time.
 
@@ -43,16 +54,114 @@ def iter_parquet(
         batch_size: rows per batch at most (a row group boundary may cut one shorter).
         schema: cast each batch to this schema's types for the columns read, or None.
         filesystem: where the files are (local when None).
+        footers: the files' footers when already read (one per file), so they are not read again.
+        timezone: the zone whose wall-clock time naive timestamp columns are, where ``schema``
+            wants them with a time zone (see inference/timestamps); None casts them as UTC.
+
+    Raises:
+        NonexistentTimeError: with ``timezone``, a reading that the zone's clocks skip.
     """
-    for path in [files] if isinstance(files, str) else files:
-        reader = pq.ParquetFile(path, pre_buffer=False, filesystem=filesystem, memory_map=False)
-        for batch in reader.iter_batches(batch_size=batch_size, columns=columns, use_threads=True):
-            yield batch if schema is None else _cast(batch, schema)
+    paths = [files] if isinstance(files, str) else list(files)
+    for path, footer in zip(paths, footers or [None] * len(paths), strict=True):
+        reader = pq.ParquetFile(
+            path, metadata=footer, pre_buffer=False, filesystem=filesystem, memory_map=False
+        )
+        meta = reader.metadata
+        threads = meta.num_rows >= THREADED_ROWS * max(1, meta.num_row_groups)
+        batches = reader.iter_batches(batch_size=batch_size, columns=columns, use_threads=threads)
+        for batch in batches:
+            yield batch if schema is None else _cast(batch, schema, timezone)
 
 
-def _cast(batch: pa.RecordBatch, schema: pa.Schema) -> pa.RecordBatch:
+# Small files are read whole on a few threads, ahead of the consumer: each file costs a fixed
+# ~0.2 ms to open and decode whatever its size, and the threads overlap that (500 files of 200
+# rows, 8 columns, in turn 0.15 s, on 2-4 threads 0.10 s on this 2-core box).
+READ_AHEAD_THREADS = min(4, os.cpu_count() or 1)
+
+
+def iter_parquet_files(
+    files: Sequence[str],
+    footers: Sequence[pq.FileMetaData],
+    *,
+    columns: list[str] | None = None,
+    batch_size: int = 65_536,
+    schema: pa.Schema | None = None,
+    filesystem: pafs.FileSystem | None = None,
+    timezone: str | None = None,
+    threads: int = READ_AHEAD_THREADS,
+    pre_buffer: bool = False,
+) -> Iterator[tuple[str, Iterator[pa.RecordBatch]]]:
+    """Each file, in order, with the stream of its batches (as :func:`iter_parquet` makes them).
+
+    A file of fewer than ``THREADED_ROWS`` rows is read whole on one of ``threads`` threads,
+    started ahead of the consumer while the files started and not yet consumed hold fewer than
+    ``batch_size`` rows; a larger file streams one row group at a time when its turn comes. So
+    memory stays at a batch's worth of small files, or one row group of a large one. A file
+    that cannot be read raises when its own batches are iterated, so the caller can name it.
+
+    Args:
+        files: the files, read in this order.
+        footers: their footers, one per file.
+        columns, batch_size, schema, filesystem, timezone: as for :func:`iter_parquet`.
+        threads: threads reading small files (1: each is read when its turn comes).
+        pre_buffer: fetch a small file's column chunks in one coalesced read (object stores,
+            where each read is a round trip).
+    """
+
+    def read_whole(path: str, footer: pq.FileMetaData) -> pa.Table:
+        reader = pq.ParquetFile(
+            path, metadata=footer, pre_buffer=pre_buffer, filesystem=filesystem, memory_map=False
+        )
+        return reader.read(columns=columns, use_threads=False)
+
+    def stream(path: str, footer: pq.FileMetaData) -> Iterator[pa.RecordBatch]:
+        return iter_parquet(
+            path,
+            columns=columns,
+            batch_size=batch_size,
+            schema=schema,
+            filesystem=filesystem,
+            footers=[footer],
+            timezone=timezone,
+        )
+
+    def unpack(started: Future) -> Iterator[pa.RecordBatch]:
+        for batch in started.result().to_batches(max_chunksize=batch_size):
+            yield batch if schema is None else _cast(batch, schema, timezone)
+
+    small = [f.num_rows < THREADED_ROWS for f in footers]
+    if threads <= 1 or not any(small):
+        for path, footer in zip(files, footers, strict=True):
+            yield path, stream(path, footer)
+        return
+    pool = ThreadPoolExecutor(threads, thread_name_prefix="parquet-read-ahead")
+    started: dict[int, Future] = {}
+    rows_started, following = 0, 0
+    try:
+        for i, (path, footer) in enumerate(zip(files, footers, strict=True)):
+            if not small[i]:
+                yield path, stream(path, footer)
+                continue
+            following = max(following, i)
+            while following < len(files) and small[following]:
+                if following > i and rows_started >= batch_size:
+                    break
+                started[following] = pool.submit(read_whole, files[following], footers[following])
+                rows_started += footers[following].num_rows
+                following += 1
+            rows_started -= footer.num_rows
+            yield path, unpack(started.pop(i))
+    finally:
+        pool.shutdown(wait=False, cancel_futures=True)
+
+
+def _cast(batch: pa.RecordBatch, schema: pa.Schema, timezone: str | None) -> pa.RecordBatch:
     target = pa.schema([schema.field(name) for name in batch.schema.names])
-    return batch if batch.schema == target else batch.cast(target)
+    if batch.schema == target:
+        return batch
+    if timezone is not None:
+        batch = localize(batch, target, timezone)
+    return batch.cast(target)
 
 
 def release_freed_memory() -> None:

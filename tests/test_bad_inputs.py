@@ -3,9 +3,11 @@ error, or a counted quarantine with rows conserved — and nothing is published 
 
 from __future__ import annotations
 
+import shutil
 from collections.abc import Callable
 from dataclasses import dataclass, field
 from datetime import timedelta
+from pathlib import Path
 
 import numpy as np
 import pyarrow as pa
@@ -14,7 +16,7 @@ import pyarrow.parquet as pq
 import pytest
 from dagster import AssetKey, DagsterInstance, materialize
 
-from assets.fraud.assets import fraud_model, fraud_scores, transactions
+from assets.fraud.assets import fraud_alerts, fraud_model, fraud_scores, transactions
 from assets.fraud.demo_data import generate_day as generate_transactions
 from assets.fraud.schemas import TRANSACTIONS, TRANSACTIONS_SCHEMA
 from assets.recommendations import interactions, recommendation_model, user_recommendations
@@ -268,6 +270,40 @@ def test_too_many_bad_rows_fail_with_the_rate_and_top_reasons(fraud: dict) -> No
     # A deployment that accepts more bad rows scores the day and quarantines them.
     assert _score(fraud, date, {"max_quarantine_rate": 0.05}).success
     assert fraud["store"].read_output("fraud_scores_quarantine", date).num_rows == 40
+
+
+def test_files_that_are_not_data_are_skipped(fraud: dict) -> None:
+    # A day as Spark leaves it mid-write: the committed file, a copy of it in an unfinished
+    # task's _temporary folder (listed first, it would make the committed rows duplicates), the
+    # commit marker and a checksum file.
+    store = fraud["store"]
+    date, landed = _fraud_day(fraud)
+    folder = Path(store.landing_path(TRANSACTIONS, date))
+    committed = folder / "part-00000.parquet"
+    unfinished = folder / "_temporary" / "0" / "task_0" / "part-00000.parquet"
+    unfinished.parent.mkdir(parents=True)
+    shutil.copy(committed, unfinished)
+    (folder / "_SUCCESS").write_bytes(b"")
+    (folder / ".part-00000.parquet.crc").write_bytes(b"crc\x00\x01")
+    assert store.landing_files(TRANSACTIONS, date) == [str(committed)]
+
+    with DagsterInstance.ephemeral() as instance:
+        result = materialize(
+            [transactions, fraud_scores, fraud_alerts],
+            partition_key=date,
+            resources=fraud["resources"],
+            instance=instance,
+        )
+    assert result.success
+    source, scored = _metadata(result, "transactions"), _metadata(result, "fraud_scores")
+    assert source["dagster/row_count"] == landed == pq.ParquetFile(committed).metadata.num_rows
+    assert source["landing_files_skipped"] == 3
+    # Nothing is a duplicate, and every committed row is scored once or quarantined once.
+    assert "duplicate_transaction_id" not in scored["quarantine_reasons"]
+    scores = store.read_output("fraud_scores", date)
+    held = scored["rows_quarantined"]
+    assert scored["rows_in"] == landed == scores.num_rows + held
+    assert len(pc.unique(scores["transaction_id"])) == scores.num_rows
 
 
 # -- documents: text that cannot be summarised ------------------------------------------------

@@ -87,3 +87,45 @@ def test_narrower_integer_types_are_accepted(store: DataStore) -> None:
     pq.write_table(pa.table({"n": pa.array([1, 2], pa.int32())}), f"{path}/a.parquet")
     table = store.read_landing("n", "2026-03-01", pa.schema([("n", pa.int64())]))
     assert table.column("n").type == pa.int64() and table.num_rows == 2
+
+
+def test_names_starting_with_underscore_or_dot_are_not_data(any_store: DataStore) -> None:
+    any_store.write_landing("tx", "2026-03-01", _table(10))
+    path = any_store.landing_path("tx", "2026-03-01")
+    not_data = [
+        f"{path}/_temporary/0/task_0/part-00000.parquet",
+        f"{path}/.part-00000.parquet.crc",
+        f"{path}/_SUCCESS",
+        f"{path}/_committed_1234",
+    ]
+    any_store.fs.create_dir(f"{path}/_temporary/0/task_0", recursive=True)
+    pq.write_table(_table(4), not_data[0], filesystem=any_store.fs)
+    for name in not_data[1:]:
+        with any_store.fs.open_output_stream(name) as out:
+            out.write(b"x")
+    # A date whose only file is an unfinished write is not a partition yet.
+    pending = any_store.landing_path("tx", "2026-03-02")
+    any_store.fs.create_dir(f"{pending}/_temporary/0", recursive=True)
+    pq.write_table(_table(4), f"{pending}/_temporary/0/part-00000.parquet", filesystem=any_store.fs)
+
+    assert any_store.landing_files("tx", "2026-03-01") == [f"{path}/part-00000.parquet"]
+    assert any_store.landing_listing("tx", "2026-03-01").skipped == sorted(not_data)
+    assert any_store.count_landing("tx", "2026-03-01", SCHEMA) == 10
+    assert sum(b.num_rows for b in any_store.iter_landing("tx", "2026-03-01", SCHEMA)) == 10
+    assert any_store.landing_dates("tx") == ["2026-03-01"]
+    with pytest.raises(LandingDataError, match=r"no parquet files .*1 not-data file\(s\) skipped"):
+        any_store.count_landing("tx", "2026-03-02", SCHEMA)
+
+
+def test_small_files_stream_in_order_in_joined_batches(store: DataStore) -> None:
+    path = store.landing_path("tx", "2026-03-01")
+    store.fs.create_dir(path, recursive=True)
+    for i in range(40):  # 40 files of 25 rows, then one large file
+        pq.write_table(_table(25, 25 * i), f"{path}/part-{i:05d}.parquet")
+    pq.write_table(_table(40_000, 1000), f"{path}/part-99999.parquet", row_group_size=40_000)
+    batches = list(store.iter_landing("tx", "2026-03-01", SCHEMA, batch_size=300))
+    ids = [i for b in batches for i in b["id"].to_pylist()]
+    assert ids == [f"t{i}" for i in range(41_000)]
+    assert max(b.num_rows for b in batches) <= 300
+    # The 1,000 small-file rows arrive in 4 batches, not 40.
+    assert [b.num_rows for b in batches[:4]] == [300, 300, 300, 100]
