@@ -4,6 +4,7 @@ from __future__ import annotations
 
 import argparse
 import datetime as dt
+import fcntl
 import os
 import shutil
 import sys
@@ -15,6 +16,7 @@ from resources.storage import REPO_ROOT, DataStore, default_data_root
 
 DEFAULT_DAGSTER_HOME = REPO_ROOT / ".nightshift" / "dagster_home"
 LOCAL_INSTANCE_YAML = REPO_ROOT / "deploy" / "local" / "dagster.yaml"
+INIT_LOCK = ".nightshift-init.lock"
 
 
 def yesterday() -> str:
@@ -28,13 +30,44 @@ def _date(text: str) -> str:
         raise argparse.ArgumentTypeError(f"not a date (YYYY-MM-DD): {text!r}") from exc
 
 
+def _partition(text: str) -> str:
+    """A date that is one of the daily partitions (after the start date, a day that is over)."""
+    from orchestration.partitions import partition_key_error
+
+    date = _date(text)
+    problem = partition_key_error(date)
+    if problem is not None:
+        raise argparse.ArgumentTypeError(problem)
+    return date
+
+
+class _Parser(argparse.ArgumentParser):
+    """Answers a usage error in one line (what is wrong, where the help is), exit status 2."""
+
+    def error(self, message: str):
+        self.exit(2, f"{self.prog}: error: {message}; see {self.prog} --help\n")
+
+
 def ensure_dagster_home() -> Path:
-    """Points DAGSTER_HOME at a persistent local instance, creating its config if missing."""
+    """Points DAGSTER_HOME at a persistent local instance, creating its config and storage once.
+
+    Two first runs at the same moment on a fresh home each created the SQLite schema and
+    stamped its version, which left two alembic heads and an instance no later command could
+    open. The config is copied and the storage created under an exclusive file lock, so
+    concurrent first calls wait for the first one; `make run`, `make ui` and CI call this
+    before any run can start, and a run then only opens storage that exists.
+    """
+    from dagster import DagsterInstance
+
     home = Path(os.environ.get("DAGSTER_HOME") or DEFAULT_DAGSTER_HOME)
     home.mkdir(parents=True, exist_ok=True)
-    if not (home / "dagster.yaml").exists():
-        shutil.copyfile(LOCAL_INSTANCE_YAML, home / "dagster.yaml")
     os.environ["DAGSTER_HOME"] = str(home)
+    with (home / INIT_LOCK).open("a") as lock:
+        fcntl.flock(lock, fcntl.LOCK_EX)  # released when the file closes
+        if not (home / "dagster.yaml").exists():
+            shutil.copyfile(LOCAL_INSTANCE_YAML, home / "dagster.yaml")
+        with DagsterInstance.get():  # creates the run, event-log and schedule databases
+            pass
     return home
 
 
@@ -63,6 +96,12 @@ def _cmd_generate(args: argparse.Namespace) -> int:
         f"landing data under {store.uri(store.path('landing'))} "
         f"({time.perf_counter() - started:.1f}s)"
     )
+    return 0
+
+
+def _cmd_init(args: argparse.Namespace) -> int:
+    home = ensure_dagster_home()
+    print(f"dagster instance ready at {home}")
     return 0
 
 
@@ -136,7 +175,7 @@ def _print_table(rows: list[tuple]) -> None:
 
 
 def main(argv: Sequence[str] | None = None) -> int:
-    parser = argparse.ArgumentParser(prog="nightshift", description=__doc__)
+    parser = _Parser(prog="nightshift", description=__doc__)
     sub = parser.add_subparsers(dest="command", required=True)
 
     gen = sub.add_parser("generate", help="write seeded demo landing data")
@@ -147,9 +186,14 @@ def main(argv: Sequence[str] | None = None) -> int:
     gen.add_argument("--data-root", help="default $NIGHTSHIFT_DATA_ROOT or .nightshift/data")
     gen.set_defaults(func=_cmd_generate)
 
+    init = sub.add_parser(
+        "init", help="create $DAGSTER_HOME's config and storage once, before any run starts"
+    )
+    init.set_defaults(func=_cmd_init)
+
     run = sub.add_parser("run", help="materialise the pipelines for one day, locally")
     run.add_argument(
-        "--date", type=_date, default=yesterday(), help="partition (default yesterday)"
+        "--date", type=_partition, default=yesterday(), help="partition (default yesterday)"
     )
     run.add_argument(
         "--generate-days",

@@ -10,6 +10,7 @@ import os
 
 from dagster import EnvVar
 
+from inference.timestamps import LandingTimezones
 from resources.inference import InferenceResource
 from resources.storage import StorageResource
 
@@ -30,10 +31,32 @@ ENGINE_SETTINGS = {
 }
 
 
+# Storage settings that describe the landing data rather than the machine, so every
+# environment takes them; a zone name is checked when the code location loads.
+STORAGE_SETTINGS = {
+    "NIGHTSHIFT_LANDING_TIMEZONE": ("landing_timezone", str),
+}
+
+
 def engine_overrides() -> dict:
     """Inference settings given as environment variables (see the README's table)."""
+    return _overrides(ENGINE_SETTINGS)
+
+
+def storage_overrides() -> dict:
+    """Storage settings given as environment variables (see the README's table)."""
+    overrides = _overrides(STORAGE_SETTINGS)
+    if "landing_timezone" in overrides:
+        try:
+            LandingTimezones.parse(overrides["landing_timezone"])
+        except ValueError as exc:
+            raise ValueError(f"NIGHTSHIFT_LANDING_TIMEZONE: {exc}") from exc
+    return overrides
+
+
+def _overrides(settings: dict[str, tuple[str, type]]) -> dict:
     overrides = {}
-    for variable, (field, kind) in ENGINE_SETTINGS.items():
+    for variable, (field, kind) in settings.items():
         if os.environ.get(variable):
             try:
                 overrides[field] = kind(os.environ[variable])
@@ -54,13 +77,15 @@ def build_resources(env: str = "local") -> dict:
     if env == "local":
         return {
             # data_root unset: $NIGHTSHIFT_DATA_ROOT at run time, else .nightshift/data in the repo.
-            "storage": StorageResource(),
+            "storage": StorageResource(**storage_overrides()),
             "inference": InferenceResource(device="auto", precision="auto", **engine_overrides()),
         }
     if env == "aws":
         return {
             "storage": StorageResource(
-                data_root=EnvVar("NIGHTSHIFT_DATA_ROOT"), s3_region=EnvVar("AWS_REGION")
+                data_root=EnvVar("NIGHTSHIFT_DATA_ROOT"),
+                s3_region=EnvVar("AWS_REGION"),
+                **storage_overrides(),
             ),
             "inference": InferenceResource(
                 device="cuda", precision="bf16", max_batch_size=65_536, max_batch_tokens=131_072

@@ -2,6 +2,7 @@
 
 from __future__ import annotations
 
+import datetime as dt
 import json
 import os
 import subprocess
@@ -96,6 +97,49 @@ def test_dagster_job_execute_scores_the_tagged_partition(data_root, dagster_home
         ).num_rows
     )
     assert not store.output_exists("fraud_scores", "2026-03-02")
+
+
+FUTURE = (dt.datetime.now(dt.UTC).date() + dt.timedelta(days=30)).isoformat()
+
+
+@pytest.mark.parametrize(
+    ("command", "date", "words"),
+    [
+        ("run", "2026-13-01", "argument --date: not a date (YYYY-MM-DD): '2026-13-01'"),
+        ("run", "../../etc", "argument --date: not a date (YYYY-MM-DD): '../../etc'"),
+        ("generate", "../../etc", "argument --date: not a date (YYYY-MM-DD): '../../etc'"),
+        ("generate", "2026-02-30", "argument --date: not a date (YYYY-MM-DD): '2026-02-30'"),
+        (
+            "run",
+            "2025-12-31",
+            "partition 2025-12-31 is before the first partition 2026-01-01 (NIGHTSHIFT_START_DATE)",
+        ),
+        ("run", FUTURE, f"partition {FUTURE} is not over yet: the last partition is"),
+    ],
+)
+def test_a_bad_date_is_answered_in_one_line(data_root, dagster_home, command, date, words) -> None:
+    done = _run([str(BIN / "nightshift"), command, "--date", date], _env(data_root, dagster_home))
+    assert done.returncode == 2, done.stderr
+    (line,) = done.stderr.splitlines()
+    assert line.startswith(f"nightshift {command}: error: ") and words in line, line
+    assert "Traceback" not in done.stderr and not done.stdout
+    assert not (data_root / "landing").exists()
+
+
+def test_a_partition_before_the_start_date_fails_once_without_retries(
+    data_root, dagster_home
+) -> None:
+    env = _env(data_root, dagster_home)
+    done = _job_execute("daily_summaries_job", env, date="2025-12-31")
+    output = done.stdout + done.stderr
+    assert done.returncode != 0 and "RUN_SUCCESS" not in output
+    assert (
+        "Failure: partition 2025-12-31 is before the first partition 2026-01-01 "
+        "(NIGHTSHIFT_START_DATE)" in output
+    )
+    # Bad input is not retried: no retry was requested, no step started twice.
+    assert "STEP_UP_FOR_RETRY" not in output and "STEP_RESTARTED" not in output
+    assert output.count("STEP_FAILURE") == 1 and "CheckError" not in output
 
 
 def test_dagster_job_execute_fails_on_a_missing_partition(data_root, dagster_home) -> None:

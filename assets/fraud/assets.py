@@ -14,8 +14,10 @@ from pydantic import Field
 
 from assets.checkpointing import spot_safe
 from assets.common import (
+    record_landing_read,
     fail_fast_on_bad_input,
     landing_result,
+    landing_timezone_metadata,
     log_partition,
     partition_dates,
     scoring_result,
@@ -186,6 +188,7 @@ def fraud_scores(
     """
     preload_great_expectations()
     store = storage.store()
+    record_landing_read(context, store, TRANSACTIONS, partition_dates(context))
     with fail_fast_on_bad_input():
         version = current_version(store.read_bytes, store.models_dir, MODEL_NAME)
     key = f"{MODEL_NAME}:{version}"
@@ -218,6 +221,7 @@ def fraud_scores(
         model_loads=inference.load_count(key),
         extra={
             **run.metadata(),
+            **landing_timezone_metadata(store, TRANSACTIONS),
             **scorer.batch_sizing(inference.max_batch_size).describe(),
             "flagged": sum(s.stats.counts.get("flagged", 0) for s in shards),
             "threshold": scorer.threshold,

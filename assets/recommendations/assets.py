@@ -10,9 +10,11 @@ from pydantic import Field
 
 from assets.checkpointing import SpotSafeRun, spot_safe
 from assets.common import (
+    record_landing_read,
     PartitionReport,
     fail_fast_on_bad_input,
     landing_result,
+    landing_timezone_metadata,
     log_partition,
     partition_dates,
     scoring_result,
@@ -179,6 +181,7 @@ def user_recommendations(
     item is quarantined to `user_recommendations_quarantine` rather than silently left out."""
     preload_great_expectations()
     store = storage.store()
+    record_landing_read(context, store, INTERACTIONS, partition_dates(context))
     with fail_fast_on_bad_input():
         version = current_recommender_version(store)
     key = f"{RECOMMENDATION_MODEL}:{version}"
@@ -213,6 +216,7 @@ def user_recommendations(
         model_loads=inference.load_count(key),
         extra={
             **run.metadata(),
+            **landing_timezone_metadata(store, INTERACTIONS),
             "k": config.k,
             "block_users": block,
             "oom_backoffs": model.block_sizings.ooms,

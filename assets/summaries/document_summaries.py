@@ -10,7 +10,9 @@ from pydantic import Field
 
 from assets.checkpointing import spot_safe
 from assets.common import (
+    record_landing_read,
     fail_fast_on_bad_input,
+    landing_timezone_metadata,
     log_partition,
     partition_dates,
     scoring_result,
@@ -121,6 +123,7 @@ def document_summaries(
     """
     preload_great_expectations()
     store = storage.store()
+    record_landing_read(context, store, DATASET, partition_dates(context))
     with fail_fast_on_bad_input():
         summarise, version, key, sizing = _summariser(config, inference)
     limit = quarantine_limit(config.max_quarantine_rate)
@@ -165,6 +168,7 @@ def document_summaries(
         model_loads=inference.load_count(key),
         extra={
             **run.metadata(),
+            **landing_timezone_metadata(store, DATASET),
             "mode": config.mode,
             "model_calls": sum(r.metrics.model_calls for r in reports),
             **sizing().describe("model_batch_tokens"),
