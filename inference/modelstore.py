@@ -32,7 +32,11 @@ class StoredModel:
 
 
 class ModelNotFoundError(FileNotFoundError):
-    """No model of that name has been trained and saved yet."""
+    """No model of that name has been trained and saved yet (``name`` says which)."""
+
+    def __init__(self, message: str, name: str):
+        super().__init__(message)
+        self.name = name
 
 
 def model_version(weights: bytes, manifest: dict[str, Any]) -> str:
@@ -70,7 +74,7 @@ def current_version(read: ReadBytes, models_dir: str, name: str) -> str:
         return read(f"{models_dir}/{name}/CURRENT").decode().strip()
     except (FileNotFoundError, OSError) as exc:
         raise ModelNotFoundError(
-            f"model '{name}' has not been trained: no {models_dir}/{name}/CURRENT"
+            f"model '{name}' has not been trained: no {models_dir}/{name}/CURRENT", name
         ) from exc
 
 
