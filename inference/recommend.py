@@ -15,6 +15,7 @@ from __future__ import annotations
 import time
 from collections.abc import Iterator
 from dataclasses import dataclass, field
+from typing import TYPE_CHECKING
 
 import numpy as np
 import torch
@@ -22,6 +23,9 @@ import torch
 from inference.adaptive import BatchSizes
 from inference.device import to_device
 from inference.topk import DEFAULT_BLOCK_ELEMENTS, ItemTiles, grouped_fits
+
+if TYPE_CHECKING:
+    from inference.ease import EaseRecommender
 
 
 @dataclass(frozen=True)
@@ -151,6 +155,7 @@ def iter_top_k(
     k: int,
     block_size: int,
     sizings: BatchSizes | None = None,
+    tiled: bool = True,
 ) -> Iterator[TopKBlock]:
     """Exact top-``k`` unseen items for every user, one block of users at a time.
 
@@ -168,11 +173,15 @@ def iter_top_k(
             memory is scored again as two halves, and the size that fitted is kept.
         sizings: where that size is kept between calls (per starting block size), e.g. the
             model's :meth:`Recommender.block_sizings`; each call starts afresh without it.
+        tiled: allow the cache-tiled CPU path; it copies the item factors into tiles on each
+            call, which only pays for narrow factors (not EASE's items x items matrix).
     """
     if seen.n_rows != user_factors.shape[0]:
         raise ValueError(f"seen has {seen.n_rows} rows for {user_factors.shape[0]} users")
     device = user_factors.device
-    grouped = grouped_fits(item_factors, k) and user_factors.dtype == item_factors.dtype
+    grouped = (
+        tiled and grouped_fits(item_factors, k) and user_factors.dtype == item_factors.dtype
+    )
     tiles = ItemTiles.build(item_factors, item_bias) if grouped else None
     items_t = None if tiles else item_factors.T.contiguous()
     if tiles is not None:
@@ -212,9 +221,12 @@ def top_k(
     seen: SparseRows,
     k: int,
     block_size: int = 4096,
+    tiled: bool = True,
 ) -> tuple[np.ndarray, np.ndarray]:
     """All blocks of ``iter_top_k`` joined: (scores, items), each (users, k)."""
-    blocks = list(iter_top_k(user_factors, item_factors, item_bias, seen, k, block_size))
+    blocks = list(
+        iter_top_k(user_factors, item_factors, item_bias, seen, k, block_size, tiled=tiled)
+    )
     if not blocks:
         return np.zeros((0, k), np.float32), np.zeros((0, k), np.int64)
     return np.concatenate([b.scores for b in blocks]), np.concatenate([b.items for b in blocks])
@@ -337,6 +349,9 @@ class Recommender:
     block_sizings: BatchSizes = field(
         default_factory=BatchSizes, init=False, compare=False, repr=False
     )
+    tiled: bool = field(default=True, init=False, compare=False, repr=False)
+
+    KIND = "two_tower"
 
     def to_tensors(self) -> dict[str, torch.Tensor]:
         """The state to save as safetensors (vocabularies included, so ids survive a reload)."""
@@ -366,11 +381,19 @@ class Recommender:
             popularity=tensors["item_popularity"].to(device, torch.float32),
         )
 
-    def scorer(self, rows: np.ndarray | None, n: int) -> tuple[torch.Tensor, ...]:
+    def personalised(self, model_rows: np.ndarray, history: SparseRows) -> np.ndarray:
+        """Who gets the model's ranking: users it has an embedding for (``model_rows >= 0``)."""
+        del history
+        return model_rows >= 0
+
+    def scorer(
+        self, rows: np.ndarray | None, n: int, history: SparseRows | None = None
+    ) -> tuple[torch.Tensor, ...]:
         """(user factors, item factors, item bias) for ``iter_top_k``.
 
         ``rows`` are model user rows; None ranks ``n`` users by popularity alone (a zero taste
-        vector leaves only the bias), the fallback for users the model has never seen.
+        vector leaves only the bias), the fallback for users the model has never seen. The
+        towers were run over the history at training time, so ``history`` is not needed.
         """
         device, dtype = self.item_factors.device, self.item_factors.dtype
         if rows is None:
@@ -432,16 +455,17 @@ class RecommendationBatch:
 
 
 def recommend(
-    model: Recommender,
+    model: Recommender | EaseRecommender,
     user_ids: np.ndarray,
     seen: tuple[np.ndarray, np.ndarray],
     k: int,
     block_size: int,
 ) -> Iterator[RecommendationBatch]:
-    """Top-``k`` unseen items for each user: known users by the model, new ones by popularity.
+    """Top-``k`` unseen items for each user: by the model where it can rank them (two-tower:
+    users it was trained on; EASE: users with history in the catalogue), else by popularity.
 
     Args:
-        model: the trained recommender, on the compute device.
+        model: the trained recommender (two-tower or EASE), on the compute device.
         user_ids: users to recommend for (duplicates are ignored).
         seen: (user_ids, item_ids) of their history; these items are never recommended.
             Pairs of other users, or of items outside the model's catalogue, are ignored.
@@ -452,12 +476,16 @@ def recommend(
     rows = Vocabulary(user_ids).index(seen[0])
     history = SparseRows.from_pairs(rows, model.items.index(seen[1]), len(user_ids))
     model_rows = model.users.index(user_ids)
+    personal = model.personalised(model_rows, history)
     for cold_start in (False, True):
-        members = np.flatnonzero((model_rows < 0) == cold_start)
+        members = np.flatnonzero(personal != cold_start)
         if len(members) == 0:
             continue
-        scorer = model.scorer(None if cold_start else model_rows[members], len(members))
-        blocks = iter_top_k(*scorer, history.select(members), k, block_size, model.block_sizings)
+        seen = history.select(members)
+        scorer = model.scorer(None if cold_start else model_rows[members], len(members), seen)
+        blocks = iter_top_k(
+            *scorer, seen, k, block_size, model.block_sizings, tiled=model.tiled
+        )
         for block in blocks:
             valid = block.items >= 0
             counts = valid.sum(axis=1)
@@ -502,7 +530,7 @@ class HoldoutRecall:
 
 
 def holdout_recall(
-    model: Recommender,
+    model: Recommender | EaseRecommender,
     history: tuple[np.ndarray, np.ndarray],
     holdout: tuple[np.ndarray, np.ndarray],
     k: int = 20,
@@ -526,8 +554,9 @@ def holdout_recall(
     relevant = later.minus(seen)
     users = np.flatnonzero(relevant.row_lengths() > 0)
     seen_users, relevant_users = seen.select(users), relevant.select(users)
-    _, ranked = top_k(*model.scorer(users, len(users)), seen_users, k, block_size)
-    _, popular = top_k(*model.scorer(None, len(users)), seen_users, k, block_size)
+    scorer = model.scorer(users, len(users), seen_users)
+    _, ranked = top_k(*scorer, seen_users, k, block_size, tiled=model.tiled)
+    _, popular = top_k(*model.scorer(None, len(users)), seen_users, k, block_size, model.tiled)
     return HoldoutRecall(
         model=recall_at_k(ranked, relevant_users)[0],
         popularity=recall_at_k(popular, relevant_users)[0],

@@ -423,9 +423,11 @@ def test_unknown_user_and_item_are_counted_not_dropped(recs: dict) -> None:
     extra = pa.Table.from_pylist(extra, INTERACTIONS_SCHEMA)
     store.write_landing(INTERACTIONS, date, pa.concat_tables([day, extra]))
     model = recs["model"]
-    # What the clean day alone would count: the generator's own newcomers and new items.
+    # What the clean day alone would count: the generator's own newcomers and new items. The
+    # users are the audience: everyone seen within the trailing 90 days, not only that day.
     items = day["item_id"].to_numpy()
-    users = np.unique(day["user_id"].to_numpy())
+    landed = [store.read_landing(INTERACTIONS, d, INTERACTIONS_SCHEMA) for d in REC_DAYS[:2]]
+    users = np.unique(pa.concat_tables([*landed, day])["user_id"].to_numpy())
     unknown = items[model.items.index(items) < 0]
     cold = int((model.users.index(users) < 0).sum())
     result = _recommend(recs, date)

@@ -11,6 +11,7 @@ from dagster import AssetCheckResult
 
 from assets.common import PartitionReport
 from assets.gates import conservation_figures, landing_check_results
+from assets.recommendations.history import QUARANTINE_REASONS
 from assets.recommendations.quality import InteractionScreen
 from assets.recommendations.schemas import INTERACTIONS, USER_RECOMMENDATIONS
 from resources.quality import Evidence, check_result, load_suites, sample_output, validate
@@ -26,18 +27,24 @@ def interactions_check_results(
     store: DataStore,
     screens: dict[str, InteractionScreen],
     *,
+    max_quarantine_rate: float,
     deadline_hours: float,
     sample_rows: int,
     seed: int,
 ) -> list[AssetCheckResult]:
-    """The `interactions` suites over each day's figures and a sample of its rows."""
+    """The `interactions` suites over each day's figures and a sample of its rows.
+
+    ``interaction_events_are_valid`` is WARN while the rows it rejects stay within the
+    quarantine limit (they are quarantined, not used) and ERROR above it, naming the rate and
+    the reasons; late or early events only ever warn (they still count as history).
+    """
     return landing_check_results(
         INTERACTION_SUITES,
         store,
         INTERACTIONS,
         screens,
-        {"interaction_times_inside_day": ("ts_outside_day",)},
-        max_quarantine_rate=1.0,  # nothing is quarantined: interactions are history
+        {"interaction_events_are_valid": QUARANTINE_REASONS},
+        max_quarantine_rate=max_quarantine_rate,
         deadline_hours=deadline_hours,
         sample_rows=sample_rows,
         seed=seed,
@@ -47,10 +54,12 @@ def interactions_check_results(
 def recommendation_check_results(
     store: DataStore,
     reports: list[PartitionReport],
-    active_users: dict[str, int],
+    audience_users: dict[str, int],
+    unknown_item_shares: dict[str, float],
     *,
     k: int,
     version: str,
+    max_unknown_item_share: float,
     sample_rows: int,
     seed: int,
 ) -> list[AssetCheckResult]:
@@ -62,8 +71,10 @@ def recommendation_check_results(
         stats = shards.stats
         figures = {
             **conservation_figures(
-                store, USER_RECOMMENDATIONS, report.date, shards, active_users[report.date]
+                store, USER_RECOMMENDATIONS, report.date, shards, audience_users[report.date]
             ),
+            "audience_users": audience_users[report.date],
+            "unknown_item_share": round(unknown_item_shares[report.date], 6),
             **{name: stats.counts.get(name, 0) for name in LIST_COUNTS},
             "rank_min": stats.minima.get("rank", 1),
             "rank_max": stats.maxima.get("rank", 1),
@@ -74,11 +85,20 @@ def recommendation_check_results(
             report.date,
             figures,
             sample,
-            {"k": k, "model_versions": [version]},
+            {
+                "k": k,
+                "model_versions": [version],
+                "max_unknown_item_share": max_unknown_item_share,
+            },
         )
         for name, e in found.items():
             evidence[name].append(e)
-    shared = {"sample_rows": sample_rows, "sample_seed": seed, "k": k}
+    shared = {
+        "sample_rows": sample_rows,
+        "sample_seed": seed,
+        "k": k,
+        "max_unknown_item_share": max_unknown_item_share,
+    }
     return [
         check_result(suite, evidence[name], shared) for name, suite in RECOMMENDATION_SUITES.items()
     ]

@@ -1,4 +1,10 @@
-"""Reading interaction history out of landing storage as column arrays, batch by batch."""
+"""Reading interaction history out of landing storage as column arrays, batch by batch.
+
+Every reader applies the same rules (:func:`unusable_rules`): a row with an unknown event type
+or a weight that is null, not finite or negative is not history. The ``interactions`` asset
+publishes those rows with their reason to ``interactions_quarantine``; here they are skipped,
+so training, the audience and the seen items never count them.
+"""
 
 from __future__ import annotations
 
@@ -8,9 +14,33 @@ import numpy as np
 import pyarrow as pa
 import pyarrow.compute as pc
 
-from assets.recommendations.schemas import INTERACTIONS, INTERACTIONS_SCHEMA
+from assets.recommendations.schemas import EVENT_TYPES, INTERACTIONS, INTERACTIONS_SCHEMA
+from inference.quarantine import QuarantinePlan, Screener, below, is_null, not_finite
 from inference.recommend import Vocabulary
 from resources.storage import DataStore, LandingDataError
+
+
+# Why an interaction cannot be used, in priority order: a row gets the first reason that holds.
+QUARANTINE_REASONS = ("unknown_event", "non_finite_weight", "negative_weight")
+RULE_COLUMNS = ["event", "weight"]
+_EVENTS = pa.array(EVENT_TYPES, pa.string())
+
+
+def unusable_rules(batch: pa.RecordBatch) -> dict[str, np.ndarray]:
+    """One boolean mask per quarantine reason over a batch holding ``event`` and ``weight``."""
+    weight = batch.column("weight")
+    known = pc.is_in(batch.column("event"), value_set=_EVENTS)
+    return {
+        "unknown_event": pc.fill_null(pc.invert(known), True).to_numpy(zero_copy_only=False),
+        "non_finite_weight": not_finite(weight) | is_null(weight),
+        "negative_weight": below(weight, 0.0),
+    }
+
+
+def usable(batch: pa.RecordBatch) -> pa.RecordBatch:
+    """The batch without the rows :func:`unusable_rules` quarantines."""
+    bad = np.logical_or.reduce(list(unusable_rules(batch).values()))
+    return batch.filter(pa.array(~bad)) if bad.any() else batch
 
 
 @dataclass(frozen=True)
@@ -44,11 +74,11 @@ def read_interactions(
     """
     keep = None if users is None else pa.array(users, pa.int64())
     parts: list[Interactions] = []
+    columns = ["user_id", "item_id", *RULE_COLUMNS]
     for date in dates:
-        for batch in store.iter_landing(
-            INTERACTIONS, date, INTERACTIONS_SCHEMA, columns=["user_id", "item_id", "weight"]
-        ):
+        for batch in store.iter_landing(INTERACTIONS, date, INTERACTIONS_SCHEMA, columns=columns):
             _refuse_nulls(batch, store, date)
+            batch = usable(batch)
             if keep is not None:
                 batch = batch.filter(pc.is_in(batch.column("user_id"), value_set=keep))
             parts.append(
@@ -67,39 +97,66 @@ def read_interactions(
 
 @dataclass(frozen=True)
 class DayActivity:
-    """Who was active on a day, and how much of it the model cannot know about."""
+    """Who was active on a day, which rows could not be used, and how much of the rest the
+    model cannot know about."""
 
-    users: np.ndarray  # unique user ids
-    rows: int
-    unknown_items: int  # distinct items the model's catalogue lacks
+    users: np.ndarray  # unique ids of users with a usable interaction
+    rows: int  # every landed row
+    plan: QuarantinePlan  # the rows not used, each with its reason
+    unknown_items: int  # distinct items (of usable rows) the model's catalogue lacks
     unknown_item_interactions: int
+
+    @property
+    def rows_used(self) -> int:
+        return self.rows - self.plan.count
+
+    @property
+    def unknown_item_share(self) -> float:
+        """Share of the usable interactions whose item the model does not know."""
+        return self.unknown_item_interactions / self.rows_used if self.rows_used else 0.0
 
 
 def read_day(store: DataStore, date: str, catalogue: Vocabulary) -> DayActivity:
-    """The active users of one day, streaming the partition two columns at a time."""
+    """The active users of one day, streaming the partition four columns at a time."""
     users: list[np.ndarray] = []
     unknown: list[np.ndarray] = []
-    rows = 0
-    for batch in store.iter_landing(
-        INTERACTIONS, date, INTERACTIONS_SCHEMA, columns=["user_id", "item_id"]
-    ):
+    screener = Screener()
+    columns = ["user_id", "item_id", *RULE_COLUMNS]
+    for batch in store.iter_landing(INTERACTIONS, date, INTERACTIONS_SCHEMA, columns=columns):
         _refuse_nulls(batch, store, date)
+        bad = screener.add(batch.num_rows, unusable_rules(batch))
+        batch = batch.filter(pa.array(~bad)) if bad.any() else batch
         users.append(np.unique(batch.column("user_id").to_numpy(zero_copy_only=False)))
         items = batch.column("item_id").to_numpy(zero_copy_only=False)
         unknown.append(items[catalogue.index(items) < 0])
-        rows += batch.num_rows
     unknown_all = np.concatenate(unknown or [np.zeros(0, np.int64)])
     return DayActivity(
         users=np.unique(np.concatenate(users or [np.zeros(0, np.int64)])),
-        rows=rows,
+        rows=screener.rows,
+        plan=screener.plan(),
         unknown_items=len(np.unique(unknown_all)),
         unknown_item_interactions=len(unknown_all),
     )
 
 
+def read_users(store: DataStore, dates: list[str]) -> np.ndarray:
+    """Sorted unique ids of the users with a usable interaction on any of ``dates``."""
+    found: list[np.ndarray] = []
+    for date in dates:
+        for batch in store.iter_landing(
+            INTERACTIONS, date, INTERACTIONS_SCHEMA, columns=["user_id", *RULE_COLUMNS]
+        ):
+            _refuse_nulls(batch, store, date)
+            found.append(np.unique(usable(batch).column("user_id").to_numpy(zero_copy_only=False)))
+    return np.unique(np.concatenate(found or [np.zeros(0, np.int64)]))
+
+
 def _refuse_nulls(batch: pa.RecordBatch, store: DataStore, date: str) -> None:
     # A null id would become NaN in numpy and quietly match nothing; say where it is instead.
-    for column in batch.schema.names:
+    # (A null event or weight is a quarantine reason, not an error.)
+    for column in ("user_id", "item_id"):
+        if column not in batch.schema.names:
+            continue
         if batch.column(column).null_count:
             where = store.uri(store.landing_path(INTERACTIONS, date))
             raise LandingDataError(

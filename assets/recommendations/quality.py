@@ -1,11 +1,15 @@
-"""Recommendations data quality as plain functions: the landed interactions' figures, which
-users cannot be given recommendations, and exact figures of the published lists.
+"""Recommendations data quality as plain functions: the landed interactions' screening (which
+rows cannot be used, and why), which users cannot be given recommendations, and exact figures
+of the published lists.
 
-Interactions are history, not rows to score: one with a null id cannot be attributed to anyone,
-so it fails the day naming the file and column rather than being set aside. The rows scored
-are the day's active users; a user who has already interacted with every item in the catalogue
-has nothing left to recommend and is quarantined (``no_unseen_items``) instead of vanishing
-from the output.
+An interaction with an unknown event type or a weight that is null, not finite or negative is
+quarantined with its reason (``history.unusable_rules``), as fraud quarantines a transaction:
+``interactions`` publishes those rows to ``interactions_quarantine`` and every reader of the
+history skips them, so ``rows = rows used + rows quarantined`` for each day. One with a null id
+cannot be attributed to anyone, so it fails the day naming the file and column. The rows
+scored are the audience's users; a user who has already interacted with every item in the
+catalogue has nothing left to recommend and is quarantined (``no_unseen_items``) instead of
+vanishing from the output.
 """
 
 from __future__ import annotations
@@ -18,11 +22,17 @@ import numpy as np
 import pyarrow as pa
 import pyarrow.compute as pc
 
-from assets.recommendations.schemas import EVENT_TYPES, INTERACTIONS, INTERACTIONS_SCHEMA
+from assets.recommendations.history import QUARANTINE_REASONS, unusable_rules
+from assets.recommendations.schemas import INTERACTIONS, INTERACTIONS_SCHEMA
 from inference.invariants import StreamStats
-from inference.quarantine import QuarantinePlan, Screener, below, not_finite, outside
+from inference.quarantine import REASON, ROW_NUMBER, QuarantinePlan, Screener, outside
 from resources.quality import sample_positions
 from resources.storage import DataStore, LandingDataError
+
+INTERACTIONS_QUARANTINE = f"{INTERACTIONS}_quarantine"
+QUARANTINE_SCHEMA = INTERACTIONS_SCHEMA.append(pa.field(ROW_NUMBER, pa.int64())).append(
+    pa.field(REASON, pa.string())
+)
 
 
 @dataclass
@@ -32,12 +42,23 @@ class InteractionScreen:
     plan: QuarantinePlan
     figures: dict[str, Any]
     sample: pa.Table
+    # The quarantined rows with row_number and reason; None when more were found than may be
+    # quarantined (the day fails, and they are not held in memory).
+    quarantined: pa.Table | None = None
 
 
 def screen_interactions(
-    store: DataStore, date: str, sample_rows: int = 0, seed: int = 0
+    store: DataStore, date: str, sample_rows: int = 0, seed: int = 0, max_rate: float = 1.0
 ) -> InteractionScreen:
-    """Counts what is wrong with one day of interactions and samples its rows.
+    """Finds the rows of one day of interactions that cannot be used, counts them by reason,
+    and samples the rows.
+
+    Args:
+        store: the data store.
+        date: the partition.
+        sample_rows: size of the seeded random sample of landing rows.
+        seed: the sample's seed.
+        max_rate: the quarantine limit; above it the quarantined rows are counted, not kept.
 
     Raises:
         LandingDataError: the partition is missing, unreadable, malformed or empty, or a row
@@ -53,9 +74,9 @@ def screen_interactions(
             f"landing partition empty: dataset '{INTERACTIONS}', date {date}: no rows under {where}"
         )
     wanted = sample_positions(rows, sample_rows, seed)
-    events = pa.array(EVENT_TYPES, pa.string())
-    # Nothing is quarantined here: the screener only counts, by reason, for the checks.
-    screener, sampled = Screener(), []
+    keep_at_most = int(max_rate * rows)
+    screener, sampled, held = Screener(), [], []
+    outside_day = used = 0
     for file, batch in store.iter_landing_files(INTERACTIONS, date, INTERACTIONS_SCHEMA):
         for column in ("user_id", "item_id"):
             if batch[column].null_count:
@@ -65,31 +86,51 @@ def screen_interactions(
                     "without it cannot be attributed"
                 )
         offset = screener.rows
-        weight = batch["weight"]
-        screener.add(
-            batch.num_rows,
-            {
-                "unknown_event": pc.fill_null(
-                    pc.invert(pc.is_in(batch["event"], value_set=events)), True
-                ).to_numpy(zero_copy_only=False),
-                "non_finite_weight": not_finite(weight) | _nulls(weight),
-                "negative_weight": below(weight, 0.0),
-                "ts_outside_day": outside(batch["ts"], *day) | _nulls(batch["ts"]),
-            },
-        )
+        rules = unusable_rules(batch)
+        flagged = screener.add(batch.num_rows, rules)
+        used += int((~flagged).sum())
+        # Early or late events still count as history: counted for a WARN, not quarantined.
+        outside_day += int((outside(batch["ts"], *day) | _nulls(batch["ts"])).sum())
+        if flagged.any() and held is not None:
+            held.append(_quarantined_rows(batch, flagged, rules, offset))
+            if sum(t.num_rows for t in held) > keep_at_most:
+                held = None
         local = wanted[(wanted >= offset) & (wanted < offset + batch.num_rows)] - offset
         if len(local):
             sampled.append(batch.take(pa.array(local)))
     plan = screener.plan()
     figures = {
         "rows": rows,
-        **dict.fromkeys(("unknown_event", "non_finite_weight", "negative_weight"), 0),
-        "ts_outside_day": 0,
+        "rows_used": used,
+        "rows_quarantined": plan.count,
+        # Streamed rows kept plus rows set aside, against the files' footers (``rows``).
+        "rows_used_plus_quarantined": used + plan.count,
+        "quarantine_rate": plan.rate,
+        **dict.fromkeys(QUARANTINE_REASONS, 0),
         **plan.counts(),
+        "ts_outside_day": outside_day,
     }
     sample = pa.Table.from_batches(sampled, schema=INTERACTIONS_SCHEMA)
-    # The checks only warn about these rows; they are history, not rows to quarantine.
-    return InteractionScreen(QuarantinePlan.empty(rows), figures, sample)
+    quarantined = None
+    if held is not None:
+        quarantined = pa.concat_tables(held) if held else QUARANTINE_SCHEMA.empty_table()
+    return InteractionScreen(plan, figures, sample, quarantined)
+
+
+def _quarantined_rows(
+    batch: pa.RecordBatch, flagged: np.ndarray, rules: dict[str, np.ndarray], offset: int
+) -> pa.Table:
+    """The flagged rows of a batch with their position in the partition and first reason."""
+    local = np.flatnonzero(flagged)
+    reasons = np.empty(len(local), object)
+    taken = np.zeros(len(local), bool)
+    for reason, mask in rules.items():
+        new = mask[local] & ~taken
+        reasons[new] = reason
+        taken |= new
+    table = pa.Table.from_batches([batch.take(pa.array(local))]).cast(INTERACTIONS_SCHEMA)
+    table = table.append_column(ROW_NUMBER, pa.array(local + offset, pa.int64()))
+    return table.append_column(REASON, pa.array(reasons.tolist(), pa.string()))
 
 
 def _nulls(values: pa.Array) -> np.ndarray:

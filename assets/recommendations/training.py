@@ -10,11 +10,17 @@ from dagster import MetadataValue
 from assets.recommendations.history import read_interactions
 from assets.recommendations.schemas import RECOMMENDATION_MODEL
 from inference.device import Runtime
+from inference.ease import EaseConfig, EaseRecommender, fit_ease
 from inference.modelstore import current_version, load_model, save_model
 from inference.recommend import Recommender, TrainConfig, fit_recommender, holdout_recall
 from resources.storage import DataStore
 
 RECALL_K = 20
+KINDS = {
+    "ease": "EASE (closed-form item-item, Steck 2019)",
+    "two_tower": "two-tower (bag-of-history user tower, full-softmax multinomial loss)",
+}
+Model = Recommender | EaseRecommender
 
 
 @dataclass(frozen=True)
@@ -39,16 +45,28 @@ class TrainedModel:
             "reused": reused,
             "holdout_date": str(m["metrics"]["holdout_date"]),
             "trained_on": f"{span['first_date']}..{span['last_date']} ({span['days']} days)",
+            "model": m.get("model", "two_tower"),
             "users": m["users"],
             "items": m["items"],
             "interactions": m["interactions"],
-            "dims": m["dims"],
+            **({"dims": m["dims"]} if "dims" in m else {}),
             "manifest": MetadataValue.json(m),
         }
 
 
+def fit(
+    triples: tuple, config: TrainConfig | EaseConfig, device: torch.device
+) -> tuple[Model, float, float | None]:
+    """Fits the configured kind of model: (model, seconds, final training loss or None)."""
+    if isinstance(config, EaseConfig):
+        model, seconds = fit_ease(*triples, config, device)
+        return model, seconds, None
+    model, factors = fit_recommender(*triples, config, device)
+    return model, factors.seconds, factors.losses[-1] if factors.losses else None
+
+
 def train_and_save(
-    store: DataStore, dates: list[str], config: TrainConfig, device: torch.device
+    store: DataStore, dates: list[str], config: TrainConfig | EaseConfig, device: torch.device
 ) -> TrainedModel:
     """Measures recall@20 with the last day held out, then trains on every day and saves.
 
@@ -60,7 +78,7 @@ def train_and_save(
     if len(dates) > 1:
         history = read_interactions(store, dates[:-1])
         holdout = read_interactions(store, dates[-1:])
-        trial, trial_factors = fit_recommender(*history.triples, config, device)
+        trial, trial_seconds, _ = fit(history.triples, config, device)
         recall = holdout_recall(trial, history.pairs, holdout.pairs, k=RECALL_K)
         metrics = {
             "holdout_date": dates[-1],
@@ -69,12 +87,14 @@ def train_and_save(
             "recall_lift_over_popularity": round(recall.model / max(recall.popularity, 1e-9), 3),
             "eval_users": recall.users,
         }
-        timings["holdout_fit_seconds"] = round(trial_factors.seconds, 2)
+        timings["holdout_fit_seconds"] = round(trial_seconds, 2)
     everything = read_interactions(store, dates)
-    model, factors = fit_recommender(*everything.triples, config, device)
+    model, seconds, loss = fit(everything.triples, config, device)
+    kind = model.KIND
     manifest = {
-        "kind": "two-tower (bag-of-history user tower, full-softmax multinomial loss)",
-        "dims": config.dims,
+        "model": kind,
+        "kind": KINDS[kind],
+        **({"dims": config.dims} if isinstance(config, TrainConfig) else {}),
         "train_config": config.__dict__,
         "trained_on": {"first_date": dates[0], "last_date": dates[-1], "days": len(dates)},
         "interactions": len(everything),
@@ -82,13 +102,13 @@ def train_and_save(
         "items": len(model.items),
         "metrics": {
             **metrics,
-            "final_loss": round(factors.losses[-1], 4) if factors.losses else None,
+            "final_loss": round(loss, 4) if loss is not None else None,
         },
     }
     version = save_model(
         store.write_bytes, store.models_dir, RECOMMENDATION_MODEL, model.to_tensors(), manifest
     )
-    timings["train_seconds"] = round(factors.seconds, 2)
+    timings["train_seconds"] = round(seconds, 2)
     return TrainedModel(version, {**manifest, "version": version}, timings)
 
 
@@ -98,10 +118,14 @@ def current_model(store: DataStore) -> TrainedModel:
     return TrainedModel(stored.version, stored.manifest)
 
 
-def load_recommender(store: DataStore, version: str, runtime: Runtime) -> Recommender:
-    """Loads one saved version onto the runtime's device (the inference resource caches it)."""
+def load_recommender(store: DataStore, version: str, runtime: Runtime) -> Model:
+    """Loads one saved version onto the runtime's device (the inference resource caches it).
+
+    The manifest says which kind it is; manifests written before EASE existed are two-tower.
+    """
     stored = load_model(store.read_bytes, store.models_dir, RECOMMENDATION_MODEL, version)
-    return Recommender.from_tensors(stored.tensors, runtime.device, runtime.dtype)
+    kind = EaseRecommender if stored.manifest.get("model") == "ease" else Recommender
+    return kind.from_tensors(stored.tensors, runtime.device, runtime.dtype)
 
 
 def current_recommender_version(store: DataStore) -> str:
