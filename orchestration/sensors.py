@@ -1,52 +1,123 @@
-"""The landing sensor: a new landing partition launches the job that scores it."""
+"""The landing sensor: a landing partition that no run has read yet launches the job scoring it."""
 
 from __future__ import annotations
 
 import json
 
-from dagster import RunRequest, SensorEvaluationContext, SensorResult, SkipReason, sensor
+from dagster import (
+    AssetKey,
+    AssetRecordsFilter,
+    DagsterInstance,
+    RunRequest,
+    SensorEvaluationContext,
+    SensorResult,
+    SkipReason,
+    sensor,
+)
 
+from assets.common import LANDING_FINGERPRINT
 from orchestration.automation import SENSOR_PRIORITY
-from orchestration.jobs import LANDING_TRIGGERS, pipeline_jobs
+from orchestration.jobs import LANDING_TRIGGERS, PIPELINES, pipeline_jobs
 from orchestration.partitions import daily_partitions
 from resources.storage import StorageResource
 
 JOBS = {job.name: job for job in pipeline_jobs}
+
+# The asset whose materialisation means "the pipeline scored that day", per landing dataset.
+SCORING_ASSETS: dict[str, str] = {
+    "transactions": "fraud_scores",
+    "interactions": "user_recommendations",
+    "documents": "document_summaries",
+}
+assert all(SCORING_ASSETS[d] in PIPELINES[j] for d, j in LANDING_TRIGGERS.items())
+
+# Observations of a landing partition: one per read (a few per run) and the failure sensor's
+# one per failed run; a read of the current files is among the latest few.
+_OBSERVATIONS_TO_SEARCH = 20
 
 
 @sensor(
     name="landing_sensor",
     jobs=list(JOBS.values()),
     minimum_interval_seconds=60,
-    description="Launches the pipeline for every landing partition that appears "
-    "(transactions, interactions, documents), once per dataset and date.",
+    description="Off by default: the nightly schedules score each day that ended, so this is "
+    "for landings that arrive late or are re-delivered. When on, it launches the pipeline for "
+    "a landing partition (transactions, interactions, documents) only if no run has read its "
+    "files as they are now: a day already scored, or one whose last run failed (bad input, a "
+    "bug), is not relaunched until a landing file is added, replaced or removed. Re-run "
+    "such a day from its run page or a backfill. A date in its cursor counts as handled.",
 )
 def landing_sensor(context: SensorEvaluationContext, storage: StorageResource) -> SensorResult:
     store = storage.store()
-    # The cursor remembers the dates already requested per dataset, so each evaluation only
-    # lists new folders; the run key makes a repeat request a no-op even if the cursor is lost.
-    seen: dict[str, list[str]] = json.loads(context.cursor) if context.cursor else {}
+    # "Changed" is a fingerprint of the files (path, size, mtime), not file times against the
+    # materialisation's timestamp: it also sees a file removed, or replaced by one with an
+    # older mtime (cp -p, rsync -t), and needs no agreement between the store's and Dagster's
+    # clocks. Every step that reads landing records the fingerprint it read (assets/common.py
+    # record_landing_read), before reading, so a failed run counts as having read the files.
+    # The cursor remembers, per dataset and date, the fingerprint of the files a run was asked
+    # for or found to have read, so each evaluation only asks the instance about changed days.
+    # The run key carries the fingerprint: a lost cursor cannot launch the same files twice,
+    # and changed files get a run of their own.
+    handled = _load_cursor(context.cursor)
     valid = set(daily_partitions.get_partition_keys())
     requests: list[RunRequest] = []
     for dataset, job_name in LANDING_TRIGGERS.items():
-        already = set(seen.get(dataset, []))
+        seen = handled.setdefault(dataset, {})
         # A folder for today is not a partition yet (the day is not over); it is picked up later.
-        new = [d for d in store.landing_dates(dataset) if d not in already and d in valid]
-        for date in new:
+        for date in (d for d in store.landing_dates(dataset) if d in valid):
+            fingerprint = store.landing_fingerprint(dataset, date)
+            if fingerprint is None or seen.get(date) in (fingerprint, ""):
+                if fingerprint is not None:
+                    seen[date] = fingerprint
+                continue
+            seen[date] = fingerprint
+            if _already_read(context.instance, dataset, date, fingerprint):
+                continue
             requests.append(
                 RunRequest(
                     job_name=job_name,
                     partition_key=date,
-                    run_key=f"{dataset}:{date}",
+                    run_key=f"{dataset}:{date}:{fingerprint}",
                     tags={
                         "nightshift/trigger": "landing_sensor",
                         "nightshift/dataset": dataset,
+                        "nightshift/landing_fingerprint": fingerprint,
                         **SENSOR_PRIORITY,
                     },
                 )
             )
-        seen[dataset] = sorted(already | set(new))
-    cursor = json.dumps(seen, sort_keys=True)
+    cursor = json.dumps(handled, sort_keys=True)
     if not requests:
-        return SensorResult(skip_reason=SkipReason("no new landing partitions"), cursor=cursor)
+        return SensorResult(
+            skip_reason=SkipReason("no landing partition with files that no run has read"),
+            cursor=cursor,
+        )
     return SensorResult(run_requests=requests, cursor=cursor)
+
+
+def _load_cursor(cursor: str | None) -> dict[str, dict[str, str]]:
+    """Per dataset, date -> fingerprint handled. A plain list of dates (what an operator types
+    into "Set cursor") means those dates are handled with the files they have now."""
+    raw = json.loads(cursor) if cursor else {}
+    return {
+        dataset: dict(dates) if isinstance(dates, dict) else dict.fromkeys(dates, "")
+        for dataset, dates in raw.items()
+    }
+
+
+def _already_read(instance: DagsterInstance, dataset: str, date: str, fingerprint: str) -> bool:
+    """Whether a run already read these landing files (it scored them, failed on them, or is
+    reading them), or the day was scored before reads were recorded."""
+    observations = instance.fetch_observations(
+        AssetRecordsFilter(asset_key=AssetKey(dataset), asset_partitions=[date]),
+        limit=_OBSERVATIONS_TO_SEARCH,
+    ).records
+    read = [
+        o.asset_observation.metadata[LANDING_FINGERPRINT].value
+        for o in observations
+        if o.asset_observation and LANDING_FINGERPRINT in o.asset_observation.metadata
+    ]
+    if read:
+        return read[0] == fingerprint
+    scored = instance.get_materialized_partitions(AssetKey(SCORING_ASSETS[dataset]))
+    return date in scored

@@ -104,11 +104,13 @@ def test_landing_sensor_launches_each_new_partition_once(store, data_root) -> No
 
     first = _sensor_tick(None, str(data_root))
     launched = sorted((r.job_name, r.partition_key, r.run_key) for r in first.run_requests)
-    # Today's folder is not a partition until the day is over.
+    # Today's folder is not a partition until the day is over. The run key carries the files'
+    # fingerprint, so changed files get a run of their own.
+    fp = store.landing_fingerprint
     assert launched == [
-        ("daily_summaries_job", days[1], f"documents:{days[1]}"),
-        ("fraud_scoring_job", days[0], f"transactions:{days[0]}"),
-        ("fraud_scoring_job", days[1], f"transactions:{days[1]}"),
+        ("daily_summaries_job", days[1], f"documents:{days[1]}:{fp('documents', days[1])}"),
+        ("fraud_scoring_job", days[0], f"transactions:{days[0]}:{fp('transactions', days[0])}"),
+        ("fraud_scoring_job", days[1], f"transactions:{days[1]}:{fp('transactions', days[1])}"),
     ]
     assert set(json.loads(first.cursor)) == set(LANDING_TRIGGERS)
 
@@ -120,3 +122,52 @@ def test_landing_sensor_launches_each_new_partition_once(store, data_root) -> No
     assert [(r.job_name, r.partition_key) for r in third.run_requests] == [
         ("recommendations_job", days[1])
     ]
+
+
+def test_landing_sensor_skips_days_a_run_already_read_until_their_files_change(
+    store, data_root, resources, instance
+) -> None:
+    """Turned on over an instance with a day scored and a day failed on bad input, the sensor
+    asks only for the day no run has read; a day is asked for again once its files change."""
+    from dagster import materialize
+
+    from assets.fraud import fraud_model, fraud_scores, transactions
+    from assets.fraud.demo_data import generate_day
+    from assets.fraud.schemas import TRANSACTIONS, TRANSACTIONS_SCHEMA
+
+    scored, failed, new = "2026-03-01", "2026-03-02", "2026-03-03"
+    for day in (scored, failed, new):
+        generate_day(store, day, scale=0.02, seed=0)
+    pipeline = [transactions, fraud_model, fraud_scores]
+    run = dict(resources=resources, instance=instance, raise_on_error=False)
+    assert materialize(pipeline, partition_key=scored, **run).success
+    good = store.read_landing(TRANSACTIONS, failed, TRANSACTIONS_SCHEMA)
+    store.write_landing(TRANSACTIONS, failed, good.drop_columns(["amount"]))
+    assert not materialize(pipeline, partition_key=failed, **run).success
+
+    def tick(cursor: str | None) -> list[tuple[str, str]]:
+        context = build_sensor_context(
+            instance=instance,
+            cursor=cursor,
+            resources={"storage": StorageResource(data_root=str(data_root))},
+            repository_def=defs.get_repository_def(),
+        )
+        result = landing_sensor(context)
+        ticks.append(result.cursor)
+        return [(r.partition_key, r.run_key) for r in result.run_requests]
+
+    def key(day: str) -> str:
+        return f"{TRANSACTIONS}:{day}:{store.landing_fingerprint(TRANSACTIONS, day)}"
+
+    ticks: list[str] = []
+    assert tick(None) == [(new, key(new))]
+    assert tick(ticks[-1]) == []
+    # The failed day's files are fixed, and the scored day's are re-delivered: both again,
+    # each with a new run key; the new day (requested, no run yet) is not asked for twice.
+    failed_key, scored_key = key(failed), key(scored)
+    store.write_landing(TRANSACTIONS, failed, good)
+    generate_day(store, scored, scale=0.02, seed=1)
+    assert tick(ticks[-1]) == [(scored, key(scored)), (failed, key(failed))]
+    assert key(failed) != failed_key and key(scored) != scored_key
+    # A lost cursor asks again only for what no run has read; the run key dedupes it.
+    assert tick(None) == [(scored, key(scored)), (failed, key(failed)), (new, key(new))]

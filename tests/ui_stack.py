@@ -294,7 +294,11 @@ def start_operating(stack: DagsterStack) -> None:
     landed = completed_days(1, ending_days_ago=2)[0]
     seen = json.dumps({d: days for d in ("documents", "interactions", "transactions")})
     set_sensor_cursor(stack, "landing_sensor", seen)
-    generate_day(DataStore(str(stack.data_root)), landed, scale=float(SCALE), seed=1)
+    store = DataStore(str(stack.data_root))
+    generate_day(store, landed, scale=float(SCALE), seed=1)
+    # The sensor's run key names the landed files' fingerprint.
+    fingerprint = store.landing_fingerprint("transactions", landed)
+    stack.facts["landed_run_key"] = f"transactions:{landed}:{fingerprint}"
     result = stack.graphql(START_SENSOR, selector=stack.selector("sensor", "landing_sensor"))
     assert result["startSensor"]["sensorState"]["status"] == "RUNNING", result
     stack.facts.update(landed=landed, cursor_before_landing=seen)
