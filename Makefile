@@ -50,6 +50,7 @@ bench-quality: $(STAMP)
 ui: $(STAMP)
 	mkdir -p "$(DAGSTER_HOME)"
 	cp -u deploy/local/dagster.yaml "$(DAGSTER_HOME)/dagster.yaml"  # refreshed when the shipped one changes
+	$(BIN)/nightshift init  # the instance's storage exists before the daemon launches any run
 	$(BIN)/dagster dev -w workspace.yaml -h 127.0.0.1 -p 3000
 
 clean:

@@ -8,10 +8,10 @@ from dagster import (
     Jitter,
     RetryPolicy,
     define_asset_job,
-    in_process_executor,
 )
 
 from orchestration.automation import GPU_TAGS
+from orchestration.executor import leave_on_interruption_executor
 from orchestration.partitions import daily_partitions
 from resources.inference import DEFAULT_INTERRUPTION_BUDGET
 
@@ -51,7 +51,7 @@ pipeline_jobs = [
         op_retry_policy=ERROR_RETRY_POLICY,
         # One process per run: each model loads once, and an interruption is handled by the
         # run-level retry (the node is going away), not by re-running the step in this process.
-        executor_def=in_process_executor,
+        executor_def=leave_on_interruption_executor,
         tags={**GPU_TAGS, **INTERRUPTION_RETRY_TAGS},
         description=f"Scores one day (or a range in one run): {', '.join(keys)}.",
     )
