@@ -19,7 +19,7 @@ from pathlib import Path
 from benchmarks.common import Workload, environment, quiet_logs, set_threads
 
 HERE = Path(__file__).resolve().parent
-WORKLOADS = ("fraud", "recs", "embeddings", "generation", "memory", "backfill")
+WORKLOADS = ("fraud", "recs", "embeddings", "generation", "memory", "backfill", "small_files")
 
 SIZES = {
     "full": {
@@ -38,6 +38,8 @@ SIZES = {
         "memory_factor": 10,
         "partitions": 10,
         "partition_rows": 50_000,
+        "small_files_rows": 100_000,
+        "small_files": 500,
     },
     # benchmarks/gpu.sh: a CUDA box with many cores, all of it in under 8 minutes.
     "large": {
@@ -56,6 +58,8 @@ SIZES = {
         "memory_factor": 10,
         "partitions": 10,
         "partition_rows": 100_000,
+        "small_files_rows": 100_000,
+        "small_files": 500,
     },
     "quick": {
         "fraud_rows": 100_000,
@@ -73,6 +77,8 @@ SIZES = {
         "memory_factor": 4,
         "partitions": 3,
         "partition_rows": 5_000,
+        "small_files_rows": 20_000,
+        "small_files": 100,
     },
 }
 
@@ -148,6 +154,11 @@ def run_workload(name: str, args: argparse.Namespace, sizes: dict, work: Path) -
 
         rows = int(sizes["memory_rows"] * scale)
         return memory.run(work, rows, sizes["memory_factor"], threads, args.fraud_batch)
+    if name == "small_files":
+        from benchmarks import small_files
+
+        rows = int(sizes["small_files_rows"] * scale)
+        return small_files.run(work, rows, sizes["small_files"], threads, args.fraud_batch)
     from benchmarks import backfill
 
     return backfill.run(work, sizes["partitions"], sizes["partition_rows"], threads)

@@ -205,18 +205,9 @@ def run(
         np.allclose(micro_scores, expected, atol=1e-5)
     )
 
-    w.compare(
-        "nightshift end to end",
-        "pure forward pass, tensors in memory",
-        ours,
-        rows / pure,
-        "rows/s",
-        True,
-        0.8,
-        f"the shipped model is a {_shape(scorer)} MLP: its forward pass is {pure / seconds:.0%} "
-        "of nightshift's time; feature assembly (profile pre-pass, per-row lookups), parquet "
-        "and Dagster are the rest, so this target cannot be met by feeding the model better",
-    )
+    # The target is against features + forward pass over data already in memory: what is left
+    # is the I/O that streaming should hide. The old target against the forward pass alone was
+    # retired (issue 11): for this MLP the forward pass is a tenth of the work.
     w.compare(
         "nightshift end to end",
         "features + forward pass, all in memory (no I/O)",
@@ -224,8 +215,19 @@ def run(
         rows / floor,
         "rows/s",
         True,
+        0.8,
+        "how much of the parquet I/O, the checks and Dagster's own cost is hidden",
+    )
+    w.compare(
+        "nightshift end to end",
+        "pure forward pass, tensors in memory",
+        ours,
+        rows / pure,
+        "rows/s",
+        True,
         None,
-        "how much of the parquet I/O is hidden",
+        f"no target (retired): the shipped model is a {_shape(scorer)} MLP whose forward pass "
+        f"is {pure / seconds:.0%} of nightshift's time",
     )
     w.compare(
         "nightshift end to end",

@@ -84,3 +84,16 @@ def landing_table(root: Path, date: str) -> pa.Table:
     from assets.fraud.schemas import TRANSACTIONS_SCHEMA
 
     return store.read_landing(TRANSACTIONS, date, TRANSACTIONS_SCHEMA)
+
+
+def split_partition(root: Path, date: str, files: int) -> int:
+    """Rewrites a one-file transactions partition as ``files`` files of equal size, in order
+    (a landing zone with one file per upstream task). Returns the files written."""
+    store = DataStore(str(root))
+    (original,) = store.landing_files(TRANSACTIONS, date)
+    table = pq.read_table(original)
+    Path(original).unlink()
+    size = -(-table.num_rows // files)
+    for i, start in enumerate(range(0, table.num_rows, size)):
+        pq.write_table(table.slice(start, size), f"{Path(original).parent}/part-{i:05d}.parquet")
+    return len(store.landing_files(TRANSACTIONS, date))

@@ -14,6 +14,10 @@ Memory is then one row group (plus the batches in flight), whatever the file's s
 test above Arrow's peak stayed at 15-16 MB for 0.5M and 3M rows. Columns of a row group are
 decoded on Arrow's threads, which changes no memory bound: on a 1M-row, 7-column landing file
 that took 0.18-0.24 s against 0.28-0.34 s on one thread (2-core box, best of 2 each).
+
+Many small files (one per upstream task) cost per file, not per row: :func:`iter_parquet_files`
+reads them whole, a batch's worth of rows ahead, on a few threads, and the caller joins their
+batches (``inference.batching.coalesce``), so memory is still about a batch.
 """
 
 from __future__ import annotations
@@ -73,9 +77,10 @@ def iter_parquet(
             yield batch if schema is None else _cast(batch, schema, timezone)
 
 
-# Small files are read whole on a few threads, ahead of the consumer: each file costs a fixed
-# ~0.2 ms to open and decode whatever its size, and the threads overlap that (500 files of 200
-# rows, 8 columns, in turn 0.15 s, on 2-4 threads 0.10 s on this 2-core box).
+# Small files are read whole on a few threads, ahead of the consumer: a file costs a fixed CPU
+# time to open and decode whatever its rows (measured at 200 rows: ~65 us, plus ~25 us per column
+# read), which the threads overlap (500 such files, 8 columns: 0.15 s in turn, 0.10 s on 2-4
+# threads on this 2-core box; Arrow's own threads do not help at that size, see THREADED_ROWS).
 READ_AHEAD_THREADS = min(4, os.cpu_count() or 1)
 
 
@@ -108,11 +113,13 @@ def iter_parquet_files(
             where each read is a round trip).
     """
 
-    def read_whole(path: str, footer: pq.FileMetaData) -> pa.Table:
+    def read_whole(path: str, footer: pq.FileMetaData) -> list[pa.RecordBatch]:
+        # Decoded and cast on the reading thread, so the consumer's thread only collects them.
         reader = pq.ParquetFile(
             path, metadata=footer, pre_buffer=pre_buffer, filesystem=filesystem, memory_map=False
         )
-        return reader.read(columns=columns, use_threads=False)
+        batches = reader.read(columns=columns, use_threads=False).to_batches(batch_size)
+        return batches if schema is None else [_cast(b, schema, timezone) for b in batches]
 
     def stream(path: str, footer: pq.FileMetaData) -> Iterator[pa.RecordBatch]:
         return iter_parquet(
@@ -126,8 +133,7 @@ def iter_parquet_files(
         )
 
     def unpack(started: Future) -> Iterator[pa.RecordBatch]:
-        for batch in started.result().to_batches(max_chunksize=batch_size):
-            yield batch if schema is None else _cast(batch, schema, timezone)
+        yield from started.result()
 
     small = [f.num_rows < THREADED_ROWS for f in footers]
     if threads <= 1 or not any(small):
