@@ -47,7 +47,7 @@ def iter_parquet(
     batch_size: int = 65_536,
     schema: pa.Schema | None = None,
     filesystem: pafs.FileSystem | None = None,
-    footers: Sequence[pq.FileMetaData] | None = None,
+    footers: Sequence[pq.FileMetaData | None] | None = None,
     timezone: str | None = None,
 ) -> Iterator[pa.RecordBatch]:
     """Streams record batches from parquet files, one row group in memory at a time.
@@ -86,8 +86,9 @@ READ_AHEAD_THREADS = min(4, os.cpu_count() or 1)
 
 def iter_parquet_files(
     files: Sequence[str],
-    footers: Sequence[pq.FileMetaData],
+    rows: Sequence[int],
     *,
+    footers: Sequence[pq.FileMetaData | None] | None = None,
     columns: list[str] | None = None,
     batch_size: int = 65_536,
     schema: pa.Schema | None = None,
@@ -106,14 +107,15 @@ def iter_parquet_files(
 
     Args:
         files: the files, read in this order.
-        footers: their footers, one per file.
+        rows: their row counts, one per file.
+        footers: their footers when already read (None for one: its reader reads it).
         columns, batch_size, schema, filesystem, timezone: as for :func:`iter_parquet`.
         threads: threads reading small files (1: each is read when its turn comes).
         pre_buffer: fetch a small file's column chunks in one coalesced read (object stores,
             where each read is a round trip).
     """
 
-    def read_whole(path: str, footer: pq.FileMetaData) -> list[pa.RecordBatch]:
+    def read_whole(path: str, footer: pq.FileMetaData | None) -> list[pa.RecordBatch]:
         # Decoded and cast on the reading thread, so the consumer's thread only collects them.
         reader = pq.ParquetFile(
             path, metadata=footer, pre_buffer=pre_buffer, filesystem=filesystem, memory_map=False
@@ -121,7 +123,7 @@ def iter_parquet_files(
         batches = reader.read(columns=columns, use_threads=False).to_batches(batch_size)
         return batches if schema is None else [_cast(b, schema, timezone) for b in batches]
 
-    def stream(path: str, footer: pq.FileMetaData) -> Iterator[pa.RecordBatch]:
+    def stream(path: str, footer: pq.FileMetaData | None) -> Iterator[pa.RecordBatch]:
         return iter_parquet(
             path,
             columns=columns,
@@ -135,7 +137,8 @@ def iter_parquet_files(
     def unpack(started: Future) -> Iterator[pa.RecordBatch]:
         yield from started.result()
 
-    small = [f.num_rows < THREADED_ROWS for f in footers]
+    footers = footers or [None] * len(files)
+    small = [n < THREADED_ROWS for n in rows]
     if threads <= 1 or not any(small):
         for path, footer in zip(files, footers, strict=True):
             yield path, stream(path, footer)
@@ -153,9 +156,9 @@ def iter_parquet_files(
                 if following > i and rows_started >= batch_size:
                     break
                 started[following] = pool.submit(read_whole, files[following], footers[following])
-                rows_started += footers[following].num_rows
+                rows_started += rows[following]
                 following += 1
-            rows_started -= footer.num_rows
+            rows_started -= rows[i]
             yield path, unpack(started.pop(i))
     finally:
         pool.shutdown(wait=False, cancel_futures=True)

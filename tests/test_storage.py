@@ -8,6 +8,7 @@ import pyarrow as pa
 import pyarrow.parquet as pq
 import pytest
 
+from resources import storage
 from resources.storage import DataStore, LandingDataError
 
 SCHEMA = pa.schema(
@@ -117,7 +118,12 @@ def test_names_starting_with_underscore_or_dot_are_not_data(any_store: DataStore
         any_store.count_landing("tx", "2026-03-02", SCHEMA)
 
 
-def test_small_files_stream_in_order_in_joined_batches(store: DataStore) -> None:
+@pytest.mark.parametrize("footers_kept", [2048, 3], ids=["footers kept", "footers re-read"])
+def test_small_files_stream_in_order_in_joined_batches(
+    store: DataStore, footers_kept: int, monkeypatch: pytest.MonkeyPatch
+) -> None:
+    monkeypatch.setattr(storage, "FOOTERS_KEPT", footers_kept)
+    monkeypatch.setattr(storage, "FOOTER_CHUNK", 7)
     path = store.landing_path("tx", "2026-03-01")
     store.fs.create_dir(path, recursive=True)
     for i in range(40):  # 40 files of 25 rows, then one large file
@@ -129,3 +135,4 @@ def test_small_files_stream_in_order_in_joined_batches(store: DataStore) -> None
     assert max(b.num_rows for b in batches) <= 300
     # The 1,000 small-file rows arrive in 4 batches, not 40.
     assert [b.num_rows for b in batches[:4]] == [300, 300, 300, 100]
+    assert store.count_landing("tx", "2026-03-01", SCHEMA) == 41_000
