@@ -14,7 +14,7 @@ import re
 from collections import Counter
 from collections.abc import Iterator, Sequence
 from contextlib import contextmanager
-from dataclasses import dataclass, field
+from dataclasses import dataclass, field, replace
 from functools import lru_cache
 from pathlib import Path
 from typing import TYPE_CHECKING
@@ -26,6 +26,15 @@ import torch.nn.functional as F
 from inference.adaptive import AdaptiveBatchSize, BatchSizes
 from inference.batching import length_buckets, padding_ratio
 from inference.device import Runtime, to_device
+from inference.rank import RankerSettings, encoder_can_read, rank_sentences
+from inference.segment import (
+    LengthCap,
+    fit_to_cap,
+    is_unspaced,
+    join_sentences,
+    split_sentences,
+    truncate,
+)
 
 if TYPE_CHECKING:
     from transformers import PreTrainedTokenizerBase
@@ -204,72 +213,7 @@ def mean_pool(hidden: torch.Tensor, mask: torch.Tensor) -> torch.Tensor:
     return F.normalize(summed / weights.sum(dim=1).clamp(min=1.0), dim=-1)
 
 
-# -- sentences and extractive summaries ---------------------------------------------------------
-_BOUNDARY = re.compile(r"(?:(?<=[.!?])|(?<=[.!?][\"')\]]))\s+(?=[\"'(\[]?[A-Z0-9])")
-_PARAGRAPH = re.compile(r"\n\s*\n")
-# A period after these is not a sentence end; single capitals cover initials ("J. Smith").
-_ABBREVIATIONS = {
-    "mr",
-    "mrs",
-    "ms",
-    "dr",
-    "prof",
-    "sr",
-    "jr",
-    "st",
-    "mt",
-    "gen",
-    "gov",
-    "sen",
-    "rep",
-    "inc",
-    "ltd",
-    "co",
-    "corp",
-    "vs",
-    "etc",
-    "fig",
-    "jan",
-    "feb",
-    "mar",
-    "apr",
-    "jun",
-    "jul",
-    "aug",
-    "sep",
-    "sept",
-    "oct",
-    "nov",
-    "dec",
-    "u.s",
-    "u.k",
-    "e.g",
-    "i.e",
-    "a.m",
-    "p.m",
-}
-
-
-def split_sentences(text: str | None) -> list[str]:
-    """Splits text into sentences at ., ! or ? before a capital or digit, and at blank lines.
-
-    Common abbreviations (Dr., U.S., e.g.) and initials do not end a sentence.
-    """
-    sentences: list[str] = []
-    for paragraph in _PARAGRAPH.split(text or ""):
-        pending = ""
-        for piece in _BOUNDARY.split(paragraph.strip()):
-            pending = f"{pending} {piece}" if pending else piece
-            last = pending.rsplit(None, 1)[-1].rstrip(".").lower() if pending.strip() else ""
-            if last in _ABBREVIATIONS or (len(last) == 1 and last.isalpha()):
-                continue
-            sentences.append(" ".join(pending.split()))
-            pending = ""
-        if pending.strip():
-            sentences.append(" ".join(pending.split()))
-    return [s for s in sentences if s]
-
-
+# -- extractive summaries --------------------------------------------------------------------
 def summary_length(sentences: int, ratio: float = 0.2, max_sentences: int = 3) -> int:
     """How many sentences to keep: about ``ratio`` of the text, at least one, at most ``max``."""
     return max(1, min(max_sentences, round(sentences * ratio)))
@@ -320,28 +264,69 @@ def extractive_summaries(
     max_sentences: int,
     max_batch_tokens: int,
     max_batch_size: int,
+    cap: LengthCap | None = None,
+    ranking: RankerSettings | None = None,
 ) -> tuple[list[str], Embeddings]:
-    """Summarises documents by their most central sentences, kept in their original order.
+    """Summarises documents by their best-ranked sentences, kept in their original order.
 
-    All documents' sentences are embedded together, so the length buckets span documents.
+    Bodies are normalised (HTML to text, NFC, whitespace) and split into bounded sentences;
+    the sentences of documents the encoder can read are embedded together, so the length
+    buckets span documents; each summary fits ``cap``.
+
+    Args:
+        encoder: a loaded encoder.
+        bodies: the documents' texts.
+        max_sentences: the most sentences a summary has (the cap's, when both are given).
+        max_batch_tokens: padded tokens per model call.
+        max_batch_size: texts per model call.
+        cap: the hard length cap; default ``LengthCap(max_sentences=max_sentences)``.
+        ranking: how sentences are ranked; default :class:`RankerSettings`.
 
     Returns:
         one summary per body ("" when a body has no text) and the sentence embeddings.
     """
+    cap = cap or LengthCap(max_sentences=max_sentences)
+    cap = replace(cap, max_sentences=min(cap.max_sentences, max_sentences))
     split = [split_sentences(body) for body in bodies]
-    embedded = encode(encoder, [s for doc in split for s in doc], max_batch_tokens, max_batch_size)
+    readable = [encoder_can_read(" ".join(doc)) for doc in split]
+    texts = [s for doc, ok in zip(split, readable, strict=True) if ok for s in doc]
+    embedded = encode(encoder, texts, max_batch_tokens, max_batch_size)
     summaries, start = [], 0
-    for sentences in split:
-        rows = embedded.vectors[start : start + len(sentences)]
-        start += len(sentences)
-        count = summary_length(len(sentences), max_sentences=max_sentences)
-        keep = sorted(select_central(rows, count))
-        summaries.append(" ".join(sentences[i] for i in keep))
+    for sentences, ok in zip(split, readable, strict=True):
+        rows = embedded.vectors[start : start + len(sentences)] if ok else None
+        start += len(sentences) if ok else 0
+        summaries.append(summarise_sentences(sentences, rows, cap, ranking or RankerSettings()))
     return summaries, embedded
 
 
+def summarise_sentences(
+    sentences: list[str],
+    vectors: torch.Tensor | None,
+    cap: LengthCap,
+    ranking: RankerSettings,
+) -> str:
+    """One document's summary from its sentences (and their embeddings, when it has them).
+
+    About a fifth of the sentences (at least one, at most the cap's) are kept by rank while
+    they fit the cap, in document order; when even the best one does not fit, its longest
+    prefix that does is the summary.
+    """
+    if not sentences:
+        return ""
+    order = rank_sentences(vectors, len(sentences), ranking)
+    count = summary_length(len(sentences), max_sentences=cap.max_sentences)
+    kept = fit_to_cap(sentences, order, replace(cap, max_sentences=count))
+    if not kept:
+        return truncate(sentences[order[0]], cap)
+    return join_sentences([sentences[i] for i in kept])
+
+
 # -- topics of the day ----------------------------------------------------------------------------
-_WORD = re.compile(r"[a-z][a-z'-]+[a-z]")
+# Words of any alphabet (letters at both ends, three or more characters); digits are not words.
+_WORD = re.compile(r"[^\W\d_][\w'-]+[^\W\d_]")
+# A fallback label's length: a few words, or characters for text written without spaces.
+_LABEL_WORDS = 4
+_LABEL_CHARS = 16
 STOPWORDS = frozenset(
     """a about above after again against all also am an and any are as at be because been before
     being below between both but by can could did do does doing down during each few for from
@@ -464,6 +449,19 @@ def distinctive_keywords(
     return keywords
 
 
+def topic_label(keywords: Sequence[str], central_sentence: str, topic_id: int) -> str:
+    """A topic's label, never empty: its keywords; else (no word in any alphabet the keyword
+    counter knows, such as Chinese without spaces or emoji) the opening of its most central
+    sentence; else ``topic N``."""
+    label = ", ".join(w[:_LABEL_CHARS] for w in keywords if w.strip())
+    if label:
+        return label
+    opening = " ".join(central_sentence.split()[:_LABEL_WORDS])
+    if is_unspaced(opening):
+        opening = opening[:_LABEL_CHARS]
+    return opening.strip() or f"topic {topic_id + 1}"
+
+
 def build_digest(
     encoder: SentenceEncoder,
     doc_ids: Sequence[str],
@@ -499,10 +497,11 @@ def build_digest(
         rows = torch.nonzero(torch.isin(owner, member)).flatten()
         centre = docs[member].mean(dim=0)
         picked = select_central(embedded.vectors[rows], summary_sentences, centre=centre)
+        central = sentences[int(rows[picked[0]])] if picked else ""
         topics.append(
             Topic(
                 topic_id=topic_id,
-                label=", ".join(label_words),
+                label=topic_label(label_words, central, topic_id),
                 doc_ids=[doc_ids[i] for i in member.tolist()],
                 summary=" ".join(sentences[int(rows[p])] for p in picked),
             )

@@ -63,6 +63,7 @@ def test_definitions_hold_the_contracted_assets_and_checks(resources):
         "summaries_cover_every_document",
         "summaries_not_blank",
         "summaries_shorter_than_documents",
+        "summaries_within_length_cap",
         "summaries_drawn_from_documents",
         "digest_covers_every_document",
     }
@@ -298,3 +299,148 @@ def test_wrong_column_type_fails_naming_file_and_column(store, resources, instan
     assert not result.success
     message = failure_text(result)
     assert path in message and "'body'" in message
+
+
+# -- text a company lands: any script, markup, no punctuation; the hard length cap -----------
+
+ODD_BODIES = {
+    "html": "<html><head><script>track('<p>x</p>')</script><style>p{}</style></head><body>"
+    "<h1>Port reopens</h1><p>The port reopened on Monday after a two-day strike &amp; "
+    "talks.</p><p>Ships queued outside the harbour overnight. Unions said pay talks would "
+    "continue next week.</p><p>The port handles a third of the country's imports.</p>"
+    "</body></html>",
+    "no_punctuation": " ".join(f"word{i % 97}" for i in range(2000)),
+    "korean": "오늘 서울에서 큰 축제가 열렸다. 수천 명의 시민이 광장에 모였다. " * 20,
+    "chinese": "今天上午，市政府宣布新的交通计划。地铁将延长运营时间。" * 30 + "市民表示欢迎。",
+    "emoji": "🎉🔥👍🏽" * 400,
+}
+
+
+def _land(store, bodies: dict[str, str]) -> None:
+    rows = len(bodies)
+    store.write_landing(
+        "documents",
+        DAY,
+        pa.table(
+            {
+                "doc_id": list(bodies),
+                "published_at": pa.array(
+                    [1_772_409_600_000_000 + i for i in range(rows)], pa.timestamp("us", tz="UTC")
+                ),
+                "title": [f"Title {name}" for name in bodies],
+                "body": list(bodies.values()),
+            },
+            schema=DOCUMENTS_SCHEMA,
+        ),
+    )
+
+
+def test_odd_documents_get_bounded_summaries_and_labelled_topics(store, resources, instance):
+    from inference.segment import LengthCap, within_cap
+
+    _land(store, ODD_BODIES)
+    result = materialize(
+        [documents, document_summaries, daily_digest, *CHECKS],
+        partition_key=DAY,
+        resources=resources,
+        instance=instance,
+    )
+    assert result.success
+    assert all(check.passed for check in result.get_asset_check_evaluations())
+    published = store.read_output("document_summaries", DAY).to_pylist()
+    summaries = {r["doc_id"]: r["summary"] for r in published}
+    cap = LengthCap()  # the asset's defaults: 3 sentences, 100 words or 300 characters
+    for name, body in ODD_BODIES.items():
+        summary = summaries[name]
+        assert summary and within_cap(summary, cap), name
+        assert len(summary) < len(body) / 2, name
+    assert "<" not in summaries["html"] and "track" not in summaries["html"]
+    assert "&amp;" not in summaries["html"]
+    assert len(summaries["no_punctuation"].split()) <= 100
+    assert len(summaries["chinese"]) <= 300 + 2 and summaries["chinese"].endswith("。")
+    digest = store.read_output("daily_digest", DAY)
+    assert all(label.strip() for label in digest["label"].to_pylist())
+
+
+def test_a_summary_as_long_as_its_document_fails_the_blocking_cap(
+    store, resources, instance, monkeypatch
+):
+    import importlib
+
+    from inference.normalise import normalise_text
+    from inference.text import Embeddings
+
+    # The summariser as it was: the "summary" of an article whose sentences it could not find
+    # is the whole article, which is not longer than the document and is drawn from it.
+    def whole_document(encoder, texts, **kwargs):
+        return [normalise_text(t) for t in texts], Embeddings(torch.empty(0, 384), 0, 0.0)
+
+    # The package re-exports the asset under the module's name: import the module itself.
+    module = importlib.import_module("assets.summaries.document_summaries")
+    monkeypatch.setattr(module, "extractive_summaries", whole_document)
+    article = " ".join(f"word{i % 50}" for i in range(752)) + " end ."
+    assert len(article.split()) == 754
+    _land(store, {"article": article.lower(), "short": "One short sentence."})
+    result = materialize(
+        [documents, document_summaries, daily_digest],
+        partition_key=DAY,
+        resources=resources,
+        instance=instance,
+        raise_on_error=False,
+    )
+    assert not result.success
+    checks = {c.check_name: c for c in result.get_asset_check_evaluations()}
+    cap = checks["summaries_within_length_cap"]
+    assert not cap.passed and cap.severity.value == "ERROR"
+    assert cap.metadata["summary_over_length_cap"].value == 1
+    limits = {"max_sentences": 3, "max_words": 100, "max_chars": 300}
+    assert cap.metadata["length_cap"].value == limits
+    # The old gate alone would have let it through.
+    assert checks["summaries_shorter_than_documents"].passed
+    assert checks["summaries_drawn_from_documents"].passed
+    errors = [e.event_specific_data.error for e in result.get_step_failure_events()]
+    assert [e.cls_name for e in errors] == ["DagsterAssetCheckFailedError"]
+    assert "summaries_within_length_cap" in errors[0].to_string()
+    assert not store.exists(store.output_path("daily_digest", DAY))
+
+
+def test_the_length_cap_is_configurable(store, resources, instance):
+    generate_day(store, DAY, scale=0.02, seed=5)
+    config = {"max_sentences": 1, "max_words": 12, "ranking": "lead"}
+    result = materialize(
+        [documents, document_summaries],
+        partition_key=DAY,
+        resources=resources,
+        instance=instance,
+        run_config={"ops": {"document_summaries": {"config": config}}},
+    )
+    assert result.success
+    for row in store.read_output("document_summaries", DAY).to_pylist():
+        assert len(split_sentences(row["summary"])) == 1 and len(row["summary"].split()) <= 12
+
+
+def test_evaluation_harness_runs_on_the_tiny_fixture_and_prints_the_table(
+    encoder, tmp_path, capsys
+):
+    from benchmarks import eval_summaries as evaluation
+
+    fixture = Path(__file__).parent / "fixtures" / "summaries_eval_tiny.csv"
+    rows = evaluation.evaluate(fixture, skip=0, encoder=encoder, cache=tmp_path)
+    forms = ("summaries_eval_tiny (tokenised)", "summaries_eval_tiny (plain)")
+    metrics = ("rouge1", "rouge2", "rougeLsum", "summary_words")
+    assert {(r["dataset"], r["method"], r["metric"]) for r in rows} == {
+        (f, method, m) for f in forms for method in ("nightshift", "lead-3") for m in metrics
+    }
+    for row in rows:
+        assert row["documents"] == 4
+        assert 0 <= row["value"] <= 100 if row["metric"] != "summary_words" else row["value"] > 0
+    assert list(tmp_path.glob("embeddings-*.npz"))  # the second run reads them back
+    assert evaluation.main(["--data", str(fixture), "--skip", "0", "--cache", str(tmp_path)]) == 0
+    printed = capsys.readouterr().out
+    assert "| dataset | method | rouge1 | rouge2 | rougeLsum | summary_words | documents |" in printed
+    assert printed.count("| summaries_eval_tiny (") == 4
+    # The real set is not in the repository: without it the harness says how to get it.
+    with pytest.raises(FileNotFoundError, match="git clone"):
+        evaluation.dataset_path(cache=tmp_path)
+    tokenised = evaluation.ptb_tokenise('He said "no." (CNN)The U.S. team won\'t go.')
+    assert tokenised == "he said `` no . '' -lrb- cnn -rrb- the u.s. team wo n't go ."

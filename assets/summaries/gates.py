@@ -8,12 +8,15 @@ from __future__ import annotations
 
 from pathlib import Path
 
-from dagster import AssetCheckResult
+from dataclasses import asdict
+
+from dagster import AssetCheckResult, MetadataValue
 
 from assets.common import PartitionReport
 from assets.gates import conservation_figures, landing_check_results
 from assets.summaries.quality import QUARANTINED_REASONS, DocumentScreen
 from assets.summaries.schemas import DATASET, DOCUMENTS_SCHEMA, SUMMARIES
+from inference.segment import LengthCap
 from resources.quality import Evidence, check_result, load_suites, sample_output, validate
 from resources.storage import DataStore
 
@@ -25,6 +28,7 @@ SUMMARY_COUNTS = (
     "summary_blank",
     "summary_longer_than_document",
     "summary_not_drawn_from_document",
+    "summary_over_length_cap",
     "model_version_missing",
     "ids_not_passed_through",
     "doc_id_null",
@@ -60,6 +64,7 @@ def summary_check_results(
     *,
     version: str,
     extractive: bool,
+    cap: LengthCap,
     sample_rows: int,
     seed: int,
 ) -> list[AssetCheckResult]:
@@ -76,6 +81,7 @@ def summary_check_results(
         figures = {
             **conservation_figures(store, SUMMARIES, report.date, shards, landed),
             **{name: shards.stats.counts.get(name, 0) for name in SUMMARY_COUNTS},
+            "summary_sentences_max": int(shards.stats.maxima.get("summary_sentences", 0)),
         }
         sample = sample_output(store, SUMMARIES, report.date, sample_rows, seed)
         found = validate(
@@ -83,11 +89,16 @@ def summary_check_results(
             report.date,
             figures,
             sample,
-            {"model_versions": [version]},
+            {"model_versions": [version], "max_summary_sentences": cap.max_sentences},
         )
         for name, e in found.items():
             evidence[name].append(e)
-    shared = {"sample_rows": sample_rows, "sample_seed": seed, "extractive": extractive}
+    shared = {
+        "sample_rows": sample_rows,
+        "sample_seed": seed,
+        "extractive": extractive,
+        "length_cap": MetadataValue.json(asdict(cap)),
+    }
     return [
         check_result(
             suite,

@@ -5,8 +5,8 @@ Documents that cannot be summarised — no id, a repeated id, text that is not U
 all, text too long to summarise in reasonable time, or a publication time outside the day —
 are quarantined with their reason. While the rest stream through the model,
 :func:`summary_observer` checks every summary against its document: not blank, not longer than
-the document, and drawn from it (extractive: every sentence is one of the document's;
-abstractive: most of its words occur in the document).
+the document, within the hard length cap, and drawn from it (extractive: every sentence is one
+of the normalised document's; abstractive: most of its words occur in the document).
 """
 
 from __future__ import annotations
@@ -16,6 +16,7 @@ from dataclasses import dataclass
 from datetime import UTC, datetime, timedelta
 from typing import Any
 
+import numpy as np
 import pyarrow as pa
 import pyarrow.compute as pc
 
@@ -30,7 +31,8 @@ from inference.quarantine import (
     longer_than,
     outside,
 )
-from inference.text import split_sentences
+from inference.normalise import normalise_text
+from inference.segment import LengthCap, measure, split_sentences, within_cap
 from resources.quality import sample_positions
 from resources.storage import DataStore, LandingDataError
 
@@ -118,8 +120,9 @@ def document_text(title: str | None, body: str | None) -> str:
     return body if body and body.strip() else (title or "")
 
 
-def summary_observer(version: str, extractive: bool):
-    """Exact statistics of ``document_summaries`` batches against the documents they summarise."""
+def summary_observer(version: str, extractive: bool, cap: LengthCap):
+    """Exact statistics of ``document_summaries`` batches against the documents they summarise,
+    and against the hard length cap."""
 
     def observe(scored: pa.RecordBatch, out: pa.Table, stats: StreamStats) -> None:
         texts = [
@@ -127,11 +130,16 @@ def summary_observer(version: str, extractive: bool):
             for t, b in zip(scored["title"].to_pylist(), scored["body"].to_pylist(), strict=True)
         ]
         summaries = out["summary"].to_pylist()
-        blank_count = not_shorter = ungrounded = 0
+        blank_count = not_shorter = ungrounded = over_cap = 0
+        longest = [0]
         for text, summary in zip(texts, summaries, strict=True):
             if not summary or not summary.strip():
                 blank_count += 1
                 continue
+            size = measure(summary)
+            longest.append(size.sentences)
+            if not within_cap(summary, cap):
+                over_cap += 1
             if len(summary) > len(text):
                 not_shorter += 1
             if not _drawn_from(summary, text, extractive):
@@ -139,6 +147,8 @@ def summary_observer(version: str, extractive: bool):
         stats.count("summary_blank", blank_count)
         stats.count("summary_longer_than_document", not_shorter)
         stats.count("summary_not_drawn_from_document", ungrounded)
+        stats.count("summary_over_length_cap", over_cap)
+        stats.extremes("summary_sentences", np.array(longest))
         wrong = pc.fill_null(pc.not_equal(out["model_version"], version), True)
         stats.count("model_version_missing", int(pc.sum(wrong).as_py() or 0))
         same = out["doc_id"].equals(pa.chunked_array([scored["doc_id"]]))
@@ -150,9 +160,9 @@ def summary_observer(version: str, extractive: bool):
 
 def _drawn_from(summary: str, text: str, extractive: bool) -> bool:
     if extractive:
-        # Whitespace-normalised substrings: a sentence that ended a paragraph without a full
-        # stop runs into the next one in the summary, and is still the document's own text.
-        flat = " ".join(text.split())
+        # Substrings of the text the summariser read (markup removed, NFC, whitespace), with
+        # paragraph breaks as spaces: summaries are drawn from that text, not the raw body.
+        flat = " ".join(normalise_text(text).split())
         return all(" ".join(s.split()) in flat for s in split_sentences(summary))
     words = _WORD.findall(summary.lower())
     if not words:

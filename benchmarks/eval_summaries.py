@@ -1,0 +1,365 @@
+"""Summaries on real news against Lead-3: ROUGE-1/2/Lsum F1 (rouge-score, Porter stemming).
+
+The data is the first 1,000 articles of the CNN/DailyMail validation split (version 3.0.0,
+human-written highlights as references), in two forms: plain (cased, as published) and
+tokenised lower-case (Penn-Treebank-style tokens, `` . `` between sentences, ``-lrb-``
+brackets: the form many corpora ship), made here from the plain form by :func:`ptb_tokenise`.
+The ranker's defaults were chosen on the first 200 articles (``--tune``); the table reports the
+other 800 unless told otherwise.
+
+The articles are the publishers' copyright, so they are not in this repository: the file lives
+in a git-ignored cache (``.nightshift/eval/``) checked against its sha256, and
+:func:`dataset_path` says how to get it when it is missing.
+
+    HF_HUB_OFFLINE=1 nice .venv/bin/python -m benchmarks.eval_summaries          # 800 articles
+    HF_HUB_OFFLINE=1 nice .venv/bin/python -m benchmarks.eval_summaries --tune   # the 200
+
+``nightshift`` is the asset's own code path (``inference.text``: normalise, split, embed with
+the packaged MiniLM, rank, cap) with the asset's default config; embeddings are cached on disk
+between runs, keyed by the encoder version.
+"""
+
+from __future__ import annotations
+
+import argparse
+import csv
+import hashlib
+import itertools
+import json
+import os
+import re
+import sys
+from collections.abc import Callable, Sequence
+from dataclasses import dataclass, replace
+from pathlib import Path
+
+import numpy as np
+import torch
+
+from inference.device import make_runtime
+from inference.rank import RankerSettings, encoder_can_read
+from inference.segment import ABBREVIATIONS, LengthCap, split_sentences
+from inference.text import SentenceEncoder, encode, load_sentence_encoder, summarise_sentences
+
+ROOT = Path(__file__).resolve().parent.parent
+CACHE = ROOT / ".nightshift" / "eval"
+METRICS = ("rouge1", "rouge2", "rougeLsum")
+TUNING_ARTICLES = 200
+
+
+@dataclass(frozen=True)
+class Dataset:
+    """A summarisation set kept outside the repository, and how to get it."""
+
+    name: str
+    file: str
+    sha256: str
+    source: str
+    licence: str
+    how_to_get: str
+
+
+CNN_DAILYMAIL = Dataset(
+    name="cnn_dailymail_validation_1000",
+    file="cnn_dailymail_validation_1000.csv",
+    sha256="fa0a78975e902c7e5bd59506bc5508f848add73bff87fef68670e934a742de67",
+    source="CNN/DailyMail 3.0.0 validation[:1000] (article, highlights, id) as committed in "
+    "github.com/hillaryke/rag-optimization-cnn-dailymail, commit "
+    "03d05440507618d6bec073b46543696e5a47df20, data/collection/"
+    "cnn_dailymail_validation_subset.csv (4,090,016 bytes)",
+    licence="articles and highlights: copyright CNN and the Daily Mail, distributed for "
+    "research (Hermann et al. 2015; See et al. 2017); the repository's MIT licence covers its "
+    "code, not the articles. Not committed here.",
+    how_to_get="git clone https://github.com/hillaryke/rag-optimization-cnn-dailymail && "
+    "git -C rag-optimization-cnn-dailymail show 03d05440507618d6bec073b46543696e5a47df20:"
+    "data/collection/cnn_dailymail_validation_subset.csv > "
+    ".nightshift/eval/cnn_dailymail_validation_1000.csv",
+)
+
+
+@dataclass(frozen=True)
+class Example:
+    doc_id: str
+    article: str
+    reference: str  # one highlight per line
+
+
+def dataset_path(dataset: Dataset = CNN_DAILYMAIL, cache: Path = CACHE) -> Path:
+    """The cached file, checked against its sha256; raises with the way to get it if missing."""
+    path = cache / dataset.file
+    if not path.exists():
+        raise FileNotFoundError(
+            f"{dataset.name} is not in {cache} (it is not committed: {dataset.licence}). "
+            f"Get it with:\n  {dataset.how_to_get}"
+        )
+    digest = hashlib.sha256(path.read_bytes()).hexdigest()
+    if digest != dataset.sha256:
+        raise ValueError(f"{path}: sha256 {digest}, expected {dataset.sha256}; fetch it again")
+    return path
+
+
+def load_examples(path: Path) -> list[Example]:
+    """Rows of a CSV with ``article``, ``highlights`` (one per line) and ``id`` columns."""
+    with open(path, newline="", encoding="utf-8") as handle:
+        rows = list(csv.DictReader(handle))
+    return [Example(r["id"], r["article"], r["highlights"].strip()) for r in rows]
+
+
+# -- the tokenised lower-case form -----------------------------------------------------------
+_BRACKETS = {"(": "-lrb-", ")": "-rrb-", "[": "-lsb-", "]": "-rsb-", "{": "-lcb-", "}": "-rcb-"}
+_CLITIC = re.compile(r"(?i)^(.+?)(n't|'s|'re|'ve|'ll|'m|'d)$")
+_LEADING = "\"'“‘`([{"
+_TRAILING = "\"'”’,;:!?)]}"
+
+
+def ptb_tokenise(text: str) -> str:
+    """Lower-cased Penn-Treebank-style tokens, sentence-final periods as tokens of their own.
+
+    Sentences are found by :func:`split_sentences` on the plain text, so a period ends a
+    sentence here exactly where the plain form's segmentation says it does; abbreviations
+    ("mr.", "u.s.") keep their periods, as in the corpora that ship this form.
+    """
+    out = []
+    for sentence in split_sentences(text):
+        tokens: list[str] = []
+        for word in re.sub(r"([()\[\]{}])", r" \1 ", sentence).split():
+            tokens.extend(_tokenise_word(word))
+        _detach_final_period(tokens)
+        out.append(" ".join(_BRACKETS.get(t, t) for t in tokens).lower())
+    return " ".join(out)
+
+
+def _detach_final_period(tokens: list[str]) -> None:
+    """A sentence's last period becomes a token of its own, before any closing quotes; an
+    abbreviation keeps its period and gets the sentence's after it ("u.s. .")."""
+    k = len(tokens) - 1
+    while k >= 0 and tokens[k] in {"''", "'", ")", "]", "}"}:
+        k -= 1
+    if k < 0 or not tokens[k].endswith(".") or tokens[k] in {".", "..."}:
+        return
+    word = tokens[k]
+    if "." in word[:-1] or word[:-1].lower() in ABBREVIATIONS or len(word) == 2:
+        tokens.insert(k + 1, ".")
+    else:
+        tokens[k : k + 1] = [word[:-1], "."]
+
+
+def _tokenise_word(word: str) -> list[str]:
+    lead, tail = [], []
+    while word and word[0] in _LEADING:
+        lead.append("``" if word[0] in "\"“" else word[0])
+        word = word[1:]
+    while word and word[-1] in _TRAILING:
+        tail.insert(0, "''" if word[-1] in "\"”" else word[-1])
+        word = word[:-1]
+    middle = [word] if word else []
+    clitic = _CLITIC.match(word) if word else None
+    if clitic and clitic.group(1).isalpha():
+        middle = [clitic.group(1), clitic.group(2)]
+    return [*lead, *middle, *tail]
+
+
+# -- methods -----------------------------------------------------------------------------------
+class CachedEmbeddings:
+    """Sentence embeddings from :func:`inference.text.encode`, kept on disk between runs."""
+
+    def __init__(self, encoder: SentenceEncoder, cache: Path, max_batch_tokens: int = 2048):
+        self.encoder, self.max_batch_tokens = encoder, max_batch_tokens
+        self.file = cache / f"embeddings-{encoder.version}.npz"
+        self.vectors: dict[str, np.ndarray] = {}
+        if self.file.exists():
+            saved = np.load(self.file)
+            self.vectors = dict(zip(saved["keys"].tolist(), saved["vectors"], strict=True))
+
+    def __call__(self, sentences: Sequence[str]) -> torch.Tensor:
+        keys = [hashlib.sha1(s.encode()).hexdigest() for s in sentences]
+        pending = {k: s for k, s in zip(keys, sentences, strict=True) if k not in self.vectors}
+        missing = list(pending.items())
+        if missing:
+            out = encode(self.encoder, [s for _, s in missing], self.max_batch_tokens, 64)
+            for (key, _), row in zip(missing, out.vectors.numpy(), strict=True):
+                self.vectors[key] = row.astype(np.float32)
+        width = self.encoder.model.config.hidden_size
+        rows = [self.vectors[k] for k in keys]
+        return torch.from_numpy(np.stack(rows)) if rows else torch.empty(0, width)
+
+    def save(self) -> None:
+        self.file.parent.mkdir(parents=True, exist_ok=True)
+        keys = np.array(list(self.vectors), dtype="U40")
+        vectors = np.stack(list(self.vectors.values())) if self.vectors else np.zeros((0, 384))
+        np.savez(self.file, keys=keys, vectors=vectors)
+
+
+Method = Callable[[list[str], Callable[[Sequence[str]], torch.Tensor]], str]
+
+
+def nightshift(cap: LengthCap, ranking: RankerSettings) -> Method:
+    """The asset's extractive summariser on one document's sentences."""
+
+    def summarise(sentences: list[str], embed) -> str:
+        readable = encoder_can_read(" ".join(sentences))
+        vectors = embed(sentences) if readable and sentences else None
+        return summarise_sentences(sentences, vectors, cap, ranking)
+
+    return summarise
+
+
+def lead(count: int = 3) -> Method:
+    """The first ``count`` sentences (Lead-3 for 3), uncapped, as the baseline is published."""
+    return lambda sentences, embed: " ".join(sentences[:count])
+
+
+def default_methods() -> dict[str, Method]:
+    from assets.summaries.document_summaries import SummariesConfig, length_cap
+
+    config = SummariesConfig()
+    return {
+        "nightshift": nightshift(length_cap(config), RankerSettings(method=config.ranking)),
+        "lead-3": lead(3),
+    }
+
+
+# -- scoring -----------------------------------------------------------------------------------
+def rouge(pairs: Sequence[tuple[str, str]]) -> dict[str, float]:
+    """Mean ROUGE-1/2/Lsum F1 (x100) over (summary, reference) pairs; Lsum on sentence lines."""
+    from rouge_score import rouge_scorer
+
+    scorer = rouge_scorer.RougeScorer(list(METRICS), use_stemmer=True)
+    totals = dict.fromkeys(METRICS, 0.0)
+    for summary, reference in pairs:
+        lines = "\n".join(split_sentences(summary))
+        scores = scorer.score(reference, lines)
+        for metric in METRICS:
+            totals[metric] += scores[metric].fmeasure
+    return {m: round(100 * totals[m] / max(1, len(pairs)), 2) for m in METRICS}
+
+
+def forms(example: Example) -> dict[str, tuple[str, str]]:
+    """The article and its reference in each form: plain (cased) and tokenised lower-case."""
+    reference_lines = [line.strip() for line in example.reference.splitlines() if line.strip()]
+    return {
+        "plain": (example.article, "\n".join(reference_lines)),
+        "tokenised": (
+            ptb_tokenise(example.article),
+            "\n".join(ptb_tokenise(line) for line in reference_lines),
+        ),
+    }
+
+
+def evaluate(
+    data: Path | None = None,
+    *,
+    skip: int = TUNING_ARTICLES,
+    limit: int | None = None,
+    methods: dict[str, Method] | None = None,
+    encoder: SentenceEncoder | None = None,
+    cache: Path = CACHE,
+) -> list[dict]:
+    """Scores each method on each form of the articles.
+
+    Args:
+        data: a CSV of article, highlights, id; default the cached CNN/DailyMail file.
+        skip: articles at the start left out (the ranker was tuned on them).
+        limit: the most articles scored after ``skip``; default all.
+        methods: name -> summariser; default nightshift (the asset's config) and Lead-3.
+        encoder: the sentence encoder; default the packaged MiniLM on the CPU.
+        cache: where embeddings are kept between runs.
+
+    Returns:
+        rows of dataset (name and form), method, metric (rouge1, rouge2, rougeLsum,
+        summary_words), value, documents.
+    """
+    path = data or dataset_path(cache=cache)
+    examples = load_examples(path)[skip:]
+    examples = examples[:limit] if limit is not None else examples
+    methods = methods or default_methods()
+    encoder = encoder or load_sentence_encoder(make_runtime("cpu", "fp32"))
+    embed = CachedEmbeddings(encoder, cache)
+    rows = []
+    try:
+        for form in ("tokenised", "plain"):
+            docs = [forms(e)[form] for e in examples]
+            split = [split_sentences(article) for article, _ in docs]
+            for name, method in methods.items():
+                pairs = [(method(s, embed), ref) for s, (_, ref) in zip(split, docs, strict=True)]
+                words = np.mean([len(s.split()) for s, _ in pairs]) if pairs else 0.0
+                scores = {**rouge(pairs), "summary_words": round(float(words), 1)}
+                dataset = f"{path.stem} ({form})"
+                rows += [_row(dataset, name, m, v, len(pairs)) for m, v in scores.items()]
+    finally:
+        embed.save()
+    return rows
+
+
+def _row(dataset: str, method: str, metric: str, value: float, documents: int) -> dict:
+    return {
+        "dataset": dataset,
+        "method": method,
+        "metric": metric,
+        "value": value,
+        "documents": documents,
+    }
+
+
+def tune(
+    data: Path | None = None, cache: Path = CACHE, articles: int = TUNING_ARTICLES
+) -> list[dict]:
+    """The ranker grid on the tuning articles (both forms): ROUGE per setting, best first."""
+    from assets.summaries.document_summaries import SummariesConfig, length_cap
+
+    cap = length_cap(SummariesConfig())
+    grid = itertools.product([-2.0, -1.0, -0.5, 0.0], [0.0, 0.3, 0.6], [0.0, 0.5, 1.0, 2.0, 4.0])
+    methods: dict[str, Method] = {"lead-3": lead(3)}
+    for lambda1, beta, weight in grid:
+        settings = RankerSettings(lambda1=lambda1, beta=beta, lead_weight=weight)
+        methods[f"pacsum l1={lambda1} b={beta} lead={weight}"] = nightshift(cap, settings)
+    rows = evaluate(data, skip=0, limit=articles, methods=methods, cache=cache)
+    rouge1 = [r for r in rows if r["metric"] == "rouge1"]
+    mean = {m: float(np.mean([r["value"] for r in rouge1 if r["method"] == m])) for m in methods}
+    ranked = sorted(methods, key=lambda m: -mean[m])
+    return [r for m in ranked for r in rows if r["method"] == m]
+
+
+def table(rows: Sequence[dict]) -> str:
+    """The rows as a Markdown table, one line per dataset and method, one column per metric."""
+    metrics = list(dict.fromkeys(r["metric"] for r in rows))
+    lines = [
+        f"| dataset | method | {' | '.join(metrics)} | documents |",
+        "|---|---|" + "---|" * (len(metrics) + 1),
+    ]
+    values = {(r["dataset"], r["method"], r["metric"]): r for r in rows}
+    for dataset, method in dict.fromkeys((r["dataset"], r["method"]) for r in rows):
+        found = [values.get((dataset, method, m)) for m in metrics]
+        cells = [f"{r['value']:.2f}" if r else "" for r in found]
+        documents = next((r["documents"] for r in found if r), 0)
+        lines.append(f"| {dataset} | {method} | {' | '.join(cells)} | {documents} |")
+    return "\n".join(lines)
+
+
+def main(argv: Sequence[str] | None = None) -> int:
+    parser = argparse.ArgumentParser(description=__doc__.split("\n")[0])
+    parser.add_argument("--data", type=Path, help="CSV of article, highlights, id")
+    parser.add_argument("--skip", type=int, default=TUNING_ARTICLES)
+    parser.add_argument("--limit", type=int)
+    parser.add_argument("--tune", action="store_true", help="the ranker grid on the first 200")
+    parser.add_argument("--json", type=Path, help="also write the rows here")
+    parser.add_argument("--cache", type=Path, default=CACHE, help="data and embeddings cache")
+    args = parser.parse_args(argv)
+    os.environ.setdefault("HF_HUB_OFFLINE", "1")
+    os.environ.setdefault("TRANSFORMERS_OFFLINE", "1")
+    try:
+        if args.tune:
+            rows = tune(args.data, cache=args.cache)
+        else:
+            rows = evaluate(args.data, skip=args.skip, limit=args.limit, cache=args.cache)
+    except (FileNotFoundError, ValueError) as error:
+        print(error, file=sys.stderr)
+        return 2
+    print(table(rows))
+    if args.json:
+        args.json.write_text(json.dumps(rows, indent=2))
+    return 0
+
+
+if __name__ == "__main__":
+    sys.exit(main())
