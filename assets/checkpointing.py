@@ -35,6 +35,7 @@ from inference.shards import (
     CountOut,
     Interrupted,
     Observe,
+    ObservePrepared,
     ShardedWriter,
     Side,
     fingerprint,
@@ -163,6 +164,7 @@ class SpotSafeRun:
         observe: Observe | None = None,
         count_out: CountOut | None = None,
         side: tuple[str, pa.Schema, Side] | None = None,
+        observe_prepared: ObservePrepared | None = None,
     ) -> PartitionReport:
         """Scores one partition and commits it exactly once.
 
@@ -187,6 +189,8 @@ class SpotSafeRun:
             count_out: input rows an output batch answers for (default: its row count).
             side: ``(asset, schema, pick)``: a side output published to ``outputs/<asset>/``
                 in the same commit, ``pick(rows scored, their output)`` choosing its rows.
+            observe_prepared: adds each model call's prepared input (what ``prepare``
+                returned) to the shard's exact statistics.
         """
         metrics = metrics or BatchMetrics()
         decided_by = [input_fingerprint(self.store.fs, inputs), depends_on]
@@ -218,6 +222,7 @@ class SpotSafeRun:
                 observe=observe,
                 count_out=count_out,
                 side=side[2] if side else None,
+                observe_prepared=observe_prepared,
                 progress=ProgressLog(
                     self.context.log.info,
                     f"{asset} {date}",

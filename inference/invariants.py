@@ -47,6 +47,11 @@ class StreamStats:
         current = self.histograms.get(name, [0] * bins)
         self.histograms[name] = [a + int(b) for a, b in zip(current, counts, strict=True)]
 
+    def add_histogram(self, name: str, counts: np.ndarray | list[int]) -> None:
+        """Adds counts already binned by the caller (bins of its own choosing) to ``name``."""
+        current = self.histograms.get(name, [0] * len(counts))
+        self.histograms[name] = [a + int(b) for a, b in zip(current, counts, strict=True)]
+
     def distinct(self, name: str, values: list[str | None] | set[str | None]) -> None:
         kept = set(self.values.get(name, [])) | {str(v) for v in values}
         self.values[name] = sorted(kept)[: MAX_DISTINCT + 1]

@@ -245,6 +245,12 @@ def below(values: pa.Array | pa.ChunkedArray, floor: float) -> np.ndarray:
     return pc.fill_null(pc.less(values, floor), False).to_numpy(zero_copy_only=False)
 
 
+def above(values: pa.Array | pa.ChunkedArray, ceiling: float) -> np.ndarray:
+    """Finite values greater than ``ceiling`` (infinities are ``not_finite``'s to report)."""
+    over = pc.and_(pc.greater(values, ceiling), pc.is_finite(values))
+    return pc.fill_null(over, False).to_numpy(zero_copy_only=False)
+
+
 def outside(values: pa.Array | pa.ChunkedArray, start: pa.Scalar, end: pa.Scalar) -> np.ndarray:
     """Values outside ``[start, end)``, e.g. timestamps outside the partition's day."""
     inside = pc.and_(pc.greater_equal(values, start), pc.less(values, end))

@@ -46,6 +46,7 @@ __all__ = [
     "CountOut",
     "Interrupted",
     "Observe",
+    "ObservePrepared",
     "PartitionTarget",
     "Progress",
     "ShardReport",
@@ -79,6 +80,8 @@ StopCheck = Callable[[], str | None]
 Observe = Callable[[pa.RecordBatch, pa.Table, StreamStats], None]
 # How many input rows an output batch answers for (recommendations: distinct users).
 CountOut = Callable[[pa.Table], int]
+# Adds what preparing one model call's rows found (e.g. features clamped) to its shard's stats.
+ObservePrepared = Callable[[Any, StreamStats], None]
 # The side-output rows of one model call (rows scored, their output), committed with the shard.
 Side = Callable[[pa.RecordBatch, pa.Table], pa.Table]
 # Told after each shard this attempt writes: (input rows read so far, of them rows of shards an
@@ -115,6 +118,7 @@ def run_sharded(
     count_out: CountOut | None = None,
     progress: Progress | None = None,
     side: Side | None = None,
+    observe_prepared: ObservePrepared | None = None,
 ) -> ShardReport:
     """Runs the model over the input in shards and commits the partition.
 
@@ -140,6 +144,7 @@ def run_sharded(
         progress: told after each shard written: the input rows read so far, how many of them
             belong to shards an earlier attempt finished, and the shards finished so far.
         side: picks each model call's side-output rows (the writer must have a side target).
+        observe_prepared: adds each model call's prepared input to its shard's statistics.
 
     Raises:
         Interrupted: ``stop`` fired; finished shards are kept for the retry.
@@ -147,7 +152,6 @@ def run_sharded(
             given; nothing is committed.
     """
     metrics = metrics or BatchMetrics()
-    report = writer.begin()
     workers = ThreadPoolExecutor(max(1, prepare_workers), thread_name_prefix="nightshift-prepare")
 
     def staged():
@@ -173,6 +177,9 @@ def run_sharded(
         return Interrupted(reason, len(writer.progress.shards), rows, writer.progress.interruptions)
 
     try:
+        # Inside the try: a begin that fails after taking the lease (no space left for the
+        # progress file) must still release it, or the next run waits for it to expire.
+        report = writer.begin()
         if report.already_committed:
             return report
         source = Prefetcher(staged(), depth=prefetch_depth)
@@ -211,9 +218,9 @@ def run_sharded(
                 for why, n in Counter(held.column(REASON).to_pylist()).items():
                     current.stats.count(f"{QUARANTINED_PREFIX}{why}", n)
             if good.num_rows:
-                _score(
-                    current, good, prepared, transform, observe, count_out, side, metrics, writer
-                )
+                _score(current, good, prepared, transform, metrics, writer, observe, count_out, side)
+                if observe_prepared is not None:
+                    observe_prepared(prepared, current.stats)
             current.rows_in += batch.num_rows
             rows_read += batch.num_rows
             clock = time.perf_counter()
@@ -251,11 +258,11 @@ def _score(
     good: pa.RecordBatch,
     prepared: Any,
     transform: Transform,
+    metrics: BatchMetrics,
+    writer: ShardedWriter,
     observe: Observe | None,
     count_out: CountOut | None,
     side: Side | None,
-    metrics: BatchMetrics,
-    writer: ShardedWriter,
 ) -> None:
     """One model call, checked for row conservation before its rows can reach a shard."""
     started = time.perf_counter()

@@ -21,6 +21,7 @@ from inference.adaptive import AdaptiveBatchSize, BatchSizes
 from inference.batching import prefetch
 from inference.device import Runtime, to_device
 from inference.metrics import BatchMetrics
+from inference.ranges import FeatureRanges
 
 MODEL_KIND = "tabular_mlp"
 T = TypeVar("T")
@@ -392,6 +393,8 @@ class TabularScorer:
         features: column names in model order.
         threshold: scores at or above it are flagged.
         runtime: device and dtype to run on.
+        ranges: the features' training ranges, for clamping and drift (None for a model saved
+            without them).
     """
 
     def __init__(
@@ -401,8 +404,11 @@ class TabularScorer:
         features: Sequence[str],
         threshold: float,
         runtime: Runtime,
+        ranges: FeatureRanges | None = None,
     ):
         self.runtime = runtime
+        # The training ranges, when the model was saved with them (see inference.ranges).
+        self.ranges = ranges
         self.model = model.to(device=runtime.device, dtype=runtime.dtype).eval()
         self.standardizer = standardizer
         self.features = list(features)
@@ -424,7 +430,15 @@ class TabularScorer:
             mean=np.asarray(manifest["mean"], np.float64),
             std=np.asarray(manifest["std"], np.float64),
         )
-        return cls(model, standardizer, features, manifest["threshold"], runtime)
+        ranges = manifest.get("feature_ranges")
+        return cls(
+            model,
+            standardizer,
+            features,
+            manifest["threshold"],
+            runtime,
+            FeatureRanges.from_json(ranges) if ranges else None,
+        )
 
     @classmethod
     def from_trained(cls, trained: TrainedClassifier, runtime: Runtime) -> TabularScorer:

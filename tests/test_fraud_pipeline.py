@@ -70,6 +70,8 @@ def test_definitions_hold_the_contract_assets():
         "model_version_present",
         "flagged_rate_near_trailing_mean",
         "score_distribution_matches_training",
+        "features_within_training_range",
+        "feature_drift_below_limit",
         "alert_count_matches_flagged_scores",
     }
 

@@ -503,6 +503,8 @@ def test_configurations_built_once_change_no_verdict_or_evidence(monkeypatch) ->
         "flagged_rate_low": 0.0,
         "flagged_rate_high": 0.1,
         "max_psi": 0.25,
+        "max_feature_psi": 0.25,
+        "max_review_rate": 0.01,
         "model_versions": ["v1"],
     }
 

@@ -33,8 +33,9 @@ from assets.fraud.checks import (
 from assets.fraud.features import FEATURES
 from assets.fraud.model_metadata import model_metadata
 from assets.fraud.quality import save_screen, screen_transactions
-from assets.fraud.schemas import ALERTS, MODEL_NAME, SCORES, TRANSACTIONS, TRANSACTIONS_SCHEMA
+from assets.fraud.schemas import ALERTS, AMOUNT_CEILING, MODEL_NAME, SCORES, TRANSACTIONS, TRANSACTIONS_SCHEMA
 from inference.modelstore import ModelNotFoundError, current_version, load_model
+from inference.ranges import REVIEW
 from inference.tabular import TrainConfig
 from orchestration.automation import GPU_POOL, after_parent_passes_checks, scored_by_0700_utc
 from orchestration.partitions import backfill_policy, daily_partitions
@@ -51,7 +52,16 @@ from resources.storage import StorageResource
 GROUP = "fraud"
 
 
-class TransactionsConfig(QualityConfig):
+class FraudQualityConfig(QualityConfig):
+    amount_ceiling: float = Field(
+        default=AMOUNT_CEILING,
+        description="The data contract's largest amount, in the transaction's currency units: "
+        "a larger amount is quarantined as `amount_above_ceiling`, never scored. Give "
+        "`transactions` and `fraud_scores` the same value.",
+    )
+
+
+class TransactionsConfig(FraudQualityConfig):
     deadline_hours: float = Field(
         default=2.0,
         description="Hours after its UTC day ends by which a day's files should have landed "
@@ -81,12 +91,16 @@ def transactions(
     with fail_fast_on_bad_input():
         screens = {
             date: screen_transactions(
-                store, date, sample_rows=config.check_sample_rows, seed=config.check_seed
+                store,
+                date,
+                sample_rows=config.check_sample_rows,
+                seed=config.check_seed,
+                amount_ceiling=config.amount_ceiling,
             )
             for date in partition_dates(context)
         }
     for date, screen in screens.items():
-        save_screen(store, date, screen)  # fraud_scores reuses the plan instead of re-screening
+        save_screen(store, date, screen, config.amount_ceiling)  # fraud_scores reuses the plan instead of re-screening
     checks = transactions_check_results(
         store,
         screens,
@@ -174,17 +188,20 @@ def fraud_model(
 )
 def fraud_scores(
     context: AssetExecutionContext,
-    config: QualityConfig,
+    config: FraudQualityConfig,
     storage: StorageResource,
     inference: InferenceResource,
 ) -> MaterializeResult:
     """The fraud probability of every transaction of the day, and whether it is flagged.
 
     One row per transaction: `score` in [0, 1], `flagged` when the score reaches the model's
-    alert threshold, and the `model_version` that scored it. A range backfill loads the model once.
-    Transactions that cannot be scored (missing fields, non-finite or negative amounts, times
-    outside the day, repeated ids) go to `fraud_scores_quarantine` with a reason, never silently
-    dropped; above the quarantine limit the day fails and nothing is published.
+    alert threshold, `needs_review` when a feature was beyond the model's training range (it is
+    clamped to that range before scoring, never extrapolated), and the `model_version` that
+    scored it. A range backfill loads the model once.
+    Transactions that cannot be scored (missing fields, non-finite or negative amounts, amounts
+    above the contract's ceiling, times outside the day, repeated ids) go to
+    `fraud_scores_quarantine` with a reason, never silently dropped; above the quarantine limit
+    the day fails and nothing is published.
     """
     preload_great_expectations()
     store = storage.store()
@@ -199,7 +216,14 @@ def fraud_scores(
         for date in partition_dates(context):
             with fail_fast_on_bad_input(), fail_fast_on_bad_rows():
                 report = pipeline.score_partition(
-                    run, date, scorer, version, limit, config.check_sample_rows, config.check_seed
+                    run,
+                    date,
+                    scorer,
+                    version,
+                    limit,
+                    config.check_sample_rows,
+                    config.check_seed,
+                    amount_ceiling=config.amount_ceiling,
                 )
             log_partition(context, SCORES, report)
             reports.append(report)
@@ -210,6 +234,7 @@ def fraud_scores(
         version=version,
         threshold=scorer.threshold,
         reference=pipeline.score_reference(store, version),
+        ranges=scorer.ranges,
         sample_rows=config.check_sample_rows,
         seed=config.check_seed,
     )
@@ -224,6 +249,7 @@ def fraud_scores(
             **landing_timezone_metadata(store, TRANSACTIONS),
             **scorer.batch_sizing(inference.max_batch_size).describe(),
             "flagged": sum(s.stats.counts.get("flagged", 0) for s in shards),
+            "needs_review": sum(s.stats.counts.get(REVIEW, 0) for s in shards),
             "threshold": scorer.threshold,
             **quarantine_metadata(shards),
             "check_seconds": round(time.perf_counter() - started, 4),

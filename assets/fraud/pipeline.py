@@ -36,6 +36,7 @@ from assets.fraud.quality import (
 from assets.fraud.schemas import (
     ALERTS,
     ALERTS_SCHEMA,
+    AMOUNT_CEILING,
     FLAGGED,
     FLAGGED_SCHEMA,
     LABELLED_SCHEMA,
@@ -49,6 +50,7 @@ from assets.fraud.schemas import (
 from inference.device import Runtime
 from inference.invariants import StreamStats
 from inference.modelstore import load_model, save_model
+from inference.ranges import FeatureRanges, Guarded
 from inference.streaming import release_freed_memory
 from inference.tabular import TabularScorer, TrainConfig, train_classifier
 from resources.quality import StreamedSample
@@ -105,6 +107,8 @@ def train_and_save(
             "trained_on": {"dataset": TRANSACTIONS_LABELLED, "dates": dates},
             # What the score distribution looked like on the training history: the reference
             # the score_distribution_matches_training check compares each day against.
+            # Each feature's training range (clamped to at scoring) and drift reference.
+            "feature_ranges": FeatureRanges.fit(x, list(features)).to_json(),
             "score_reference": score_histogram(
                 TabularScorer.from_trained(
                     trained, Runtime(torch.device("cpu"), torch.float32)
@@ -161,16 +165,25 @@ def score_partition(
     max_quarantine_rate: float,
     sample_rows: int = 0,
     seed: int = 0,
+    amount_ceiling: float = AMOUNT_CEILING,
 ) -> PartitionReport:
     """Scores one day of transactions in checkpointed shards and publishes ``fraud_scores``.
 
     Transactions that cannot be scored are quarantined to ``fraud_scores_quarantine`` with
     their reason; above ``max_quarantine_rate`` of the day the step fails before any inference.
     The output checks' seeded sample of ``sample_rows`` rows is taken as the scores stream.
+    Features beyond the model's training range are clamped to it and their rows marked
+    ``needs_review`` (see inference.ranges); amounts above ``amount_ceiling`` are quarantined.
     """
     store = run.store
     # The landing checks' plan for these exact files, if they ran: then only the profile is built.
-    screen = screen_transactions(store, date, build_profile=True, plan=load_screen(store, date))
+    screen = screen_transactions(
+        store,
+        date,
+        build_profile=True,
+        plan=load_screen(store, date, amount_ceiling),
+        amount_ceiling=amount_ceiling,
+    )
     plan = screen.plan
     plan.check_rate(max_quarantine_rate, f"{SCORES} {date}")
     context = screen.profile()
@@ -187,13 +200,22 @@ def score_partition(
         observer(scored, out, stats)
         sample.add(out)
 
-    def transform(batch: pa.RecordBatch, x: np.ndarray) -> pa.RecordBatch:
-        scores = scorer.score(x, max_rows=model_rows)
+    ranges = scorer.ranges
+
+    def prepare(batch: pa.RecordBatch) -> Guarded:
+        x = context.features(batch, scorer.features)
+        if ranges is None:  # a model saved before ranges were recorded: nothing to clamp to
+            return Guarded(x, np.zeros(len(x), bool), {}, {})
+        return ranges.guard(x)
+
+    def transform(batch: pa.RecordBatch, guarded: Guarded) -> pa.RecordBatch:
+        scores = scorer.score(guarded.x, max_rows=model_rows)
         return pa.record_batch(
             [
                 batch["transaction_id"],
                 pa.array(scores, pa.float32()),
                 pa.array(scores >= threshold),
+                pa.array(guarded.review),
                 pa.repeat(pa.scalar(version, pa.string()), len(scores)),
             ],
             schema=SCORES_SCHEMA,
@@ -205,7 +227,7 @@ def score_partition(
         SCORES_SCHEMA,
         landing,
         transform,
-        prepare=lambda batch: context.features(batch, scorer.features),
+        prepare=prepare,
         # Features are assembled for up to FEATURE_ROWS rows at a time (per-call lookups cost
         # about as much as a 50k-row batch's own work), and scored in model calls of the
         # resource's max_batch_size.
@@ -215,6 +237,7 @@ def score_partition(
         depends_on={"model": version, "threshold": float(threshold)},
         quarantine=plan,
         observe=observe,
+        observe_prepared=lambda guarded, stats: guarded.record(stats),
         side=(FLAGGED, FLAGGED_SCHEMA, flagged_details),
     )
     return replace(report, sample=sample.frame(report.published.rows))

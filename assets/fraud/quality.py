@@ -24,12 +24,13 @@ from assets.fraud.features import (
     PartitionProfile,
     ProfileBuilder,
 )
-from assets.fraud.schemas import SCORES, TRANSACTIONS, TRANSACTIONS_SCHEMA
+from assets.fraud.schemas import AMOUNT_CEILING, SCORES, TRANSACTIONS, TRANSACTIONS_SCHEMA
 from inference.batching import prefetch
 from inference.invariants import StreamStats
 from inference.quarantine import (
     QuarantinePlan,
     Screener,
+    above,
     below,
     is_null,
     not_finite,
@@ -51,6 +52,7 @@ REASONS = (
     *(f"null_{c}" for c in REQUIRED),
     "non_finite_amount",
     "negative_amount",
+    "amount_above_ceiling",
     "ts_outside_day",
     "duplicate_transaction_id",
 )
@@ -99,6 +101,7 @@ def screen_transactions(
     sample_rows: int = 0,
     seed: int = 0,
     plan: QuarantinePlan | None = None,
+    amount_ceiling: float = AMOUNT_CEILING,
 ) -> TransactionScreen:
     """Screens one landing partition: quarantine plan, exact figures, a seeded row sample.
 
@@ -112,6 +115,7 @@ def screen_transactions(
         plan: the plan the landing checks already made for these exact files (see
             :func:`load_screen`): only the profile is built, from the five columns it needs,
             and the figures are left empty.
+        amount_ceiling: the contract's largest amount; a larger one is quarantined.
 
     Raises:
         LandingDataError: the partition is missing, unreadable, malformed or empty.
@@ -148,6 +152,7 @@ def screen_transactions(
         rules = {f"null_{c}": is_null(batch[c]) for c in REQUIRED}
         rules["non_finite_amount"] = not_finite(amount)
         rules["negative_amount"] = below(amount, 0.0)
+        rules["amount_above_ceiling"] = above(amount, amount_ceiling)
         rules["ts_outside_day"] = outside(batch["ts"], start, end)
         flagged = screener.add(batch.num_rows, rules)
         screener.keys(batch["transaction_id"], "duplicate_transaction_id")
@@ -184,14 +189,16 @@ def screen_transactions(
 
 
 # Bumped whenever the screening rules change, so a plan saved under older rules is not reused.
-SCREEN_RULES_VERSION = 1
+SCREEN_RULES_VERSION = 2
 
 
 def _screen_path(store: DataStore, date: str) -> str:
     return f"{store.path('checks', TRANSACTIONS, f'date={date}')}/screen.json"
 
 
-def save_screen(store: DataStore, date: str, screen: TransactionScreen) -> None:
+def save_screen(
+    store: DataStore, date: str, screen: TransactionScreen, amount_ceiling: float = AMOUNT_CEILING
+) -> None:
     """Keeps the landing checks' quarantine plan for scoring, tied to the files it was made from.
 
     ``fraud_scores`` then builds its feature profile from five columns instead of screening
@@ -199,6 +206,7 @@ def save_screen(store: DataStore, date: str, screen: TransactionScreen) -> None:
     """
     record = {
         "rules": SCREEN_RULES_VERSION,
+        "amount_ceiling": amount_ceiling,
         "inputs": input_fingerprint(store.fs, store.landing_files(TRANSACTIONS, date)),
         "rows": screen.plan.rows,
         "positions": screen.plan.positions.tolist(),
@@ -207,16 +215,21 @@ def save_screen(store: DataStore, date: str, screen: TransactionScreen) -> None:
     store.write_bytes(_screen_path(store, date), json.dumps(record).encode())
 
 
-def load_screen(store: DataStore, date: str) -> QuarantinePlan | None:
-    """The saved plan, if it was made by these rules from exactly the files landed now."""
+def load_screen(
+    store: DataStore, date: str, amount_ceiling: float = AMOUNT_CEILING
+) -> QuarantinePlan | None:
+    """The saved plan, if it was made by these rules and limits from exactly the files landed
+    now."""
     try:
         record = json.loads(store.read_bytes(_screen_path(store, date)))
     except (FileNotFoundError, OSError, ValueError):
         return None
     inputs = input_fingerprint(store.fs, store.landing_files(TRANSACTIONS, date))
-    if record.get("rules") != SCREEN_RULES_VERSION or record.get("inputs") != [
-        list(f) for f in inputs
-    ]:
+    if record.get("rules") != SCREEN_RULES_VERSION or record.get("amount_ceiling") != float(
+        amount_ceiling
+    ):
+        return None
+    if record.get("inputs") != [list(f) for f in inputs]:
         return None
     return QuarantinePlan(
         int(record["rows"]),

@@ -27,11 +27,20 @@ TRANSACTIONS_SCHEMA = pa.schema(
 # Labels arrive later (chargebacks, analyst decisions); one partition per transaction day.
 LABELLED_SCHEMA = TRANSACTIONS_SCHEMA.append(pa.field("is_fraud", pa.int8()))
 
+# The data contract's largest amount: above it a transaction is quarantined as
+# `amount_above_ceiling`, never scored (an amount of 1e12 is an upstream error, not a purchase).
+# In the transaction's own currency units; set `amount_ceiling` on the assets' config for
+# currencies with small units.
+AMOUNT_CEILING = 1_000_000.0
+
 SCORES_SCHEMA = pa.schema(
     [
         ("transaction_id", pa.string()),
         ("score", pa.float32()),
         ("flagged", pa.bool_()),
+        # A feature was beyond the model's training range and was clamped to it: the score is
+        # the model's answer for the nearest value it knows, so a person should look.
+        ("needs_review", pa.bool_()),
         ("model_version", pa.string()),
     ]
 )
@@ -47,6 +56,7 @@ ALERTS_SCHEMA = pa.schema(
         ("ts", pa.timestamp("us", tz="UTC")),
         ("channel", pa.string()),
         ("country", pa.string()),
+        ("needs_review", pa.bool_()),
         ("model_version", pa.string()),
     ]
 )
