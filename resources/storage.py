@@ -23,7 +23,7 @@ import pyarrow.dataset as ds
 import pyarrow.fs as pafs
 import pyarrow.parquet as pq
 from dagster import ConfigurableResource
-from pydantic import Field
+from pydantic import Field, PrivateAttr
 
 from inference.batching import coalesce
 from inference.diskspace import writing
@@ -64,6 +64,8 @@ REMOTE_READ_THREADS = 16
 # larger partition each reader reads its own, and they are checked a chunk at a time.
 FOOTERS_KEPT = 2_048
 FOOTER_CHUNK = 256
+# Files whose contract check a store remembers (a row count each, a few hundred bytes).
+CHECKED_KEPT = 200_000
 
 
 @dataclass(frozen=True)
@@ -215,15 +217,17 @@ class DataStore:
         contract = (hash(required), timezone)
         keys = [(f.path, f.size, f.mtime_ns or f.mtime) for f in files]
         keep = len(files) <= FOOTERS_KEPT
-        todo = [
-            i
-            for i, key in enumerate(keys)
-            if (key, contract) not in self._checked or (keep and key not in self._footer_cache)
-        ]
+        rows = [self._checked.get((key, contract)) for key in keys]
+        footers = [self._footer_cache.get(key) if keep else None for key in keys]
+        todo = [i for i in range(len(keys)) if rows[i] is None or (keep and footers[i] is None)]
+        if keep and len(self._footer_cache) + len(todo) > FOOTERS_KEPT:
+            self._footer_cache.clear()  # a long-lived store forgets older days' footers
+        if len(self._checked) + len(todo) > CHECKED_KEPT:
+            self._checked.clear()
         for start in range(0, len(todo), FOOTER_CHUNK):  # a chunk of footers in memory at once
             chunk = todo[start : start + FOOTER_CHUNK]
-            footers = self._read_footers([keys[i][0] for i in chunk])
-            for i, footer in zip(chunk, footers, strict=True):
+            read = self._read_footers([keys[i][0] for i in chunk])
+            for i, footer in zip(chunk, read, strict=True):
                 where = f"{self.uri(keys[i][0])} (dataset '{dataset}', date {date})"
                 if isinstance(footer, Exception):
                     raise LandingDataError(
@@ -231,13 +235,10 @@ class DataStore:
                         f"'{dataset}', date {date}: {footer}"
                     ) from footer
                 check_schema(footer.schema.to_arrow_schema(), required, where, timezone=timezone)
-                self._checked[(keys[i], contract)] = footer.num_rows
+                rows[i] = self._checked[(keys[i], contract)] = footer.num_rows
                 if keep:
-                    self._footer_cache[keys[i]] = footer
-        return [
-            (key[0], self._checked[(key, contract)], self._footer_cache.get(key) if keep else None)
-            for key in keys
-        ]
+                    footers[i] = self._footer_cache[keys[i]] = footer
+        return [(key[0], n, footer) for key, n, footer in zip(keys, rows, footers, strict=True)]
 
     def landing_dataset(self, dataset: str, date: str, required: pa.Schema) -> ds.Dataset:
         """Opens a landing partition after checking every file has the required columns.
@@ -548,10 +549,16 @@ class StorageResource(ConfigurableResource):
         "documents=Europe/Paris), or both; unset rejects them.",
     )
 
+    # One store for the resource's life: the steps of a run (one process, in-process executor)
+    # then check each landing file's footer once, not once per step.
+    _store: DataStore | None = PrivateAttr(default=None)
+
     def store(self) -> DataStore:
-        return DataStore(
-            self.data_root or default_data_root(),
-            self.s3_endpoint,
-            self.s3_region,
-            landing_timezone=self.landing_timezone,
-        )
+        if self._store is None:
+            self._store = DataStore(
+                self.data_root or default_data_root(),
+                self.s3_endpoint,
+                self.s3_region,
+                landing_timezone=self.landing_timezone,
+            )
+        return self._store
