@@ -1,13 +1,13 @@
 """Recommendation quality on a real public rating log, nightshift beside the usual baselines.
 
 Protocol: each user's ratings sorted by time; the last ``holdout`` share (at least one) is held
-out, the rest is replayed as daily ``interactions`` partitions (event ``view``, weight = the
+out (``--split random``: a seeded random share instead), the rest is replayed as daily ``interactions`` partitions (event ``view``, weight = the
 rating, days shifted so the log starts on 2026-01-02). The real assets are materialised
 against a temporary data root: ``interactions`` and ``recommendation_model`` on the landed days,
 then ``user_recommendations`` for the last day with ``k`` lists, seen items excluded. A held-out
 rating >= 4 is relevant; P@k, recall@k (hits / min(k, relevant)) and NDCG@k are averaged over
-users with at least one relevant held-out item. Popularity, item-kNN (cosine, ``neighbours``
-nearest) and EASE (λ = 500) are computed here from the same training ratings, seen items
+users with at least one relevant held-out item. Popularity, item-kNN (cosine; every item a
+neighbour by default, which measured best of 20-all) and EASE (λ = 500) are computed here from the same training ratings, seen items
 excluded the same way.
 
 MovieLens 100k (GroupLens, University of Minnesota) may be used for research but not
@@ -15,7 +15,7 @@ redistributed, so it is not in the repository: put ``u.data`` from
 https://files.grouplens.org/datasets/movielens/ml-100k.zip into ``.nightshift/eval/ml-100k/``
 (its sha256 is checked). Run::
 
-    HF_HUB_OFFLINE=1 nice .venv/bin/python -m benchmarks.eval_recommendations
+    HF_HUB_OFFLINE=1 nice .venv/bin/python -m benchmarks.eval_recommendations [--split random]
 """
 
 from __future__ import annotations
@@ -59,9 +59,15 @@ def load_movielens(path: Path = ML_100K) -> np.ndarray:
     return np.loadtxt(path, dtype=np.int64)
 
 
-def split_last(ratings: np.ndarray, holdout: float) -> tuple[np.ndarray, np.ndarray]:
-    """Per user, the latest ``holdout`` share of ratings (at least one) held out."""
-    order = np.lexsort((np.arange(len(ratings)), ratings[:, 3], ratings[:, 0]))
+def split_last(
+    ratings: np.ndarray, holdout: float, shuffle: int | None = None
+) -> tuple[np.ndarray, np.ndarray]:
+    """Per user, the latest ``holdout`` share of ratings (at least one) held out; with
+    ``shuffle`` (a seed) a random share of each user's ratings instead."""
+    within = ratings[:, 3]
+    if shuffle is not None:
+        within = np.random.default_rng(shuffle).permutation(len(ratings))
+    order = np.lexsort((np.arange(len(ratings)), within, ratings[:, 0]))
     ordered = ratings[order]
     users, starts, counts = np.unique(ordered[:, 0], return_index=True, return_counts=True)
     held = np.maximum(1, np.floor(counts * holdout)).astype(np.int64)
@@ -127,6 +133,13 @@ def run_pipeline(
 
 def baselines(train: np.ndarray, k: int, neighbours: int) -> dict[str, dict[int, list[int]]]:
     """Popularity, item-kNN (cosine) and EASE lists from the training ratings."""
+    label = "all" if neighbours >= len(np.unique(train[:, 1])) else str(neighbours)
+    return _baselines(train, k, neighbours, label)
+
+
+def _baselines(
+    train: np.ndarray, k: int, neighbours: int, label: str
+) -> dict[str, dict[int, list[int]]]:
     users, items = Vocabulary.build(train[:, 0]), Vocabulary.build(train[:, 1])
     seen = SparseRows.from_pairs(users.index(train[:, 0]), items.index(train[:, 1]), len(users))
     local, cols, _ = seen.take(np.arange(seen.n_rows))
@@ -144,7 +157,7 @@ def baselines(train: np.ndarray, k: int, neighbours: int) -> dict[str, dict[int,
     none = torch.zeros(len(users), 1), torch.zeros(len(items), 1)
     scorers = {
         "popularity": (*none, counts),
-        f"item-kNN (cosine, {neighbours} neighbours)": (x, cosine.T.contiguous(), None),
+        f"item-kNN (cosine, {label} neighbours)": (x, cosine.T.contiguous(), None),
         f"EASE (lambda {DEFAULT_L2:g})": (x, ease.T, None),
     }
     lists = {}
@@ -176,7 +189,8 @@ def evaluate(
     *,
     k: int = 10,
     holdout: float = 0.2,
-    neighbours: int = 100,
+    split: str = "last",
+    neighbours: int | None = None,
     two_tower: bool = True,
 ) -> list[dict]:
     """Scores nightshift and the baselines on one rating log.
@@ -185,8 +199,9 @@ def evaluate(
         ratings: (n, 4) user, item, rating, unix seconds; MovieLens 100k from the cache if None.
         dataset: the name in the rows.
         k: list length.
-        holdout: share of each user's latest ratings held out.
-        neighbours: item-kNN neighbourhood size.
+        holdout: share of each user's ratings held out.
+        split: ``last`` holds out each user's latest ratings; ``random`` a seeded random share.
+        neighbours: item-kNN neighbourhood size (None: every item; the strongest measured).
         two_tower: also run the pipeline with the two-tower model.
 
     Returns:
@@ -194,7 +209,7 @@ def evaluate(
         for ``users_with_lists`` the users in the log).
     """
     ratings = load_movielens() if ratings is None else np.asarray(ratings, np.int64)
-    train, test = split_last(ratings, holdout)
+    train, test = split_last(ratings, holdout, shuffle=0 if split == "random" else None)
     relevant: dict[int, set[int]] = {}
     for user, item in test[test[:, 2] >= 4][:, :2]:
         relevant.setdefault(int(user), set()).add(int(item))
@@ -215,7 +230,7 @@ def evaluate(
             lists, listed = run_pipeline(root, days[-1], k, model, audience)
             window = "every known user" if audience == "all" else "users seen in the last 90 days"
             add(f"nightshift {model} ({window})", lists, listed)
-    for method, lists in baselines(train, k, neighbours).items():
+    for method, lists in baselines(train, k, neighbours or len(np.unique(train[:, 1]))).items():
         add(method, lists)
     return rows
 
@@ -259,12 +274,14 @@ def main() -> None:
     parser = argparse.ArgumentParser(description=__doc__.splitlines()[0])
     parser.add_argument("--k", type=int, default=10)
     parser.add_argument("--holdout", type=float, default=0.2)
-    parser.add_argument("--neighbours", type=int, default=100)
+    parser.add_argument("--split", choices=["last", "random"], default="last")
+    parser.add_argument("--neighbours", type=int, default=None, help="item-kNN (default: all)")
     parser.add_argument("--no-two-tower", action="store_true")
     args = parser.parse_args()
     rows = evaluate(
         k=args.k,
         holdout=args.holdout,
+        split=args.split,
         neighbours=args.neighbours,
         two_tower=not args.no_two_tower,
     )
