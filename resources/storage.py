@@ -52,7 +52,7 @@ class Listing:
 def is_data(relative: str) -> bool:
     """Whether a path below a partition folder is data: no part of it starts with ``_`` or ``.``
     (the Hive/Spark convention for commit markers, unfinished writes and checksums)."""
-    return not any(part.startswith(("_", ".")) for part in relative.split("/"))
+    return not (relative.startswith(("_", ".")) or "/_" in relative or "/." in relative)
 
 
 # Footers and small files fetched at once from an object store, where each read is a round
@@ -149,15 +149,17 @@ class DataStore:
         info = self.fs.get_file_info(path)
         if info.type == pafs.FileType.NotFound:
             return Listing()
-        files, skipped = [], []
+        files, skipped, start = [], [], len(path) + 1
         for f in self.fs.get_file_info(pafs.FileSelector(path, recursive=True)):
             if f.type != pafs.FileType.File:
                 continue
-            if not is_data(f.path[len(path) :].lstrip("/")):
-                skipped.append(f.path)
-            elif f.path.endswith(".parquet"):
-                files.append(f)
-        return Listing(sorted(files, key=lambda f: f.path), sorted(skipped))
+            name = f.path
+            if not is_data(name[start:]):
+                skipped.append(name)
+            elif name.endswith(".parquet"):
+                files.append((name, f))
+        files.sort(key=lambda entry: entry[0])
+        return Listing([f for _, f in files], sorted(skipped))
 
     def _parquet_files(self, path: str) -> list[str]:
         return self._listing(path).paths
