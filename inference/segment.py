@@ -96,21 +96,27 @@ def _after_closers(paragraph: str, cut: int) -> int:
     """Moves a cut past closing quotes and brackets written as tokens of their own
     (``. ''`` and ``. -rrb-`` in tokenised corpora): they belong to the sentence they close."""
     while True:
-        rest = paragraph[cut:]
-        token = rest.split(None, 1)[0] if rest.strip() else ""
+        token = _token_at(paragraph, cut + 1)
         if token not in _CLOSING_TOKENS:
             return cut
-        cut += len(rest) - len(rest.lstrip()) + len(token)
+        cut += 1 + len(token)
+
+
+def _token_at(paragraph: str, start: int) -> str:
+    """The token starting at ``start`` (paragraphs are single-spaced after normalisation);
+    found without copying the rest of the paragraph, so splitting stays linear in its size."""
+    end = paragraph.find(" ", start)
+    return paragraph[start : end if end >= 0 else len(paragraph)]
 
 
 def _ends_sentence(paragraph: str, match: re.Match, lower_case: bool, tokenised: bool) -> bool:
     """Whether the punctuation run ``match`` (followed by a space) ends a sentence."""
-    before = paragraph[: match.start()]
-    word = before.rsplit(None, 1)[-1] if before.strip() and not before[-1:].isspace() else ""
-    following = paragraph[match.end() :].split(None, 1)
+    start = match.start()
+    word = paragraph[paragraph.rfind(" ", 0, start) + 1 : start]
+    following = _token_at(paragraph, match.end() + 1)
     if not following:
         return True
-    starts = _starts_sentence(following[0], lower_case)
+    starts = _starts_sentence(following, lower_case)
     marks = match.group(1)
     if not word:
         # A token of its own (" . " in tokenised corpora) ends a sentence whatever follows;
@@ -121,7 +127,7 @@ def _ends_sentence(paragraph: str, match: re.Match, lower_case: bool, tokenised:
     if tokenised:
         return False
     stem = word.lstrip(_OPENERS).lower()
-    if stem in NUMBER_ABBREVIATIONS and following[0][:1].isdigit():
+    if stem in NUMBER_ABBREVIATIONS and following[:1].isdigit():
         return False
     if stem in ABBREVIATIONS or (len(stem) == 1 and stem.isalpha()):
         return False
