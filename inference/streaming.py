@@ -115,13 +115,18 @@ def iter_parquet_files(
             where each read is a round trip).
     """
 
+    fs = filesystem or pafs.LocalFileSystem()
+
     def read_whole(path: str, footer: pq.FileMetaData | None) -> list[pa.RecordBatch]:
         # Decoded and cast on the reading thread, so the consumer's thread only collects them.
-        reader = pq.ParquetFile(
-            path, metadata=footer, pre_buffer=pre_buffer, filesystem=filesystem, memory_map=False
-        )
-        batches = reader.read(columns=columns, use_threads=False).to_batches(batch_size)
-        return batches if schema is None else [_cast(b, schema, timezone) for b in batches]
+        # An opened file, not a path: resolving the path is a tenth of a small file's cost.
+        with fs.open_input_file(path) as source:
+            reader = pq.ParquetFile(source, metadata=footer, pre_buffer=pre_buffer)
+            table = reader.read(columns=columns, use_threads=False)
+        batches = table.to_batches(batch_size)
+        if schema is None or table.schema == _target(schema, table.column_names):
+            return batches
+        return [_cast(b, schema, timezone) for b in batches]
 
     def stream(path: str, footer: pq.FileMetaData | None) -> Iterator[pa.RecordBatch]:
         return iter_parquet(
@@ -164,8 +169,12 @@ def iter_parquet_files(
         pool.shutdown(wait=False, cancel_futures=True)
 
 
+def _target(schema: pa.Schema, names: list[str]) -> pa.Schema:
+    return pa.schema([schema.field(name) for name in names])
+
+
 def _cast(batch: pa.RecordBatch, schema: pa.Schema, timezone: str | None) -> pa.RecordBatch:
-    target = pa.schema([schema.field(name) for name in batch.schema.names])
+    target = _target(schema, batch.schema.names)
     if batch.schema == target:
         return batch
     if timezone is not None:
