@@ -156,21 +156,27 @@ def test_interrupted_run_resumes_and_equals_an_uninterrupted_one(
         os.killpg(process.pid, getattr(signal, kill))
     code = process.wait(timeout=120)
     log = (tmp_path / "interrupted.log").read_text()
+    stopped_while_scoring = "interrupted (SIGTERM received)" in log
     if kill == "SIGKILL":
         assert code == -signal.SIGKILL
     elif code == 0:
-        # The signal landed after the commit: the work was done and published whole.
+        # The signal landed after the run: the work was done and published whole.
         assert after_shards == SHARDS and "RUN_SUCCESS" in log
-    else:
-        assert "interrupted (SIGTERM received)" in log, log[-3000:]
+    elif stopped_while_scoring:
         assert not store.output_exists("fraud_scores", DAY)  # nothing partial published
+    else:
+        # The signal landed after the commit, while the step's checks and events ran: Dagster's
+        # own interruption ended the run (it is not retried in a process that is going away),
+        # and the partition it had published is whole (compared below, after the retry).
+        assert after_shards == SHARDS and "RUN_FAILURE" in log, log[-3000:]
+        assert re.search(r"InterruptedError|KeyboardInterrupt", log), log[-3000:]
 
     retry = _launch(world["env"], tmp_path / "retry.log")
     assert retry.wait(timeout=300) == 0, (tmp_path / "retry.log").read_text()[-3000:]
     _assert_matches_uninterrupted(world)
     meta = _latest_metadata(world["home"])
     assert meta["shards"] == SHARDS and meta["rows_redone"] <= SHARD_ROWS
-    if code != 0:
+    if kill == "SIGKILL" or stopped_while_scoring:
         assert meta["shards_resumed"] >= len(before["shards"])
     assert not store.exists(store.path("outputs", "fraud_scores", "_staging", f"date={DAY}"))
 
