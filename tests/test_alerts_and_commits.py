@@ -13,12 +13,12 @@ import pyarrow.parquet as pq
 import pytest
 from dagster import AssetKey, DagsterInstance, materialize
 
-from assets.fraud.assets import fraud_alerts, fraud_model, fraud_scores, transactions
+from assets.fraud.assets import fraud_alerts, fraud_scores, transactions
 from assets.fraud.demo_data import generate_day
 from assets.fraud.schemas import FLAGGED, TRANSACTIONS, TRANSACTIONS_SCHEMA
 from inference.shards import MANIFEST
-from resources.inference import InferenceResource
-from resources.storage import DataStore, StorageResource
+from fraud_world import trained_fraud_world
+from resources.storage import DataStore
 
 FIRST_DAY = "2026-05-01"
 
@@ -26,16 +26,8 @@ FIRST_DAY = "2026-05-01"
 @pytest.fixture(scope="module")
 def fraud(tmp_path_factory) -> dict:
     """A data root with a trained fraud model; each test lands its own days beside it."""
-    root = tmp_path_factory.mktemp("alerts") / "data"
-    store = DataStore(str(root))
-    generate_day(store, FIRST_DAY, scale=0.02)
-    resources = {
-        "storage": StorageResource(data_root=str(root)),
-        "inference": InferenceResource(device="cpu", precision="fp32", max_batch_size=512),
-    }
-    with DagsterInstance.ephemeral() as instance:
-        assert materialize([fraud_model], resources=resources, instance=instance).success
-    return {"store": store, "root": root, "resources": resources, "days": iter(range(2, 29))}
+    world = trained_fraud_world(tmp_path_factory.mktemp("alerts") / "data", FIRST_DAY, 0.02)
+    return {**world, "days": iter(range(2, 29))}
 
 
 def _day(fraud: dict) -> str:

@@ -16,7 +16,7 @@ import pyarrow.parquet as pq
 import pytest
 from dagster import AssetKey, DagsterInstance, materialize
 
-from assets.fraud.assets import fraud_alerts, fraud_model, fraud_scores, transactions
+from assets.fraud.assets import fraud_alerts, fraud_scores, transactions
 from assets.fraud.demo_data import generate_day as generate_transactions
 from assets.fraud.schemas import TRANSACTIONS, TRANSACTIONS_SCHEMA
 from assets.recommendations import interactions, recommendation_model, user_recommendations
@@ -27,6 +27,7 @@ from assets.summaries.demo_data import generate_day as generate_documents
 from assets.summaries.digest import daily_digest
 from assets.summaries.document_summaries import document_summaries
 from assets.summaries.documents import DOCUMENTS_SCHEMA, documents
+from fraud_world import trained_fraud_world
 from inference.device import make_runtime
 from resources.inference import InferenceResource
 from resources.storage import DataStore, StorageResource
@@ -103,16 +104,8 @@ FRAUD_CASES = {
 @pytest.fixture(scope="module")
 def fraud(tmp_path_factory) -> dict:
     """A data root with a trained fraud model; each case lands its own day beside it."""
-    root = tmp_path_factory.mktemp("bad_fraud") / "data"
-    store = DataStore(str(root))
-    generate_transactions(store, "2026-04-01", scale=0.02)
-    resources = {
-        "storage": StorageResource(data_root=str(root)),
-        "inference": InferenceResource(device="cpu", precision="fp32", max_batch_size=512),
-    }
-    with DagsterInstance.ephemeral() as instance:
-        assert materialize([fraud_model], resources=resources, instance=instance).success
-    return {"store": store, "resources": resources, "next_day": iter(range(2, 29))}
+    world = trained_fraud_world(tmp_path_factory.mktemp("bad_fraud") / "data", "2026-04-01", 0.02)
+    return {**world, "next_day": iter(range(2, 29))}
 
 
 def _fraud_day(fraud: dict, mutate: Mutation | None = None) -> tuple[str, int]:

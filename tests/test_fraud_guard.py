@@ -8,13 +8,11 @@ import pyarrow.compute as pc
 import pytest
 from dagster import AssetKey, DagsterInstance, materialize
 
-from assets.fraud.assets import fraud_model, fraud_scores, transactions
+from assets.fraud.assets import fraud_scores, transactions
 from assets.fraud.demo_data import generate_day
-from assets.fraud.schemas import AMOUNT_CEILING, MODEL_NAME, TRANSACTIONS, TRANSACTIONS_SCHEMA
-from inference.modelstore import load_model
+from assets.fraud.schemas import AMOUNT_CEILING, TRANSACTIONS, TRANSACTIONS_SCHEMA
 from inference.ranges import REVIEW_MARGIN, FeatureRanges
-from resources.inference import InferenceResource
-from resources.storage import DataStore, StorageResource
+from fraud_world import trained_fraud_world
 
 TRAINED_ON = "2026-06-01"
 # 10,000 transactions a day: enough rows for the drift check to judge (MIN_DRIFT_ROWS).
@@ -24,17 +22,8 @@ SCALE = 0.1
 @pytest.fixture(scope="module")
 def fraud(tmp_path_factory) -> dict:
     """A data root with a fraud model trained on one labelled day; each test lands its own."""
-    root = tmp_path_factory.mktemp("guard") / "data"
-    store = DataStore(str(root))
-    generate_day(store, TRAINED_ON, scale=SCALE)
-    resources = {
-        "storage": StorageResource(data_root=str(root)),
-        "inference": InferenceResource(device="cpu", precision="fp32", max_batch_size=512),
-    }
-    with DagsterInstance.ephemeral() as instance:
-        assert materialize([fraud_model], resources=resources, instance=instance).success
-    stored = load_model(store.read_bytes, store.models_dir, MODEL_NAME)
-    return {"store": store, "resources": resources, "manifest": stored.manifest, "days": iter(range(2, 29))}
+    world = trained_fraud_world(tmp_path_factory.mktemp("guard") / "data", TRAINED_ON, SCALE)
+    return {**world, "days": iter(range(2, 29))}
 
 
 def _land(fraud: dict, change) -> tuple[str, pa.Table]:

@@ -1,0 +1,33 @@
+"""A data root with a trained fraud model, shared by the test modules that land days beside it."""
+
+from __future__ import annotations
+
+from pathlib import Path
+
+from dagster import DagsterInstance, materialize
+
+from assets.fraud.assets import fraud_model
+from assets.fraud.demo_data import generate_day
+from resources.inference import InferenceResource
+from resources.storage import DataStore, StorageResource
+
+
+def trained_fraud_world(root: Path, trained_on: str, scale: float) -> dict:
+    """Generates ``trained_on`` (transactions and labels) under ``root`` and trains the model.
+
+    Returns:
+        store, root, the local resources (CPU, fp32, batches of 512) and the model's manifest.
+    """
+    from assets.fraud.schemas import MODEL_NAME
+    from inference.modelstore import load_model
+
+    store = DataStore(str(root))
+    generate_day(store, trained_on, scale=scale)
+    resources = {
+        "storage": StorageResource(data_root=str(root)),
+        "inference": InferenceResource(device="cpu", precision="fp32", max_batch_size=512),
+    }
+    with DagsterInstance.ephemeral() as instance:
+        assert materialize([fraud_model], resources=resources, instance=instance).success
+    manifest = load_model(store.read_bytes, store.models_dir, MODEL_NAME).manifest
+    return {"store": store, "root": root, "resources": resources, "manifest": manifest}
