@@ -42,18 +42,21 @@ from inference.shards import (
     input_fingerprint,
     run_sharded,
 )
+from policy.capacity import capacity_tags
+from policy.tags import (
+    CAPACITY_TAG,
+    INTERRUPTED_TAG,
+    INTERRUPTIONS_TAG,
+    ON_DEMAND,
+    RETRY_NUMBER_TAG,
+    RETRY_ON_STEP_FAILURE_TAG,
+    SOFT_INTERRUPTIONS_TAG,
+)
 from resources.inference import InferenceResource
 from resources.storage import DataStore, Published
 
-# Dagster's daemon retries a run that failed in a step only when this run tag says so; it is
-# set on interruptions alone, so errors never spend the interruption budget at run level.
-RETRY_ON_STEP_FAILURE_TAG = "dagster/retry_on_asset_or_op_failure"
-INTERRUPTED_TAG = "nightshift/interrupted"
-INTERRUPTIONS_TAG = "nightshift/interruptions"
 # Input rows per shard unless the asset or the resource says otherwise.
 DEFAULT_SHARD_ROWS = 50_000
-# In-place retries after soft interruptions, so error retries can be told apart from them.
-SOFT_INTERRUPTIONS_TAG = "nightshift/soft_interruptions"
 
 
 # At most one progress line per partition this often: a long partition shows how far it got
@@ -104,7 +107,7 @@ def quarantine_asset(asset: str) -> str:
 
 def capacity_of(tags: dict[str, str]) -> str:
     """The capacity a run was launched on: on-demand once the spot swap moved it there."""
-    return "on_demand" if tags.get("nightshift/capacity") == "on-demand" else "spot"
+    return "on_demand" if tags.get(CAPACITY_TAG) == ON_DEMAND else "spot"
 
 
 def run_lineage(context: AssetExecutionContext) -> str:
@@ -132,7 +135,7 @@ class SpotSafeRun:
         return {
             "error_retries": self.context.retry_number - soft,
             "soft_interruptions": soft,
-            "run_attempt": int(self.context.run.tags.get("dagster/retry_number", 0)) + 1,
+            "run_attempt": int(self.context.run.tags.get(RETRY_NUMBER_TAG, 0)) + 1,
         }
 
     def _shard_rows(self, asked: int | None, default: int) -> int:
@@ -284,8 +287,6 @@ def _leave_for_retry(
         raise RetryRequested(max_retries=context.retry_number + 1, seconds_to_wait=5) from exc
     tags = {INTERRUPTED_TAG: "true", INTERRUPTIONS_TAG: str(count)}
     if within_budget:
-        from orchestration.spot import capacity_tags
-
         tags[RETRY_ON_STEP_FAILURE_TAG] = "true"
         tags.update(capacity_tags(count, inference.on_demand_after, current_tags=context.run.tags))
     context.instance.add_run_tags(context.run_id, tags)

@@ -22,8 +22,8 @@ from inference.generate import CheckpointError
 from inference.metrics import BatchMetrics
 from inference.modelstore import ModelNotFoundError
 from inference.shards import ShardReport
-from orchestration.jobs import MODELS
-from orchestration.partitions import partition_key_error
+from policy.partitions import partition_key_error
+from policy.training import MODELS
 from resources.storage import DataStore, LandingDataError, Published
 
 # Problems that will be the same on a retry: missing or malformed landing data, no trained

@@ -1,10 +1,10 @@
-"""Automation policy: when downstream assets run by themselves, when scoring is late, run priority
-and GPU tags, and the sensor that reports failed partitions with the reason they failed.
+"""The sensors that act on the automation policy (policy/automation.py): the one that runs
+downstream assets by themselves, and the one that reports failed partitions with the reason
+they failed.
 """
 
 from __future__ import annotations
 
-import datetime as dt
 from collections.abc import Callable, Sequence
 from dataclasses import dataclass
 
@@ -13,58 +13,25 @@ from dagster import (
     AssetKey,
     AssetObservation,
     AssetSelection,
-    AutomationCondition,
     AutomationConditionSensorDefinition,
     DagsterEventType,
     DagsterInstance,
     DagsterRun,
     DefaultSensorStatus,
-    FreshnessPolicy,
     MetadataValue,
     PartitionKeyRange,
     RunFailureSensorContext,
     run_failure_sensor,
 )
 
-from orchestration.partitions import daily_partitions
-
-# --- Run tags the queue acts on (deploy/local/dagster.yaml holds the limits) -------------------
-
-PRIORITY_TAG = "dagster/priority"
-# The queue launches higher numbers first; backfills carry none (0), so a re-score that a new
-# landing partition triggered, and the nightly schedule, overtake a month-long backfill.
-SENSOR_PRIORITY = {PRIORITY_TAG: "10"}
-SCHEDULE_PRIORITY = {PRIORITY_TAG: "5"}
-
-# GPU-heavy jobs name the GPU they use; the run queue admits one run per distinct value.
-GPU_TAG = "nightshift/gpu"
-GPU_TAGS = {GPU_TAG: "0"}
-# Backfills launched from the asset graph run outside any job and so carry no job tags: the
-# GPU-heavy assets also sit in this pool, which the instance limits at run granularity.
-GPU_POOL = "gpu"
-
-# --- Declarative automation and freshness -----------------------------------------------------
-
-# How far back a parent's new partitions still update their children: a month-long re-score
-# after a model change refreshes that month's alerts and digests, not only yesterday's.
-AUTOMATION_LOOKBACK = dt.timedelta(days=31)
-
-# A downstream partition (alerts, digest) materialises once its parent partition is updated and
-# every blocking check on the parent passed; never while the parent is missing or still running.
-after_parent_passes_checks = (
-    AutomationCondition.eager()
-    .replace(
-        "in_latest_time_window",
-        AutomationCondition.in_latest_time_window(lookback_delta=AUTOMATION_LOOKBACK),
-    )
-    .with_label("eager (31-day lookback)")
-    & AutomationCondition.all_deps_blocking_checks_passed()
-).with_label("parent updated and its blocking checks passed")
-
-# The business reads scores, recommendations and summaries from 07:00 UTC: the day that just
-# ended must be scored between midnight and then, or the asset shows as stale (overdue).
-scored_by_0700_utc = FreshnessPolicy.cron(
-    deadline_cron="0 7 * * *", lower_bound_delta=dt.timedelta(hours=7), timezone="UTC"
+from policy.partitions import daily_partitions
+from policy.tags import (
+    INTERRUPTED_TAG,
+    INTERRUPTIONS_TAG,
+    PARENT_RUN_TAG,
+    PARTITION_RANGE_END_TAG,
+    PARTITION_RANGE_START_TAG,
+    PARTITION_TAG,
 )
 
 # Declared so that it runs without a click: Dagster's implicit one starts STOPPED.
@@ -79,9 +46,6 @@ automation_condition_sensor = AutomationConditionSensorDefinition(
 
 # --- Reporting failed runs --------------------------------------------------------------------
 
-INTERRUPTED_TAG = "nightshift/interrupted"
-INTERRUPTIONS_TAG = "nightshift/interruptions"
-PARENT_RUN_TAG = "dagster/parent_run_id"
 CHECK_FAILED_ERROR = "DagsterAssetCheckFailedError"
 
 INTERRUPTED, CHECK_FAILED, ERROR = "interrupted", "check failed", "error"
@@ -108,10 +72,10 @@ class FailureReport:
 def run_partitions(run: DagsterRun) -> list[str]:
     """The partition keys a run covers: one, a range (single-run backfill), or none."""
     tags = run.tags
-    if "dagster/partition" in tags:
-        return [tags["dagster/partition"]]
-    start = tags.get("dagster/asset_partition_range_start")
-    end = tags.get("dagster/asset_partition_range_end")
+    if PARTITION_TAG in tags:
+        return [tags[PARTITION_TAG]]
+    start = tags.get(PARTITION_RANGE_START_TAG)
+    end = tags.get(PARTITION_RANGE_END_TAG)
     if start and end:
         return list(daily_partitions.get_partition_keys_in_range(PartitionKeyRange(start, end)))
     return []

@@ -2,28 +2,13 @@
 
 from __future__ import annotations
 
-from dagster import (
-    AssetSelection,
-    Backoff,
-    Jitter,
-    RetryPolicy,
-    define_asset_job,
-)
+from dagster import AssetSelection, define_asset_job
 
-from orchestration.automation import GPU_TAGS
 from orchestration.executor import leave_on_interruption_executor
-from orchestration.partitions import daily_partitions
-from resources.inference import DEFAULT_INTERRUPTION_BUDGET
-
-# Errors in user code (bad model, bad data) get a small budget with backoff, then fail loudly.
-# Errors that a retry cannot fix (a missing landing partition) raise Failure(allow_retries=False).
-ERROR_RETRY_POLICY = RetryPolicy(
-    max_retries=2, delay=5, backoff=Backoff.EXPONENTIAL, jitter=Jitter.PLUS_MINUS
-)
-
-# Interruptions have their own, larger budget: the daemon relaunches an interrupted run up to
-# this many times (the step tags such runs as retryable; see assets/checkpointing.py).
-INTERRUPTION_RETRY_TAGS = {"dagster/max_retries": str(DEFAULT_INTERRUPTION_BUDGET)}
+from policy.partitions import daily_partitions
+from policy.retries import ERROR_RETRY_POLICY, INTERRUPTION_RETRY_TAGS
+from policy.tags import GPU_TAGS
+from policy.training import MODELS
 
 PIPELINES: dict[str, list[str]] = {
     "fraud_scoring_job": ["transactions", "fraud_model", "fraud_scores", "fraud_alerts"],
@@ -38,11 +23,6 @@ LANDING_TRIGGERS: dict[str, str] = {
     "documents": "daily_summaries_job",
 }
 
-MODELS: dict[str, str] = {
-    "fraud_training_job": "fraud_model",
-    "recommendations_training_job": "recommendation_model",
-}
-
 pipeline_jobs = [
     define_asset_job(
         name,
@@ -52,6 +32,8 @@ pipeline_jobs = [
         # One process per run: each model loads once, and an interruption is handled by the
         # run-level retry (the node is going away), not by re-running the step in this process.
         executor_def=leave_on_interruption_executor,
+        # The daemon relaunches an interrupted run up to the interruption budget (the step tags
+        # such runs as retryable; see assets/checkpointing.py).
         tags={**GPU_TAGS, **INTERRUPTION_RETRY_TAGS},
         description=f"Scores one day (or a range in one run): {', '.join(keys)}.",
     )

@@ -4,7 +4,7 @@ from __future__ import annotations
 
 from dagster import DefaultScheduleStatus, build_schedule_from_partitioned_job
 
-from orchestration.automation import SCHEDULE_PRIORITY
+from policy.tags import SCHEDULE_PRIORITY
 from orchestration.jobs import pipeline_jobs
 
 # Staggered so the GPU node serves one pipeline at a time: fraud first (alerts are urgent),

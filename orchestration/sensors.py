@@ -16,9 +16,9 @@ from dagster import (
 )
 
 from assets.common import LANDING_FINGERPRINT
-from orchestration.automation import SENSOR_PRIORITY
 from orchestration.jobs import LANDING_TRIGGERS, PIPELINES, pipeline_jobs
-from orchestration.partitions import daily_partitions
+from policy.partitions import daily_partitions
+from policy.tags import DATASET_TAG, LANDING_FINGERPRINT_TAG, SENSOR_PRIORITY, TRIGGER_TAG
 from resources.storage import StorageResource
 
 JOBS = {job.name: job for job in pipeline_jobs}
@@ -79,9 +79,9 @@ def landing_sensor(context: SensorEvaluationContext, storage: StorageResource) -
                     partition_key=date,
                     run_key=f"{dataset}:{date}:{fingerprint}",
                     tags={
-                        "nightshift/trigger": "landing_sensor",
-                        "nightshift/dataset": dataset,
-                        "nightshift/landing_fingerprint": fingerprint,
+                        TRIGGER_TAG: "landing_sensor",
+                        DATASET_TAG: dataset,
+                        LANDING_FINGERPRINT_TAG: fingerprint,
                         **SENSOR_PRIORITY,
                     },
                 )

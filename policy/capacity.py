@@ -7,8 +7,8 @@ the next attempt should go to on-demand capacity and finish. `EcsRunLauncher` re
 failed run's tags onto the retry run. So the swap is: add these tags to the interrupted run
 before it is marked failed, and the daemon's retry launches on the other capacity provider.
 
-Nothing here talks to AWS or Dagster: plain functions, so the lead's interruption path and the
-tests can call them anywhere.
+Nothing here talks to AWS or Dagster: plain functions, so the scoring step's interruption path
+(assets/checkpointing.py) and the tests can call them anywhere.
 """
 
 from __future__ import annotations
@@ -17,13 +17,11 @@ import json
 from collections.abc import Mapping
 from typing import Any
 
+from policy.tags import CAPACITY_TAG, ON_DEMAND, RUN_TASK_KWARGS_TAG
+
 # The capacity provider names deploy/aws/dagster.yaml and deploy/aws/README.md use.
 SPOT_PROVIDER = "gpu-spot"
 ON_DEMAND_PROVIDER = "gpu-on-demand"
-
-RUN_TASK_KWARGS_TAG = "ecs/run_task_kwargs"
-# Human-readable marker for the UI's run filter and the run queue's on-demand concurrency limit.
-CAPACITY_TAG = "nightshift/capacity"
 
 # Keys that must never travel in the tag: the launcher applies the tag with a shallow
 # dict.update after building the call, so "overrides" would drop the run command and GPU
@@ -78,7 +76,7 @@ def capacity_tags(
     kwargs.pop("launchType", None)
     return {
         RUN_TASK_KWARGS_TAG: json.dumps(kwargs, sort_keys=True),
-        CAPACITY_TAG: "on-demand",
+        CAPACITY_TAG: ON_DEMAND,
     }
 
 

@@ -11,14 +11,13 @@ from pydantic import Field, PrivateAttr
 from inference.device import Runtime, configure_cpu_threads, make_runtime
 from inference.interrupt import InterruptionWatcher, notice_source
 from inference.metrics import NodePrice
+from policy.retries import INTERRUPTION_BUDGET
 
 T = TypeVar("T")
 
 # Default padded tokens per text-model call (see InferenceResource.batch_tokens).
 CPU_BATCH_TOKENS = 2_048
 GPU_BATCH_TOKENS = 16_384
-# Relaunches after interruptions (spot reclaims), counted apart from retries after errors.
-DEFAULT_INTERRUPTION_BUDGET = 5
 
 
 class InferenceResource(ConfigurableResource):
@@ -53,7 +52,9 @@ class InferenceResource(ConfigurableResource):
     )
     notice_poll_seconds: float = Field(default=5.0, description="How often to poll for notices.")
     interruption_budget: int = Field(
-        default=DEFAULT_INTERRUPTION_BUDGET,
+        # One budget (policy/retries.py): the jobs' dagster/max_retries tag carries the same
+        # number, so the daemon stops relaunching where the step stops asking.
+        default=INTERRUPTION_BUDGET,
         description="Retries after interruptions, counted apart from the error-retry budget.",
     )
     price_spot_per_hour: float | None = Field(

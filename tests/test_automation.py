@@ -28,7 +28,7 @@ from orchestration.automation import (
     run_failure_sensor,
 )
 from orchestration.definitions import defs
-from orchestration.partitions import (
+from policy.partitions import (
     BACKFILL_PARTITIONS_PER_RUN_ENV,
     backfill_policy,
     backfill_policy_from,

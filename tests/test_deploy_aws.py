@@ -23,14 +23,8 @@ from dagster import DagsterInstance, DagsterRun, RunsFilter
 from dagster_aws.ecs import EcsRunLauncher
 from dagster_aws.s3.compute_log_manager import S3ComputeLogManager
 
-from orchestration.spot import (
-    CAPACITY_TAG,
-    ON_DEMAND_PROVIDER,
-    RUN_TASK_KWARGS_TAG,
-    SPOT_PROVIDER,
-    capacity_strategy,
-    capacity_tags,
-)
+from policy.capacity import ON_DEMAND_PROVIDER, SPOT_PROVIDER, capacity_strategy, capacity_tags
+from policy.tags import CAPACITY_TAG, RUN_TASK_KWARGS_TAG
 
 REPO = Path(__file__).resolve().parents[1]
 DEPLOY = REPO / "deploy" / "aws"

@@ -2,10 +2,12 @@
 
 import os
 import signal
+from pathlib import Path
 
 import numpy as np
 import pyarrow as pa
 import pytest
+import yaml
 from dagster import (
     AssetExecutionContext,
     Backoff,
@@ -17,10 +19,13 @@ from dagster import (
 
 from assets.checkpointing import spot_safe
 from assets.common import partition_dates, scoring_result
-from orchestration.partitions import daily_partitions
+from orchestration.jobs import pipeline_jobs
+from policy.partitions import daily_partitions
+from policy.retries import INTERRUPTION_BUDGET
 from resources.inference import InferenceResource
 from resources.storage import StorageResource
 
+DEPLOY = Path(__file__).resolve().parents[1] / "deploy"
 SCHEMA = pa.schema([("id", pa.int64()), ("y", pa.float64())])
 DAY = "2026-03-02"
 PLAN: dict = {}  # what each attempt of the test asset does: "error", a signal, or nothing
@@ -114,6 +119,19 @@ def test_interruption_budget_is_its_own(data_root, instance) -> None:
     assert "dagster/retry_on_asset_or_op_failure" not in tags
     [failure] = result.get_step_failure_events()
     assert "interruption budget of 2 retries exhausted" in failure.step_failure_data.error.message
+
+
+@pytest.mark.parametrize("env", ["local", "aws"])
+def test_instance_run_retries_equal_the_interruption_budget(env: str) -> None:
+    config = yaml.safe_load((DEPLOY / env / "dagster.yaml").read_text())
+    assert config["run_retries"]["max_retries"] == INTERRUPTION_BUDGET
+
+
+def test_interruption_budget_has_one_source() -> None:
+    # The resource's default and each pipeline job's run tag are the policy constant.
+    assert InferenceResource().interruption_budget == INTERRUPTION_BUDGET
+    for job in pipeline_jobs:
+        assert job.tags["dagster/max_retries"] == str(INTERRUPTION_BUDGET), job.name
 
 
 @pytest.fixture(autouse=True)

@@ -37,8 +37,8 @@ from assets.fraud.schemas import ALERTS, AMOUNT_CEILING, MODEL_NAME, SCORES, TRA
 from inference.modelstore import ModelNotFoundError, current_version, load_model
 from inference.ranges import REVIEW
 from inference.tabular import TrainConfig
-from orchestration.automation import GPU_POOL, after_parent_passes_checks, scored_by_0700_utc
-from orchestration.partitions import backfill_policy, daily_partitions
+from policy.automation import GPU_POOL, after_parent_passes_checks, scored_by_0700_utc
+from policy.partitions import backfill_policy, daily_partitions
 from resources.inference import InferenceResource
 from resources.quality import (
     QualityConfig,

@@ -65,8 +65,8 @@ from inference.recommend import (
     block_size_for,
     recommend,
 )
-from orchestration.automation import GPU_POOL, scored_by_0700_utc
-from orchestration.partitions import backfill_policy, daily_partitions
+from policy.automation import GPU_POOL, scored_by_0700_utc
+from policy.partitions import backfill_policy, daily_partitions
 from resources.inference import InferenceResource
 from resources.quality import (
     QualityConfig,

@@ -18,8 +18,8 @@ from assets.summaries.document_summaries import document_summaries
 from assets.summaries.models import encoder_key, sentence_encoder
 from inference.metrics import BatchMetrics
 from inference.text import Topic, build_digest
-from orchestration.automation import GPU_POOL, after_parent_passes_checks
-from orchestration.partitions import backfill_policy, daily_partitions
+from policy.automation import GPU_POOL, after_parent_passes_checks
+from policy.partitions import backfill_policy, daily_partitions
 from resources.inference import InferenceResource
 from resources.storage import StorageResource
 

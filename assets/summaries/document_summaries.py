@@ -39,8 +39,8 @@ from inference.metrics import BatchMetrics
 from inference.rank import RankerSettings
 from inference.segment import LengthCap, fit_summary
 from inference.text import extractive_summaries
-from orchestration.automation import GPU_POOL, scored_by_0700_utc
-from orchestration.partitions import backfill_policy, daily_partitions
+from policy.automation import GPU_POOL, scored_by_0700_utc
+from policy.partitions import backfill_policy, daily_partitions
 from resources.inference import InferenceResource
 from resources.quality import (
     QualityConfig,

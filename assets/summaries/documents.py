@@ -7,7 +7,7 @@ from assets.common import fail_fast_on_bad_input, landing_result, partition_date
 from assets.summaries.gates import DOCUMENT_SUITES, documents_check_results
 from assets.summaries.quality import screen_documents
 from assets.summaries.schemas import DATASET, DOCUMENTS_SCHEMA
-from orchestration.partitions import backfill_policy, daily_partitions
+from policy.partitions import backfill_policy, daily_partitions
 from resources.quality import QualityConfig, preload_great_expectations, quarantine_limit
 from resources.storage import StorageResource
 
