@@ -8,6 +8,7 @@ Causal models can also run with continuous batching or the measured ``auto`` cho
 
 from __future__ import annotations
 
+import json
 from collections.abc import Sequence
 from dataclasses import dataclass, field
 from pathlib import Path
@@ -17,6 +18,7 @@ import numpy as np
 import torch
 
 from inference.batching import length_buckets, padding_ratio
+from inference.checkpoints import CheckpointError, safetensors_folder
 from inference.decoding import STRATEGIES, generate_tokens, static_sizing
 from inference.device import Runtime, to_device
 from inference.text import folder_fingerprint, offline_hub
@@ -26,10 +28,6 @@ if TYPE_CHECKING:
 
 SEQ2SEQ_PROMPT = "summarize: {text}"
 CAUSAL_PROMPT = "{text}\nTL;DR:"
-
-
-class CheckpointError(ValueError):
-    """The abstractive checkpoint is not configured, missing or unusable."""
 
 
 @dataclass(frozen=True)
@@ -60,18 +58,32 @@ def checkpoint_version(path: str | Path) -> str:
 
 
 def check_checkpoint(path: str | Path | None) -> Path:
-    """Returns the checkpoint folder, or raises CheckpointError saying what is wrong."""
+    """Returns the checkpoint folder, or raises CheckpointError saying what is wrong.
+
+    A folder whose weights are pickled only (``pytorch_model.bin``) is refused with how to
+    convert it: weights load from safetensors only.
+    """
     if not path:
         raise CheckpointError(
             "abstractive mode needs checkpoint_path: a local folder holding a Hugging Face "
             "seq2seq or causal LM checkpoint (config.json, weights, tokenizer)"
         )
     folder = Path(path)
-    if not (folder / "config.json").is_file():
+    if not folder.is_dir():
+        raise CheckpointError(
+            f"checkpoint_path {folder} does not exist: no config.json or weights to load"
+        )
+    config = folder / "config.json"
+    if not config.is_file():
         raise CheckpointError(
             f"checkpoint_path {folder} is not a model folder: no config.json there"
         )
-    return folder
+    try:
+        seq2seq = bool(json.loads(config.read_text()).get("is_encoder_decoder"))
+    except (OSError, ValueError, AttributeError) as exc:
+        raise CheckpointError(f"checkpoint_path {folder}: unreadable config.json ({exc})") from exc
+    auto = "AutoModelForSeq2SeqLM" if seq2seq else "AutoModelForCausalLM"
+    return safetensors_folder(folder, auto)
 
 
 def load_generator(path: str | Path | None, runtime: Runtime) -> Generator:
@@ -92,7 +104,9 @@ def load_generator(path: str | Path | None, runtime: Runtime) -> Generator:
             folder, local_files_only=True, padding_side="right" if seq2seq else "left"
         )
         auto = AutoModelForSeq2SeqLM if seq2seq else AutoModelForCausalLM
-        model = auto.from_pretrained(folder, local_files_only=True, dtype=runtime.dtype)
+        model = auto.from_pretrained(
+            folder, local_files_only=True, use_safetensors=True, dtype=runtime.dtype
+        )
     if tokenizer.pad_token_id is None:
         if tokenizer.eos_token_id is None:
             raise CheckpointError(f"tokenizer in {folder} has neither a pad nor an eos token")

@@ -25,6 +25,7 @@ import torch.nn.functional as F
 
 from inference.adaptive import AdaptiveBatchSize, BatchSizes
 from inference.batching import length_buckets, padding_ratio
+from inference.checkpoints import safetensors_folder
 from inference.device import Runtime, to_device
 from inference.rank import RankerSettings, encoder_can_read, rank_sentences
 from inference.segment import (
@@ -136,17 +137,20 @@ def load_sentence_encoder(runtime: Runtime, path: str | Path | None = None) -> S
     Args:
         runtime: device and dtype to run on.
         path: a sentence-transformers or plain transformers folder; default the packaged model.
+            Its weights must be safetensors: a pickled-only folder raises CheckpointError.
     """
     from transformers import AutoModel, AutoTokenizer
 
-    folder = Path(path) if path is not None else packaged_encoder_path()
+    folder = safetensors_folder(path if path is not None else packaged_encoder_path())
     config_file = folder / "sentence_bert_config.json"
     max_length = 256
     if config_file.exists():
         max_length = json.loads(config_file.read_text())["max_seq_length"]
     with offline_hub():
         tokenizer = AutoTokenizer.from_pretrained(folder, local_files_only=True)
-        model = AutoModel.from_pretrained(folder, local_files_only=True, dtype=runtime.dtype)
+        model = AutoModel.from_pretrained(
+            folder, local_files_only=True, use_safetensors=True, dtype=runtime.dtype
+        )
     model.to(runtime.device).eval()
     return SentenceEncoder(tokenizer, model, runtime, int(max_length), encoder_version(folder))
 

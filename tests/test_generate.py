@@ -1,5 +1,7 @@
 """Abstractive summaries: tiny random seq2seq and causal checkpoints built offline, and the asset's mode."""
 
+import re
+import shutil
 from dataclasses import replace
 from pathlib import Path
 
@@ -18,6 +20,7 @@ from transformers import (
 from assets.summaries.demo_data import BOILERPLATE, TOPICS, generate_day
 from assets.summaries.document_summaries import document_summaries
 from assets.summaries.documents import DOCUMENTS_SCHEMA, documents
+from inference.checkpoints import safetensors_folder
 from inference.decoding import static_sizing
 from inference.device import make_runtime
 from inference.generate import (
@@ -97,6 +100,21 @@ def checkpoints(tmp_path_factory: pytest.TempPathFactory) -> dict[str, Path]:
     return paths
 
 
+def _pickle_only(source: Path, target: Path) -> Path:
+    """A copy of a checkpoint whose weights are a pickled ``pytorch_model.bin`` only, as
+    ``save_pretrained(safe_serialization=False)`` wrote them before transformers 5."""
+    shutil.copytree(source, target)
+    state = T5ForConditionalGeneration.from_pretrained(source).state_dict()
+    torch.save(state, target / "pytorch_model.bin")
+    (target / "model.safetensors").unlink()
+    return target
+
+
+@pytest.fixture(scope="module")
+def pickled_checkpoint(checkpoints, tmp_path_factory: pytest.TempPathFactory) -> Path:
+    return _pickle_only(checkpoints["seq2seq"], tmp_path_factory.mktemp("pickled") / "tiny-t5")
+
+
 @pytest.mark.parametrize(
     ("kind", "cls"), [("seq2seq", T5ForConditionalGeneration), ("causal", LlamaForCausalLM)]
 )
@@ -161,6 +179,51 @@ def test_missing_checkpoint_is_reported_clearly(tmp_path: Path):
         check_checkpoint(None)
     with pytest.raises(CheckpointError, match="no config.json"):
         check_checkpoint(tmp_path / "nowhere")
+    with pytest.raises(CheckpointError, match="nowhere does not exist"):
+        check_checkpoint(tmp_path / "nowhere")
+    (tmp_path / "config.json").write_text("{}")
+    with pytest.raises(CheckpointError, match="holds no model weights"):
+        check_checkpoint(tmp_path)
+
+
+def test_pickled_only_checkpoint_is_refused_without_unpickling(pickled_checkpoint, monkeypatch):
+    def no_unpickling(*args, **kwargs):
+        raise AssertionError("a pickled checkpoint was loaded")
+
+    monkeypatch.setattr(torch, "load", no_unpickling)
+    for load in (check_checkpoint, lambda p: load_generator(p, make_runtime("cpu", "fp32"))):
+        with pytest.raises(CheckpointError) as refused:
+            load(pickled_checkpoint)
+        message = str(refused.value)
+        assert str(pickled_checkpoint) in message
+        assert "pickled weights only (pytorch_model.bin)" in message
+        assert "from transformers import AutoModelForSeq2SeqLM as M" in message
+        assert "safe_serialization=True" in message
+
+
+def test_converting_as_the_refusal_says_gives_the_same_summaries(
+    checkpoints, pickled_checkpoint, tmp_path
+):
+    folder = shutil.copytree(pickled_checkpoint, tmp_path / "tiny-t5")
+    with pytest.raises(CheckpointError) as refused:
+        check_checkpoint(folder)
+    command = re.search(r'python -c "(.+?)"', str(refused.value)).group(1)
+    exec(command, {})
+
+    assert check_checkpoint(folder) == folder
+    runtime = make_runtime("cpu", "fp32")
+    converted = generate_summaries(load_generator(folder, runtime), DOCS, **LIMITS)
+    original = generate_summaries(load_generator(checkpoints["seq2seq"], runtime), DOCS, **LIMITS)
+    assert converted.texts == original.texts and all(converted.texts)
+
+
+@pytest.mark.parametrize("weights", ["pytorch_model.bin", "model.pt", "weights.ckpt"])
+def test_other_pickled_weight_files_are_refused_and_safetensors_accepted(tmp_path, weights):
+    (tmp_path / weights).write_bytes(b"not opened")
+    with pytest.raises(CheckpointError, match=rf"pickled weights only \({re.escape(weights)}\)"):
+        safetensors_folder(tmp_path)
+    (tmp_path / "model.safetensors").write_bytes(b"")
+    assert safetensors_folder(tmp_path) == tmp_path
 
 
 def test_abstractive_mode_summarises_every_document(checkpoints, store, resources, instance):
@@ -208,4 +271,24 @@ def test_abstractive_mode_without_checkpoint_fails_and_publishes_nothing(
     )
     assert "CheckpointError" in message and "needs checkpoint_path" in message
     assert result.get_step_failure_events()[0].event_specific_data.error.cls_name == "Failure"
+    assert not store.exists(store.output_path("document_summaries", DAY))
+
+
+def test_abstractive_mode_with_pickled_checkpoint_fails_at_once_and_publishes_nothing(
+    pickled_checkpoint, store, resources, instance
+):
+    generate_day(store, DAY, scale=0.02)
+    config = {"mode": "abstractive", "checkpoint_path": str(pickled_checkpoint)}
+    result = materialize(
+        [document_summaries],
+        partition_key=DAY,
+        resources=resources,
+        instance=instance,
+        run_config={"ops": {"document_summaries": {"config": config}}},
+        raise_on_error=False,
+    )
+    assert not result.success
+    error = result.get_step_failure_events()[0].event_specific_data.error
+    assert error.cls_name == "Failure"
+    assert "pickled weights only" in error.message and "save_pretrained(" in error.message
     assert not store.exists(store.output_path("document_summaries", DAY))

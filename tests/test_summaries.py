@@ -1,5 +1,6 @@
 """Summaries domain: sentence encoder, extractive summaries, topic clustering, demo data, assets."""
 
+import shutil
 from dataclasses import replace
 from pathlib import Path
 
@@ -17,6 +18,7 @@ from assets.summaries.digest import daily_digest
 from assets.summaries.document_summaries import document_summaries
 from assets.summaries.documents import DOCUMENTS_SCHEMA, documents
 from inference.adaptive import BatchTooLargeError
+from inference.checkpoints import CheckpointError
 from inference.device import make_runtime
 from inference.text import (
     build_digest,
@@ -24,6 +26,7 @@ from inference.text import (
     encode,
     extractive_summaries,
     load_sentence_encoder,
+    packaged_encoder_path,
     select_central,
     split_sentences,
 )
@@ -126,6 +129,19 @@ def test_embeddings_back_off_on_out_of_memory_to_the_same_vectors(encoder):
     with pytest.raises(BatchTooLargeError, match="single item"):
         encode(tight, ["a text that is longer than five tokens, for sure"], 2048, 64)
     assert encoder.token_budget(2048).ooms == 0  # the fixture's own budget is untouched
+
+
+def test_encoder_folder_with_pickled_weights_only_is_refused_with_how_to_convert(tmp_path):
+    folder = tmp_path / "minilm"
+    shutil.copytree(packaged_encoder_path(), folder, ignore=shutil.ignore_patterns("*.safetensors"))
+    (folder / "pytorch_model.bin").write_bytes(b"never unpickled")
+    with pytest.raises(CheckpointError) as refused:
+        load_sentence_encoder(make_runtime("cpu", "fp32"), folder)
+    message = str(refused.value)
+    assert str(folder) in message and "pickled weights only (pytorch_model.bin)" in message
+    assert "from transformers import AutoModel as M" in message
+    with pytest.raises(CheckpointError, match="does not exist"):
+        load_sentence_encoder(make_runtime("cpu", "fp32"), tmp_path / "nowhere")
 
 
 @pytest.mark.parametrize(
