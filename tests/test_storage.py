@@ -136,3 +136,33 @@ def test_small_files_stream_in_order_in_joined_batches(
     # The 1,000 small-file rows arrive in 4 batches, not 40.
     assert [b.num_rows for b in batches[:4]] == [300, 300, 300, 100]
     assert store.count_landing("tx", "2026-03-01", SCHEMA) == 41_000
+
+
+def test_a_partition_of_small_files_is_decoded_once_per_store_until_a_file_changes(
+    store: DataStore, monkeypatch: pytest.MonkeyPatch
+) -> None:
+    path = store.landing_path("tx", "2026-03-01")
+    store.fs.create_dir(path, recursive=True)
+    for i in range(30):
+        pq.write_table(_table(20, 20 * i), f"{path}/part-{i:05d}.parquet")
+    opened: list[str] = []
+    read_files = storage.iter_parquet_files
+
+    def counting(files, *args, **kwargs):
+        opened.extend(files)
+        return read_files(files, *args, **kwargs)
+
+    monkeypatch.setattr(storage, "iter_parquet_files", counting)
+
+    def ids(columns: list[str] | None = None) -> list[str]:
+        batches = store.iter_landing("tx", "2026-03-01", SCHEMA, columns=columns, batch_size=64)
+        return [i for b in batches for i in b["id"].to_pylist()]
+
+    expected = [f"t{i}" for i in range(600)]
+    assert ids() == expected
+    assert ids(["id"]) == expected  # another pass, fewer columns: served from the first read
+    assert len(opened) == 30
+    # A file replaced (other size): every file is read afresh, and the new rows are seen.
+    pq.write_table(_table(5, 1000), f"{path}/part-00029.parquet")
+    assert ids() == expected[:580] + [f"t{i}" for i in range(1000, 1005)]
+    assert len(opened) == 60
