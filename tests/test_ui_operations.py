@@ -127,6 +127,12 @@ def _group_processes(group: int) -> list[str]:
     return alive
 
 
+def _logged(home: Path, run_id: str, text: str) -> bool:
+    """Whether the run's event log holds a message containing ``text``."""
+    with DagsterInstance.from_config(str(home)) as instance:
+        return any(text in (record.message or "") for record in instance.all_logs(run_id))
+
+
 @pytest.mark.parametrize("stop", [signal.SIGTERM, signal.SIGINT], ids=["SIGTERM", "SIGINT"])
 def test_dagster_dev_exits_within_10s_of_a_stop_signal_during_a_run(
     stop: signal.Signals, tmp_path: Path
@@ -185,6 +191,11 @@ def test_dagster_dev_exits_within_10s_of_a_stop_signal_during_a_run(
             return steps.get("fraud_model") == "IN_PROGRESS"
 
         wait_for(training, 180, "the run to start training fraud_model", every=0.3)
+        # Inside the step's own code. A signal that lands while Dagster is still starting the
+        # step can be lost: its capture_interrupts clears a captured signal when its window
+        # closes (read in dagster/_utils/interrupts.py). Seen once, on a loaded machine: the run
+        # carried on to success and the processes outlived the 10 s.
+        wait_for(lambda: _logged(home, run_id, "labelled history"), 120, "training to read")
         os.killpg(process.pid, stop)
         stopped = time.monotonic()
         while _group_processes(process.pid) and time.monotonic() - stopped < 10:
