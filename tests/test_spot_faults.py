@@ -159,8 +159,10 @@ def test_interrupted_run_resumes_and_equals_an_uninterrupted_one(
     stopped_while_scoring = "interrupted (SIGTERM received)" in log
     if kill == "SIGKILL":
         assert code == -signal.SIGKILL
-    elif code == 0:
-        # The signal landed after the run: the work was done and published whole.
+    elif code == 0 or "RUN_SUCCESS" in log:
+        # The signal landed after the run had succeeded: the work was done and published
+        # whole. (`dagster job execute` then initialises the resources once more in its own
+        # process; a SIGTERM landing there ends it with a non-zero status.)
         assert after_shards == SHARDS and "RUN_SUCCESS" in log
     elif stopped_while_scoring:
         assert not store.output_exists("fraud_scores", DAY)  # nothing partial published
