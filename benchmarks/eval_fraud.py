@@ -21,15 +21,15 @@ from __future__ import annotations
 
 import argparse
 import sys
+import warnings
 from collections.abc import Sequence
 from pathlib import Path
-
-import warnings
 
 import numpy as np
 import pandas as pd
 import torch
 
+from benchmarks.common import metric_table
 from inference.device import Runtime
 from inference.ranges import FeatureRanges
 from inference.tabular import (
@@ -120,18 +120,7 @@ def _row(dataset: str, method: str, metric: str, value: float, n: int) -> dict:
 
 def table(rows: Sequence[dict]) -> str:
     """The rows as a Markdown table, one line per dataset and method, one column per metric."""
-    metrics = list(dict.fromkeys(r["metric"] for r in rows))
-    values = {(r["dataset"], r["method"], r["metric"]): r for r in rows}
-    lines = [
-        f"| dataset | method | {' | '.join(metrics)} | n |",
-        "|---|---|" + "---|" * (len(metrics) + 1),
-    ]
-    for dataset, method in dict.fromkeys((r["dataset"], r["method"]) for r in rows):
-        found = [values.get((dataset, method, m)) for m in metrics]
-        cells = [f"{r['value']:.3f}" if r else "" for r in found]
-        n = next(r["n"] for r in found if r)
-        lines.append(f"| {dataset} | {method} | {' | '.join(cells)} | {n} |")
-    return "\n".join(lines)
+    return metric_table(list(rows), "n", 3)
 
 
 def main(argv: Sequence[str] | None = None) -> int:

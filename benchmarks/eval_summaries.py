@@ -37,6 +37,7 @@ from pathlib import Path
 import numpy as np
 import torch
 
+from benchmarks.common import metric_table
 from inference.device import make_runtime
 from inference.rank import RankerSettings, encoder_can_read
 from inference.segment import ABBREVIATIONS, LengthCap, split_sentences
@@ -326,18 +327,7 @@ def tune(
 
 def table(rows: Sequence[dict]) -> str:
     """The rows as a Markdown table, one line per dataset and method, one column per metric."""
-    metrics = list(dict.fromkeys(r["metric"] for r in rows))
-    lines = [
-        f"| dataset | method | {' | '.join(metrics)} | documents |",
-        "|---|---|" + "---|" * (len(metrics) + 1),
-    ]
-    values = {(r["dataset"], r["method"], r["metric"]): r for r in rows}
-    for dataset, method in dict.fromkeys((r["dataset"], r["method"]) for r in rows):
-        found = [values.get((dataset, method, m)) for m in metrics]
-        cells = [f"{r['value']:.2f}" if r else "" for r in found]
-        documents = next((r["documents"] for r in found if r), 0)
-        lines.append(f"| {dataset} | {method} | {' | '.join(cells)} | {documents} |")
-    return "\n".join(lines)
+    return metric_table(list(rows), "documents", 2)
 
 
 def main(argv: Sequence[str] | None = None) -> int:

@@ -247,8 +247,6 @@ class ShardedWriter:
         held = [t for t in quarantined or [] if t.num_rows]
         quarantine_file = self._write_beside(QUARANTINE_DIR, self.quarantine, name, held)
         side_rows = [t for t in side or [] if t.num_rows]
-        if side_rows and self.side is None:
-            raise ValueError("the shard has side-output rows but the writer has no side target")
         side_file = self._write_beside(SIDE_DIR, self.side, name, side_rows, self.side_schema)
         if shard == self._redo_shard:
             # A graceful stop recorded how far the shard had got; after a kill without notice

@@ -8,6 +8,8 @@ from dagster import DagsterInstance, materialize
 
 from assets.fraud.assets import fraud_model
 from assets.fraud.demo_data import generate_day
+from assets.fraud.schemas import MODEL_NAME
+from inference.modelstore import load_model
 from resources.inference import InferenceResource
 from resources.storage import DataStore, StorageResource
 
@@ -18,9 +20,6 @@ def trained_fraud_world(root: Path, trained_on: str, scale: float) -> dict:
     Returns:
         store, root, the local resources (CPU, fp32, batches of 512) and the model's manifest.
     """
-    from assets.fraud.schemas import MODEL_NAME
-    from inference.modelstore import load_model
-
     store = DataStore(str(root))
     generate_day(store, trained_on, scale=scale)
     resources = {
