@@ -42,8 +42,9 @@ MAX_FEATURE_PSI = 0.25
 # 2,000-row day one feature read 0.33 against another day of the same population; at 10,000
 # rows every feature read below 0.09): the drift check then passes and says so.
 MIN_DRIFT_ROWS = 5_000
-# Up to this share of a day's transactions may have a feature beyond the training range (each is
-# clamped and marked for review) before it warns: more means the model no longer fits the data.
+# Up to this share of a day's transactions may be marked for review (a feature beyond its
+# training range by more than a tenth of the range's width) before it warns: more means the
+# model no longer fits the data.
 MAX_REVIEW_RATE = 0.01
 
 
@@ -98,7 +99,7 @@ def score_check_results(
     psi: dict[str, float] = {}
     flagged_rates: dict[str, float] = {}
     feature_psi: dict[str, float] = {}
-    review: dict[str, dict] = {}
+    review: dict[str, int] = {}
     for report in reports:
         date = report.date
         figures = score_figures(store, report, reference, ranges)
