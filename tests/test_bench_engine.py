@@ -21,8 +21,8 @@ from inference.decoding import generate_continuous, generate_static, generate_to
 REPO = Path(__file__).resolve().parents[1]
 COLUMNS = [f"f{i}" for i in range(8)]
 
-# Streams a parquet file through the engine (Arrow batches -> rebatch -> background prefetch
-# -> MLP -> parquet writer) and prints the peak RSS above the baseline taken after warm-up.
+# Streams a parquet file through the engine (Arrow batches -> rebatch -> stacked features ->
+# MLP -> parquet writer) and prints the peak RSS above the baseline taken after warm-up.
 STREAM_SCRIPT = textwrap.dedent(
     """
     import json, sys
@@ -30,7 +30,6 @@ STREAM_SCRIPT = textwrap.dedent(
     from benchmarks.common import peak_rss_mb
     from inference.batching import rebatch
     from inference.device import make_runtime
-    from inference.metrics import BatchMetrics
     from inference.streaming import iter_parquet
     from inference.tabular import Standardizer, TabularScorer, build_mlp, stack_features
 
@@ -46,8 +45,8 @@ STREAM_SCRIPT = textwrap.dedent(
     rows = 0
     schema = pa.schema([("id", pa.int64()), ("score", pa.float32())])
     with pq.ParquetWriter(target, schema) as writer:
-        stream = scorer.score_stream(batches, lambda b: stack_features(b, columns), BatchMetrics())
-        for batch, scores in stream:
+        for batch in batches:
+            scores = scorer.score(stack_features(batch, columns))
             writer.write_batch(pa.record_batch([batch["id"], pa.array(scores)], schema=schema))
             rows += len(scores)
     print(json.dumps({"rows": rows, "growth_mb": peak_rss_mb() - baseline,

@@ -15,7 +15,6 @@ import torch
 from assets.fraud.features import FEATURES, PartitionProfile, ProfileBuilder, check_feature_names
 from assets.fraud.schemas import TRANSACTIONS_SCHEMA
 from inference.device import make_runtime
-from inference.metrics import BatchMetrics
 from inference.modelstore import load_model, save_model
 from inference.tabular import (
     Standardizer,
@@ -121,17 +120,6 @@ def test_save_load_round_trip_scores_identically(store, creditcard, creditcard_m
     before = TabularScorer.from_trained(trained, CPU).score(x[held])
     assert np.array_equal(loaded.score(x[held]), before)
     assert loaded.threshold == trained.threshold
-
-
-def test_score_stream_scores_every_batch(creditcard, creditcard_model):
-    x, _, _ = creditcard
-    scorer = TabularScorer.from_trained(creditcard_model[0], CPU)
-    metrics = BatchMetrics()
-    chunks = [x[i : i + 100] for i in range(0, len(x), 100)]
-    streamed = list(scorer.score_stream(chunks, lambda chunk: chunk, metrics))
-    # Batch shape changes GEMM blocking, so equal only to float rounding.
-    np.testing.assert_allclose(np.concatenate([s for _, s in streamed]), scorer.score(x), atol=1e-6)
-    assert (metrics.rows_in, metrics.batches) == (len(x), len(chunks))
 
 
 def test_standardizer_leaves_constant_columns_finite():
