@@ -26,7 +26,7 @@ import torch
 
 from inference.adaptive import BatchSizes
 from inference.device import to_device
-from inference.recommend import SparseRows, Vocabulary
+from inference.sparse import SparseRows, Vocabulary
 from inference.topk import DEFAULT_BLOCK_ELEMENTS
 
 # Steck's value for MovieLens-sized data; benchmarks/eval_recommendations measures it.

@@ -1,6 +1,6 @@
 """Exact top-K over a large catalogue on the CPU, in cache-sized tiles.
 
-``inference.recommend.iter_top_k`` uses this for fp32 factors on the CPU when the catalogue
+``inference.topk_blocks.iter_top_k`` uses this for fp32 factors on the CPU when the catalogue
 is large; GPUs and small catalogues rank whole rows with ``torch.topk``.
 """
 

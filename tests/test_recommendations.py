@@ -91,7 +91,7 @@ def test_top_k_excludes_seen_items_exactly(block_size: int) -> None:
 
 def test_top_k_blocks_back_off_on_out_of_memory_and_keep_the_size(monkeypatch) -> None:
     """A block of users too big for the device is scored again as halves, to the same result."""
-    from inference import recommend as engine
+    from inference import topk_blocks as engine
 
     rng = np.random.default_rng(3)
     users = torch.from_numpy(rng.normal(size=(50, 4)).astype(np.float32))
