@@ -1,4 +1,5 @@
-"""Quality gates every domain shares: landing contract checks and row conservation figures.
+"""Quality gates every domain shares: the landing day and row count a screening starts from,
+suites run over a range's partitions, landing contract checks and row conservation figures.
 
 A domain screens its landing partitions (``assets/<domain>/quality.py``) and hands the screens
 here; the suites (``assets/<domain>/suites/*.json``) decide what passes.
@@ -6,10 +7,12 @@ here; the suites (``assets/<domain>/suites/*.json``) decide what passes.
 
 from __future__ import annotations
 
-from collections.abc import Mapping, Sequence
+from collections.abc import Collection, Mapping, Sequence
+from dataclasses import dataclass
 from datetime import UTC, datetime, timedelta
 from typing import Any, Protocol
 
+import pandas as pd
 import pyarrow as pa
 from dagster import AssetCheckResult
 
@@ -24,7 +27,7 @@ from resources.quality import (
     published_rows,
     validate,
 )
-from resources.storage import DataStore
+from resources.storage import DataStore, LandingDataError
 
 # Landing deadlines are judged for partitions whose day ended at most this long ago.
 FRESHNESS_HORIZON = timedelta(days=7)
@@ -40,69 +43,137 @@ class Screen(Protocol):
     sample: pa.Table
 
 
-def landing_check_results(
-    suites: Mapping[str, CheckSuite],
-    store: DataStore,
-    dataset: str,
-    screens: Mapping[str, Screen],
-    reasons_by_check: Mapping[str, Sequence[str]],
-    *,
-    max_quarantine_rate: float,
-    deadline_hours: float,
-    sample_rows: int,
-    seed: int,
-) -> list[AssetCheckResult]:
-    """A landing dataset's suites over each day's screening figures and row sample.
+def day_bounds(date: str, kind: pa.DataType) -> tuple[pa.Scalar, pa.Scalar]:
+    """The partition's day, [midnight, next midnight) UTC, as scalars of a timestamp type."""
+    start = datetime.fromisoformat(date).replace(tzinfo=UTC)
+    return pa.scalar(start, kind), pa.scalar(start + timedelta(days=1), kind)
 
-    A failing contract check is WARN while the rows it concerns stay within the quarantine
-    limit (scoring sets them aside) and ERROR above it, which blocks scoring before inference;
-    its description says which, with the rate and the reasons.
+
+def landed_rows(
+    store: DataStore, dataset: str, date: str, schema: pa.Schema, noun: str = "rows"
+) -> int:
+    """A landing partition's rows, from its files' footers.
+
+    Raises:
+        LandingDataError: the partition is missing, unreadable or malformed, or holds no rows
+            (the message names the folder, and says no ``noun``).
     """
-    evidence: dict[str, list[Evidence]] = {name: [] for name in suites}
-    judged = []
-    for date, screen in screens.items():
-        late = landed_hours_after_day_end(store, dataset, date)
-        figures = {**screen.figures, "hours_after_day_end": late}
-        recent = _recent(date)
-        if recent:
-            judged.append(date)
-        found = validate(
-            list(suites.values()),
-            date,
-            figures,
-            screen.sample.to_pandas(),
-            {"deadline_hours": deadline_hours if recent else NOT_JUDGED},
+    rows = store.count_landing(dataset, date, schema)
+    if rows == 0:
+        where = store.uri(store.landing_path(dataset, date))
+        raise LandingDataError(
+            f"landing partition empty: dataset '{dataset}', date {date}: no {noun} under {where}"
         )
+    return rows
+
+
+class SuiteRun:
+    """A domain's suites over the partitions of one run: one validation a partition, one check
+    result a suite."""
+
+    def __init__(self, suites: Mapping[str, CheckSuite]) -> None:
+        self.suites = suites
+        self.evidence: dict[str, list[Evidence]] = {name: [] for name in suites}
+
+    def add(
+        self,
+        date: str,
+        figures: dict[str, Any],
+        sample: pd.DataFrame,
+        parameters: dict[str, Any],
+    ) -> None:
+        """Validates one partition's exact figures and row sample against every suite."""
+        found = validate(list(self.suites.values()), date, figures, sample, parameters)
         for name, e in found.items():
-            evidence[name].append(e)
-    worst = max((s.plan.rate for s in screens.values()), default=0.0)
-    shared = {
-        "rows": sum(s.plan.rows for s in screens.values()),
-        "rows_to_quarantine": sum(s.plan.count for s in screens.values()),
-        "worst_quarantine_rate": round(worst, 6),
-        "max_quarantine_rate": max_quarantine_rate,
-        "sample_rows": sample_rows,
-        "sample_seed": seed,
-        "deadline_hours": deadline_hours,
-        "freshness_judged_partitions": len(judged),
-    }
-    results = []
-    for name, suite in suites.items():
-        failed = any(not e.passed for e in evidence[name])
-        counts = {
-            r: sum(int(s.figures.get(r, 0)) for s in screens.values())
-            for r in reasons_by_check.get(name, ())
+            self.evidence[name].append(e)
+
+    def failed(self, name: str) -> bool:
+        return any(not e.passed for e in self.evidence[name])
+
+    def results(
+        self,
+        metadata: dict[str, Any],
+        extra: Mapping[str, dict[str, Any]] | None = None,
+        warn: Collection[str] = (),
+    ) -> list[AssetCheckResult]:
+        """One result a suite, with the run's shared metadata and the suite's own ``extra``;
+        the suites named in ``warn`` fail as WARN, whatever their severity."""
+        return [
+            check_result(
+                suite,
+                self.evidence[name],
+                {**metadata, **(extra or {}).get(name, {})},
+                "WARN" if name in warn else None,
+            )
+            for name, suite in self.suites.items()
+        ]
+
+
+@dataclass(frozen=True)
+class LandingGate:
+    """A landing dataset's contract: its suites, and which quarantine reasons each check
+    counts (shown in its metadata, and in its description when it fails)."""
+
+    dataset: str
+    suites: Mapping[str, CheckSuite]
+    reasons_by_check: Mapping[str, Sequence[str]]
+
+    def check_results(
+        self,
+        store: DataStore,
+        screens: Mapping[str, Screen],
+        *,
+        max_quarantine_rate: float,
+        deadline_hours: float,
+        sample_rows: int,
+        seed: int,
+    ) -> list[AssetCheckResult]:
+        """The dataset's suites over each day's screening figures and row sample.
+
+        A failing contract check is WARN while the rows it concerns stay within the quarantine
+        limit (scoring sets them aside) and ERROR above it, which blocks scoring before
+        inference; its description says which, with the rate and the reasons.
+        """
+        run = SuiteRun(self.suites)
+        judged = []
+        for date, screen in screens.items():
+            late = landed_hours_after_day_end(store, self.dataset, date)
+            figures = {**screen.figures, "hours_after_day_end": late}
+            recent = _recent(date)
+            if recent:
+                judged.append(date)
+            deadline = deadline_hours if recent else NOT_JUDGED
+            run.add(date, figures, screen.sample.to_pandas(), {"deadline_hours": deadline})
+        worst = max((s.plan.rate for s in screens.values()), default=0.0)
+        shared = {
+            "rows": sum(s.plan.rows for s in screens.values()),
+            "rows_to_quarantine": sum(s.plan.count for s in screens.values()),
+            "worst_quarantine_rate": round(worst, 6),
+            "max_quarantine_rate": max_quarantine_rate,
+            "sample_rows": sample_rows,
+            "sample_seed": seed,
+            "deadline_hours": deadline_hours,
+            "freshness_judged_partitions": len(judged),
         }
-        within = worst <= max_quarantine_rate
-        # Rows the contract rejects are quarantined while they stay within the limit.
-        severity = "WARN" if suite.blocking and failed and within else None
-        why = (
-            _verdict(counts, shared, max_quarantine_rate)
-            if failed and any(counts.values())
-            else None
-        )
-        results.append(check_result(suite, evidence[name], {**shared, **counts}, severity, why))
-    return results
+        results = []
+        for name, suite in self.suites.items():
+            failed = run.failed(name)
+            counts = {
+                r: sum(int(s.figures.get(r, 0)) for s in screens.values())
+                for r in self.reasons_by_check.get(name, ())
+            }
+            within = worst <= max_quarantine_rate
+            # Rows the contract rejects are quarantined while they stay within the limit.
+            severity = "WARN" if suite.blocking and failed and within else None
+            why = (
+                _verdict(counts, shared, max_quarantine_rate)
+                if failed and any(counts.values())
+                else None
+            )
+            results.append(
+                check_result(suite, run.evidence[name], {**shared, **counts}, severity, why)
+            )
+        return results
 
 
 def _recent(date: str) -> bool:

@@ -11,7 +11,7 @@ from __future__ import annotations
 
 import json
 from dataclasses import dataclass
-from datetime import UTC, datetime, timedelta
+from datetime import datetime, timedelta
 from typing import Any
 
 import numpy as np
@@ -25,6 +25,7 @@ from assets.fraud.features import (
     ProfileBuilder,
 )
 from assets.fraud.schemas import AMOUNT_CEILING, SCORES, TRANSACTIONS, TRANSACTIONS_SCHEMA
+from assets.gates import day_bounds
 from inference.batching import prefetch
 from inference.invariants import StreamStats
 from inference.quarantine import (
@@ -63,13 +64,6 @@ QUARANTINED_REASONS = {
         r for r in REASONS if r not in ("null_transaction_id", "duplicate_transaction_id")
     ),
 }
-
-
-def day_bounds(date: str) -> tuple[pa.Scalar, pa.Scalar]:
-    """The partition's day, [midnight, next midnight) UTC, as timestamp scalars."""
-    start = datetime.fromisoformat(date).replace(tzinfo=UTC)
-    kind = TRANSACTIONS_SCHEMA.field("ts").type
-    return pa.scalar(start, kind), pa.scalar(start + timedelta(days=1), kind)
 
 
 @dataclass
@@ -120,7 +114,7 @@ def screen_transactions(
     Raises:
         LandingDataError: the partition is missing, unreadable, malformed or empty.
     """
-    start, end = day_bounds(date)
+    start, end = day_bounds(date, TRANSACTIONS_SCHEMA.field("ts").type)
     rows = store.count_landing(TRANSACTIONS, date, TRANSACTIONS_SCHEMA)
     if rows == 0:
         files = store.landing_files(TRANSACTIONS, date)

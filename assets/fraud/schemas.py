@@ -45,21 +45,16 @@ SCORES_SCHEMA = pa.schema(
     ]
 )
 
+# An alert is a flagged transaction's landing details with its score, review flag and model.
 ALERTS_SCHEMA = pa.schema(
     [
-        ("transaction_id", pa.string()),
-        ("score", pa.float32()),
-        ("account_id", pa.string()),
-        ("merchant_id", pa.string()),
-        ("amount", pa.float64()),
-        ("currency", pa.string()),
-        ("ts", pa.timestamp("us", tz="UTC")),
-        ("channel", pa.string()),
-        ("country", pa.string()),
-        ("needs_review", pa.bool_()),
-        ("model_version", pa.string()),
+        SCORES_SCHEMA.field("transaction_id"),
+        SCORES_SCHEMA.field("score"),
+        *(f for f in TRANSACTIONS_SCHEMA if f.name != "transaction_id"),
+        SCORES_SCHEMA.field("needs_review"),
+        SCORES_SCHEMA.field("model_version"),
     ]
 )
 
-# An alert is a flagged transaction's details with its score: the side output has its columns.
+# fraud_alerts publishes the side output as it is: it has the alerts' columns.
 FLAGGED_SCHEMA = ALERTS_SCHEMA

@@ -24,7 +24,7 @@ def recommendation_lists_are_ranked(
     """Each user's ranks run 1..n without gaps, scores never rise with rank, no item twice."""
     store = storage.store()
     bad: dict[str, int] = {}
-    for date in _dates(context, store, published=True):
+    for date in _dates(context, store):
         out = store.read_output(USER_RECOMMENDATIONS, date)
         users, ranks = out["user_id"].to_numpy(), out["rank"].to_numpy().astype(np.int64)
         order = np.lexsort((ranks, users))
@@ -49,7 +49,7 @@ def every_audience_user_has_recommendations(
     store = storage.store()
     mismatched: dict[str, int] = {}
     unrecorded: list[str] = []
-    for date in _dates(context, store, published=True):
+    for date in _dates(context, store):
         audience = recorded_audience(store, date)
         listed = store.read_output(USER_RECOMMENDATIONS, date)["user_id"].to_numpy()
         held = quarantine_asset(USER_RECOMMENDATIONS)
@@ -78,7 +78,7 @@ def no_seen_items_recommended(
     store = storage.store()
     landed = store.landing_dates(INTERACTIONS)
     hits: dict[str, int] = {}
-    for date in _dates(context, store, published=True):
+    for date in _dates(context, store):
         out = store.read_output(USER_RECOMMENDATIONS, date)
         recommended = (out["user_id"].to_numpy(), out["item_id"].to_numpy())
         users = np.unique(recommended[0])
@@ -88,16 +88,14 @@ def no_seen_items_recommended(
     return _result("seen_items_recommended", hits)
 
 
-def _dates(context: AssetCheckExecutionContext, store: DataStore, published: bool) -> list[str]:
-    """The run's partitions; when a check runs on its own, the latest day there is to check."""
+def _dates(context: AssetCheckExecutionContext, store: DataStore) -> list[str]:
+    """The run's partitions; when a check runs on its own, the latest published day."""
     try:
         return list(context.partition_keys)
     except DagsterInvariantViolationError:
         pass  # a run of the checks alone (e.g. from the UI) is not partitioned
     landed = store.landing_dates(INTERACTIONS)
-    if published:
-        landed = [d for d in landed if store.output_exists(USER_RECOMMENDATIONS, d)]
-    return landed[-1:]
+    return [d for d in landed if store.output_exists(USER_RECOMMENDATIONS, d)][-1:]
 
 
 def _pair_keys(*pairs: tuple[np.ndarray, np.ndarray]) -> list[np.ndarray]:

@@ -10,45 +10,23 @@ from pathlib import Path
 from dagster import AssetCheckResult
 
 from assets.common import PartitionReport
-from assets.gates import conservation_figures, landing_check_results
+from assets.gates import LandingGate, SuiteRun, conservation_figures
 from assets.recommendations.history import QUARANTINE_REASONS
-from assets.recommendations.quality import InteractionScreen
 from assets.recommendations.schemas import INTERACTIONS, USER_RECOMMENDATIONS
-from resources.quality import Evidence, check_result, load_suites, sample_output, validate
+from resources.quality import load_suites, sample_output
 from resources.storage import DataStore
 
 SUITES = Path(__file__).parent / "suites"
 INTERACTION_SUITES = load_suites(SUITES / "interactions.json")
 RECOMMENDATION_SUITES = load_suites(SUITES / "user_recommendations.json")
+# The `interactions` suites over each day's figures and a sample of its rows:
+# `interaction_events_are_valid` is WARN while the rows it rejects stay within the quarantine
+# limit (they are quarantined, not used) and ERROR above it, naming the rate and the reasons;
+# late or early events only ever warn (they still count as history).
+interactions_check_results = LandingGate(
+    INTERACTIONS, INTERACTION_SUITES, {"interaction_events_are_valid": QUARANTINE_REASONS}
+).check_results
 LIST_COUNTS = ("users_with_wrong_count", "users_short_of_k", "users_not_asked", "item_id_null")
-
-
-def interactions_check_results(
-    store: DataStore,
-    screens: dict[str, InteractionScreen],
-    *,
-    max_quarantine_rate: float,
-    deadline_hours: float,
-    sample_rows: int,
-    seed: int,
-) -> list[AssetCheckResult]:
-    """The `interactions` suites over each day's figures and a sample of its rows.
-
-    ``interaction_events_are_valid`` is WARN while the rows it rejects stay within the
-    quarantine limit (they are quarantined, not used) and ERROR above it, naming the rate and
-    the reasons; late or early events only ever warn (they still count as history).
-    """
-    return landing_check_results(
-        INTERACTION_SUITES,
-        store,
-        INTERACTIONS,
-        screens,
-        {"interaction_events_are_valid": QUARANTINE_REASONS},
-        max_quarantine_rate=max_quarantine_rate,
-        deadline_hours=deadline_hours,
-        sample_rows=sample_rows,
-        seed=seed,
-    )
 
 
 def recommendation_check_results(
@@ -64,7 +42,7 @@ def recommendation_check_results(
     seed: int,
 ) -> list[AssetCheckResult]:
     """The `user_recommendations` suites over each day's exact statistics and sample."""
-    evidence: dict[str, list[Evidence]] = {name: [] for name in RECOMMENDATION_SUITES}
+    run = SuiteRun(RECOMMENDATION_SUITES)
     for report in reports:
         shards = report.shards
         assert shards is not None, "user_recommendations is always written by the sharded engine"
@@ -80,25 +58,16 @@ def recommendation_check_results(
             "rank_max": stats.maxima.get("rank", 1),
         }
         sample = sample_output(store, USER_RECOMMENDATIONS, report.date, sample_rows, seed)
-        found = validate(
-            list(RECOMMENDATION_SUITES.values()),
-            report.date,
-            figures,
-            sample,
-            {
-                "k": k,
-                "model_versions": [version],
-                "max_unknown_item_share": max_unknown_item_share,
-            },
-        )
-        for name, e in found.items():
-            evidence[name].append(e)
+        parameters = {
+            "k": k,
+            "model_versions": [version],
+            "max_unknown_item_share": max_unknown_item_share,
+        }
+        run.add(report.date, figures, sample, parameters)
     shared = {
         "sample_rows": sample_rows,
         "sample_seed": seed,
         "k": k,
         "max_unknown_item_share": max_unknown_item_share,
     }
-    return [
-        check_result(suite, evidence[name], shared) for name, suite in RECOMMENDATION_SUITES.items()
-    ]
+    return run.results(shared)

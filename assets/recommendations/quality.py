@@ -15,18 +15,18 @@ vanishing from the output.
 from __future__ import annotations
 
 from dataclasses import dataclass
-from datetime import UTC, datetime, timedelta
 from typing import Any
 
 import numpy as np
 import pyarrow as pa
 import pyarrow.compute as pc
 
+from assets.gates import day_bounds, landed_rows
 from assets.recommendations.history import QUARANTINE_REASONS, unusable_rules
 from assets.recommendations.schemas import INTERACTIONS, INTERACTIONS_SCHEMA
 from inference.invariants import StreamStats
 from inference.quarantine import REASON, ROW_NUMBER, QuarantinePlan, Screener, outside
-from resources.quality import sample_positions
+from resources.quality import PositionCursor, sample_positions
 from resources.storage import DataStore, LandingDataError
 
 INTERACTIONS_QUARANTINE = f"{INTERACTIONS}_quarantine"
@@ -64,16 +64,9 @@ def screen_interactions(
         LandingDataError: the partition is missing, unreadable, malformed or empty, or a row
             has no user or item id (naming the file and the column).
     """
-    start = datetime.fromisoformat(date).replace(tzinfo=UTC)
-    kind = INTERACTIONS_SCHEMA.field("ts").type
-    day = pa.scalar(start, kind), pa.scalar(start + timedelta(days=1), kind)
-    rows = store.count_landing(INTERACTIONS, date, INTERACTIONS_SCHEMA)
-    if rows == 0:
-        where = store.uri(store.landing_path(INTERACTIONS, date))
-        raise LandingDataError(
-            f"landing partition empty: dataset '{INTERACTIONS}', date {date}: no rows under {where}"
-        )
-    wanted = sample_positions(rows, sample_rows, seed)
+    day = day_bounds(date, INTERACTIONS_SCHEMA.field("ts").type)
+    rows = landed_rows(store, INTERACTIONS, date, INTERACTIONS_SCHEMA)
+    sampler = PositionCursor(sample_positions(rows, sample_rows, seed))
     keep_at_most = int(max_rate * rows)
     screener, sampled, held = Screener(), [], []
     outside_day = used = 0
@@ -95,7 +88,7 @@ def screen_interactions(
             held.append(_quarantined_rows(batch, flagged, rules, offset))
             if sum(t.num_rows for t in held) > keep_at_most:
                 held = None
-        local = wanted[(wanted >= offset) & (wanted < offset + batch.num_rows)] - offset
+        local = sampler.advance(batch.num_rows)
         if len(local):
             sampled.append(batch.take(pa.array(local)))
     plan = screener.plan()

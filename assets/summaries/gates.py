@@ -6,23 +6,24 @@ failing ERROR check stops the digest (or anything else downstream) in the same r
 
 from __future__ import annotations
 
-from pathlib import Path
-
 from dataclasses import asdict
+from pathlib import Path
 
 from dagster import AssetCheckResult, MetadataValue
 
 from assets.common import PartitionReport
-from assets.gates import conservation_figures, landing_check_results
-from assets.summaries.quality import QUARANTINED_REASONS, DocumentScreen
+from assets.gates import LandingGate, SuiteRun, conservation_figures
+from assets.summaries.quality import QUARANTINED_REASONS
 from assets.summaries.schemas import DATASET, DOCUMENTS_SCHEMA, SUMMARIES
 from inference.segment import LengthCap
-from resources.quality import Evidence, check_result, load_suites, sample_output, validate
+from resources.quality import load_suites, sample_output
 from resources.storage import DataStore
 
 SUITES = Path(__file__).parent / "suites"
 DOCUMENT_SUITES = load_suites(SUITES / "documents.json")
 SUMMARY_SUITES = load_suites(SUITES / "document_summaries.json")
+# The `documents` suites over each day's screening figures and a sample of documents.
+documents_check_results = LandingGate(DATASET, DOCUMENT_SUITES, QUARANTINED_REASONS).check_results
 # Counted per summary while streaming; the suite reads them by these names.
 SUMMARY_COUNTS = (
     "summary_blank",
@@ -33,29 +34,6 @@ SUMMARY_COUNTS = (
     "ids_not_passed_through",
     "doc_id_null",
 )
-
-
-def documents_check_results(
-    store: DataStore,
-    screens: dict[str, DocumentScreen],
-    *,
-    max_quarantine_rate: float,
-    deadline_hours: float,
-    sample_rows: int,
-    seed: int,
-) -> list[AssetCheckResult]:
-    """The `documents` suites over each day's screening figures and a sample of documents."""
-    return landing_check_results(
-        DOCUMENT_SUITES,
-        store,
-        DATASET,
-        screens,
-        QUARANTINED_REASONS,
-        max_quarantine_rate=max_quarantine_rate,
-        deadline_hours=deadline_hours,
-        sample_rows=sample_rows,
-        seed=seed,
-    )
 
 
 def summary_check_results(
@@ -73,7 +51,7 @@ def summary_check_results(
     Abstractive summaries may paraphrase, so "drawn from the document" is a lexical grounding
     test there and only warns.
     """
-    evidence: dict[str, list[Evidence]] = {name: [] for name in SUMMARY_SUITES}
+    run = SuiteRun(SUMMARY_SUITES)
     for report in reports:
         shards = report.shards
         assert shards is not None, "document_summaries is always written by the sharded engine"
@@ -84,29 +62,12 @@ def summary_check_results(
             "summary_sentences_max": int(shards.stats.maxima.get("summary_sentences", 0)),
         }
         sample = sample_output(store, SUMMARIES, report.date, sample_rows, seed)
-        found = validate(
-            list(SUMMARY_SUITES.values()),
-            report.date,
-            figures,
-            sample,
-            {"model_versions": [version], "max_summary_sentences": cap.max_sentences},
-        )
-        for name, e in found.items():
-            evidence[name].append(e)
+        parameters = {"model_versions": [version], "max_summary_sentences": cap.max_sentences}
+        run.add(report.date, figures, sample, parameters)
     shared = {
         "sample_rows": sample_rows,
         "sample_seed": seed,
         "extractive": extractive,
         "length_cap": MetadataValue.json(asdict(cap)),
     }
-    return [
-        check_result(
-            suite,
-            evidence[name],
-            shared,
-            severity="WARN"
-            if name == "summaries_drawn_from_documents" and not extractive
-            else None,
-        )
-        for name, suite in SUMMARY_SUITES.items()
-    ]
+    return run.results(shared, warn=() if extractive else ("summaries_drawn_from_documents",))

@@ -13,15 +13,16 @@ from __future__ import annotations
 
 import re
 from dataclasses import dataclass
-from datetime import UTC, datetime, timedelta
 from typing import Any
 
 import numpy as np
 import pyarrow as pa
 import pyarrow.compute as pc
 
+from assets.gates import day_bounds, landed_rows
 from assets.summaries.schemas import DATASET, DOCUMENTS_SCHEMA
 from inference.invariants import StreamStats
+from inference.normalise import normalise_text
 from inference.quarantine import (
     QuarantinePlan,
     Screener,
@@ -31,10 +32,9 @@ from inference.quarantine import (
     longer_than,
     outside,
 )
-from inference.normalise import normalise_text
 from inference.segment import LengthCap, measure, split_sentences, within_cap
-from resources.quality import sample_positions
-from resources.storage import DataStore, LandingDataError
+from resources.quality import PositionCursor, sample_positions
+from resources.storage import DataStore
 
 # About 30,000 words: longer texts are dumps, logs or concatenated feeds rather than articles,
 # and embedding their thousands of sentences would take minutes of a nightly run each.
@@ -74,19 +74,11 @@ def screen_documents(store: DataStore, date: str, sample_rows: int = 0, seed: in
     Raises:
         LandingDataError: the partition is missing, unreadable, malformed or empty.
     """
-    start = datetime.fromisoformat(date).replace(tzinfo=UTC)
-    kind = DOCUMENTS_SCHEMA.field("published_at").type
-    day = pa.scalar(start, kind), pa.scalar(start + timedelta(days=1), kind)
-    rows = store.count_landing(DATASET, date, DOCUMENTS_SCHEMA)
-    if rows == 0:
-        where = store.uri(store.landing_path(DATASET, date))
-        raise LandingDataError(
-            f"landing partition empty: dataset '{DATASET}', date {date}: no documents under {where}"
-        )
-    wanted = sample_positions(rows, sample_rows, seed)
+    day = day_bounds(date, DOCUMENTS_SCHEMA.field("published_at").type)
+    rows = landed_rows(store, DATASET, date, DOCUMENTS_SCHEMA, noun="documents")
+    sampler = PositionCursor(sample_positions(rows, sample_rows, seed))
     screener, sampled = Screener(), []
     for batch in store.iter_landing(DATASET, date, DOCUMENTS_SCHEMA, SCREEN_COLUMNS):
-        offset = screener.rows
         title, body = batch["title"], batch["body"]
         broken = invalid_utf8(title) | invalid_utf8(body)
         screener.add(
@@ -101,7 +93,7 @@ def screen_documents(store: DataStore, date: str, sample_rows: int = 0, seed: in
             },
         )
         screener.keys(batch["doc_id"], "duplicate_doc_id")
-        local = wanted[(wanted >= offset) & (wanted < offset + batch.num_rows)] - offset
+        local = sampler.advance(batch.num_rows)
         if len(local):
             sampled.append(batch.select(["doc_id", "published_at", "title"]).take(pa.array(local)))
     plan = screener.plan()
