@@ -8,7 +8,7 @@ import pyarrow as pa
 import pyarrow.parquet as pq
 import pytest
 
-from resources import storage
+from resources import datastore, landing_cache
 from resources.storage import DataStore, LandingDataError
 
 SCHEMA = pa.schema(
@@ -122,8 +122,8 @@ def test_names_starting_with_underscore_or_dot_are_not_data(any_store: DataStore
 def test_small_files_stream_in_order_in_joined_batches(
     store: DataStore, footers_kept: int, monkeypatch: pytest.MonkeyPatch
 ) -> None:
-    monkeypatch.setattr(storage, "FOOTERS_KEPT", footers_kept)
-    monkeypatch.setattr(storage, "FOOTER_CHUNK", 7)
+    monkeypatch.setattr(landing_cache, "FOOTERS_KEPT", footers_kept)
+    monkeypatch.setattr(landing_cache, "FOOTER_CHUNK", 7)
     path = store.landing_path("tx", "2026-03-01")
     store.fs.create_dir(path, recursive=True)
     for i in range(40):  # 40 files of 25 rows, then one large file
@@ -146,13 +146,13 @@ def test_a_partition_of_small_files_is_decoded_once_per_store_until_a_file_chang
     for i in range(30):
         pq.write_table(_table(20, 20 * i), f"{path}/part-{i:05d}.parquet")
     opened: list[str] = []
-    read_files = storage.iter_parquet_files
+    read_files = datastore.iter_parquet_files
 
     def counting(files, *args, **kwargs):
         opened.extend(files)
         return read_files(files, *args, **kwargs)
 
-    monkeypatch.setattr(storage, "iter_parquet_files", counting)
+    monkeypatch.setattr(datastore, "iter_parquet_files", counting)
 
     def ids(columns: list[str] | None = None) -> list[str]:
         batches = store.iter_landing("tx", "2026-03-01", SCHEMA, columns=columns, batch_size=64)
