@@ -41,29 +41,16 @@ from inference.output_partition import (
     MANIFEST,
     PROGRESS,
     QUARANTINE_DIR,
-    QUARANTINED_PREFIX,
     SIDE_DIR,
     PartitionTarget,
     ShardReport,
-    fingerprint,
     input_fingerprint,
 )
 from inference.partition_commit import commit_beside, commit_by_manifest, swap_in
-from inference.partition_io import PartitionIO, dictionary_columns
+from inference.partition_io import PartitionIO
 
-__all__ = [
-    "MANIFEST",
-    "PROGRESS",
-    "QUARANTINE_DIR",
-    "QUARANTINED_PREFIX",
-    "SIDE_DIR",
-    "PartitionTarget",
-    "ShardReport",
-    "ShardedWriter",
-    "dictionary_columns",
-    "fingerprint",
-    "input_fingerprint",
-]
+# input_fingerprint lived here; assets/fraud/quality.py still imports it from this module.
+__all__ = ["ShardedWriter", "input_fingerprint"]
 
 
 @dataclass

@@ -25,18 +25,18 @@ import pyarrow as pa
 from inference.batching import Prefetcher, rebatch
 from inference.invariants import StreamStats
 from inference.metrics import BatchMetrics
-from inference.quarantine import REASON, QuarantinePlan, RowConservationError
-from inference.shard_writer import (
+from inference.output_partition import (
     MANIFEST,
     PROGRESS,
     QUARANTINE_DIR,
     QUARANTINED_PREFIX,
     PartitionTarget,
-    ShardedWriter,
     ShardReport,
     fingerprint,
     input_fingerprint,
 )
+from inference.quarantine import REASON, QuarantinePlan, RowConservationError
+from inference.shard_writer import ShardedWriter
 
 __all__ = [
     "MANIFEST",
