@@ -21,6 +21,7 @@ from __future__ import annotations
 import time
 from collections.abc import Callable, Iterable, Iterator
 from contextlib import contextmanager
+from dataclasses import dataclass, field
 from typing import Any
 
 import pyarrow as pa
@@ -53,6 +54,7 @@ from policy.tags import (
     SOFT_INTERRUPTIONS_TAG,
 )
 from resources.inference import InferenceResource
+from resources.quality import StreamedSample
 from resources.storage import DataStore, Published
 
 # Input rows per shard unless the asset or the resource says otherwise.
@@ -115,6 +117,52 @@ def run_lineage(context: AssetExecutionContext) -> str:
     return context.run.root_run_id or context.run_id
 
 
+@dataclass
+class Work:
+    """One partition's scoring, as a domain describes it to the spot-safe engine.
+
+    Args:
+        schema: the output schema.
+        batches: the input stream, in a deterministic order.
+        transform: the model step ``(batch, prepared) -> output rows``.
+        inputs: the input files; their identity is part of the checkpoint's fingerprint.
+        depends_on: whatever else decides the output (model version, settings); a change
+            discards old progress instead of mixing outputs.
+        prepare: CPU-side preparation, run ahead in a background thread.
+        batch_size: rows per model call (default: the resource's ``max_batch_size``).
+        shard_rows: rows per shard for this run (e.g. from the asset's config); ignored when
+            the resource turns checkpointing off.
+        default_shard_rows: rows per shard when neither ``shard_rows`` nor the resource sets
+            it: cheap rows (a tabular score) want bigger shards than expensive ones.
+        metrics: where timings go.
+        quarantine: rows to set aside, published to ``outputs/<asset>_quarantine/``.
+        observe: adds each output batch to the partition's exact statistics.
+        count_out: input rows an output batch answers for (default: its row count).
+        side: ``(asset, schema, pick)``: a side output published to ``outputs/<asset>/`` in
+            the same commit, ``pick(rows scored, their output)`` choosing its rows.
+        observe_prepared: adds each model call's prepared input (what ``prepare`` returned)
+            to the shard's exact statistics.
+        sample: the output checks' row sample, taken as the rows stream (else read back).
+    """
+
+    schema: pa.Schema
+    batches: Iterable[pa.RecordBatch]
+    transform: Callable[[pa.RecordBatch, Any], pa.Table | pa.RecordBatch]
+    inputs: list[str]
+    depends_on: Any
+    prepare: Callable[[pa.RecordBatch], Any] | None = None
+    batch_size: int | None = None
+    shard_rows: int | None = None
+    default_shard_rows: int = DEFAULT_SHARD_ROWS
+    metrics: BatchMetrics = field(default_factory=BatchMetrics)
+    quarantine: QuarantinePlan | None = None
+    observe: Observe | None = None
+    count_out: CountOut | None = None
+    side: tuple[str, pa.Schema, Side] | None = None
+    observe_prepared: ObservePrepared | None = None
+    sample: StreamedSample | None = None
+
+
 class SpotSafeRun:
     """Scores the partitions of one step in checkpointed shards, stopping on interruptions."""
 
@@ -148,62 +196,17 @@ class SpotSafeRun:
         notice = self.watcher.check()
         return notice.reason if notice else None
 
-    def partition(
-        self,
-        asset: str,
-        date: str,
-        schema: pa.Schema,
-        batches: Iterable[pa.RecordBatch],
-        transform: Callable[[pa.RecordBatch, Any], pa.Table | pa.RecordBatch],
-        *,
-        inputs: list[str],
-        depends_on: Any,
-        prepare: Callable[[pa.RecordBatch], Any] | None = None,
-        batch_size: int | None = None,
-        shard_rows: int | None = None,
-        default_shard_rows: int = DEFAULT_SHARD_ROWS,
-        metrics: BatchMetrics | None = None,
-        quarantine: QuarantinePlan | None = None,
-        observe: Observe | None = None,
-        count_out: CountOut | None = None,
-        side: tuple[str, pa.Schema, Side] | None = None,
-        observe_prepared: ObservePrepared | None = None,
-    ) -> PartitionReport:
-        """Scores one partition and commits it exactly once.
-
-        Args:
-            asset: the output asset (its partition is ``outputs/<asset>/date=<date>/``).
-            date: the partition.
-            schema: the output schema.
-            batches: the input stream, in a deterministic order.
-            transform: the model step ``(batch, prepared) -> output rows``.
-            inputs: the input files; their identity is part of the checkpoint's fingerprint.
-            depends_on: whatever else decides the output (model version, settings); a change
-                discards old progress instead of mixing outputs.
-            prepare: CPU-side preparation, run ahead in a background thread.
-            batch_size: rows per model call (default: the resource's ``max_batch_size``).
-            shard_rows: rows per shard for this run (e.g. from the asset's config); ignored
-                when the resource turns checkpointing off.
-            default_shard_rows: rows per shard when neither ``shard_rows`` nor the resource
-                sets it: cheap rows (a tabular score) want bigger shards than expensive ones.
-            metrics: where timings go (a new BatchMetrics by default).
-            quarantine: rows to set aside, published to ``outputs/<asset>_quarantine/``.
-            observe: adds each output batch to the partition's exact statistics.
-            count_out: input rows an output batch answers for (default: its row count).
-            side: ``(asset, schema, pick)``: a side output published to ``outputs/<asset>/``
-                in the same commit, ``pick(rows scored, their output)`` choosing its rows.
-            observe_prepared: adds each model call's prepared input (what ``prepare``
-                returned) to the shard's exact statistics.
-        """
-        metrics = metrics or BatchMetrics()
-        decided_by = [input_fingerprint(self.store.fs, inputs), depends_on]
+    def partition(self, asset: str, date: str, work: Work) -> PartitionReport:
+        """Scores one partition (``outputs/<asset>/date=<date>/``) and commits it exactly once."""
+        metrics, quarantine, side = work.metrics, work.quarantine, work.side
+        decided_by = [input_fingerprint(self.store.fs, work.inputs), work.depends_on]
         if quarantine is not None:
             decided_by.append(quarantine.digest())
         writer = ShardedWriter(
             self.store.partition_target(asset, date),
-            schema,
+            work.schema,
             fingerprint(*decided_by),
-            self._shard_rows(shard_rows, default_shard_rows),
+            self._shard_rows(work.shard_rows, work.default_shard_rows),
             run_lineage(self.context),
             self.inference.lease_seconds,
             quarantine=(
@@ -215,17 +218,17 @@ class SpotSafeRun:
         with GpuMonitor(str(self.inference.runtime.device)) as gpu:
             shards = run_sharded(
                 writer,
-                batches,
-                transform,
-                batch_size=batch_size or self.inference.max_batch_size,
-                prepare=prepare,
+                work.batches,
+                work.transform,
+                batch_size=work.batch_size or self.inference.max_batch_size,
+                prepare=work.prepare,
                 stop=self.stop,
                 metrics=metrics,
                 quarantine=quarantine,
-                observe=observe,
-                count_out=count_out,
+                observe=work.observe,
+                count_out=work.count_out,
                 side=side[2] if side else None,
-                observe_prepared=observe_prepared,
+                observe_prepared=work.observe_prepared,
                 progress=ProgressLog(
                     self.context.log.info,
                     f"{asset} {date}",
@@ -249,6 +252,7 @@ class SpotSafeRun:
             gpu=gpu.stats(),
             price=self.inference.node_price(),
             capacity=capacity_of(self.context.run.tags),
+            sample=work.sample.frame(published.rows) if work.sample else None,
         )
 
 

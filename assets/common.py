@@ -98,10 +98,19 @@ def scoring_result(
     model_loads: int,
     extra: dict | None = None,
 ) -> MaterializeResult:
+    """One materialisation for all of ``reports``: see :func:`scoring_metadata`."""
+    metadata = scoring_metadata(
+        reports, model_version=model_version, device=device, model_loads=model_loads
+    )
+    return MaterializeResult(metadata={**metadata, **(extra or {})})
+
+
+def scoring_metadata(
+    reports: list[PartitionReport], *, model_version: str, device: str, model_loads: int
+) -> dict:
     """Metadata the UI plots per partition: rows, time, throughput, batches, model, device.
 
-    For a range backfill the figures are totals over the range, with one table row per
-    partition beside them.
+    For several reports the figures are totals, with one table row per partition beside them.
     """
     total = BatchMetrics(started=0.0)
     total.finished = sum(r.metrics.seconds for r in reports)
@@ -133,8 +142,7 @@ def scoring_result(
         metadata["per_partition"] = MetadataValue.md(
             "| date | rows in | rows out | seconds | output |\n|---|---|---|---|---|\n" + rows
         )
-    metadata.update(extra or {})
-    return MaterializeResult(metadata=metadata)
+    return metadata
 
 
 def checkpoint_totals(reports: list[PartitionReport]) -> dict[str, int]:

@@ -148,9 +148,18 @@ def test_range_backfill_writes_each_partition_and_loads_the_model_once(
     for day in DAYS:
         assert store.read_output("fraud_scores", day).num_rows == landed[day][TRANSACTIONS]
         assert store.output_exists("fraud_alerts", day)
-    meta = _metadata(result, "fraud_scores", DAYS[0])
-    assert meta["model_loads"] == 1 and meta["partitions"] == 3
-    assert meta["rows_out"] == sum(c[TRANSACTIONS] for c in landed.values())
+    # Each day is its own materialisation, with its own rows and output, recorded once.
+    days = [
+        e.partition
+        for e in result.get_asset_materialization_events()
+        if e.asset_key == AssetKey("fraud_scores")
+    ]
+    assert sorted(days) == DAYS
+    for day in DAYS:
+        meta = _metadata(result, "fraud_scores", day)
+        assert meta["model_loads"] == 1 and meta["partitions"] == 3
+        assert meta["rows_out"] == meta["dagster/row_count"] == landed[day][TRANSACTIONS]
+        assert meta["output"].endswith(f"date={day}")
 
 
 def test_model_is_reused_unless_retrain_and_retraining_is_reproducible(landed, resources, instance):

@@ -20,16 +20,11 @@ from assets.summaries.documents import DOCUMENTS_SCHEMA, documents
 from inference.adaptive import BatchTooLargeError
 from inference.checkpoints import CheckpointError
 from inference.device import make_runtime
-from inference.text import (
-    build_digest,
-    choose_clusters,
-    encode,
-    extractive_summaries,
-    load_sentence_encoder,
-    packaged_encoder_path,
-    select_central,
-    split_sentences,
-)
+from inference.embeddings import encode
+from inference.encoder import load_sentence_encoder, packaged_encoder_path
+from inference.segment import split_sentences
+from inference.text import extractive_summaries
+from inference.topics import build_digest, choose_clusters, select_central
 
 DAY = "2026-03-02"
 NEXT_DAY = "2026-03-03"
@@ -255,7 +250,16 @@ def test_pipeline_summarises_and_digests_a_range_in_one_run(store, resources, in
     assert summary_meta["partitions"].value == 2
     assert summary_meta["model_loads"].value == 1 and summary_meta["oom_backoffs"].value == 0
     assert summary_meta["model_batch_tokens"].value > 0
-    assert summary_meta["rows_out"].value == 30
+    # Each day is its own materialisation: its own rows, not the range's 30.
+    per_day = {
+        e.partition: e.step_materialization_data.materialization.metadata["rows_out"].value
+        for e in result.get_asset_materialization_events()
+        if e.asset_key.to_user_string() == "document_summaries"
+    }
+    assert per_day == {
+        date: store.count_landing("documents", date, DOCUMENTS_SCHEMA) for date in (DAY, NEXT_DAY)
+    }
+    assert sum(per_day.values()) == 30
     assert summary_meta["model_version"].value.startswith("all-MiniLM-L6-v2@")
     assert metadata["daily_digest"]["rows_in"].value == 30
     for date in (DAY, NEXT_DAY):
@@ -383,8 +387,8 @@ def test_a_summary_as_long_as_its_document_fails_the_blocking_cap(
 ):
     import importlib
 
+    from inference.embeddings import Embeddings
     from inference.normalise import normalise_text
-    from inference.text import Embeddings
 
     # The summariser as it was: the "summary" of an article whose sentences it could not find
     # is the whole article, which is not longer than the document and is drawn from it.

@@ -8,6 +8,8 @@ import time
 
 from ui_stack import DagsterStack, set_sensor_cursor, wait_for, wait_for_backfill
 
+from assets.fraud.schemas import TRANSACTIONS_SCHEMA
+
 RUNS = """
 query Runs($filter: RunsFilter) {
   runsOrError(filter: $filter) {
@@ -28,6 +30,7 @@ query Materializations($path: [String!]!, $partitions: [String!]) {
           ... on FloatMetadataEntry { floatValue }
           ... on IntMetadataEntry { intValue }
           ... on TextMetadataEntry { text }
+          ... on PathMetadataEntry { path }
         }
       }
     }
@@ -114,22 +117,31 @@ def test_ui_backfill_scores_the_range_in_one_run(ui_stack: DagsterStack) -> None
         tags["dagster/asset_partition_range_end"],
     ) == (days[0], days[-1])
 
+    # Each day is its own materialisation with its own figures, not the range's totals.
+    from resources.storage import DataStore
+
+    store = DataStore(str(ui_stack.data_root))
     materialized = _materializations(ui_stack, "fraud_scores", days)
     assert sorted(m["partition"] for m in materialized) == days
     for event in materialized:
         assert event["runId"] == run["runId"]
+        day = event["partition"]
         metadata = {e["label"]: e for e in event["metadataEntries"]}
         assert metadata["rows_per_second"]["floatValue"] > 0
-        assert metadata["dagster/row_count"]["intValue"] > 0
-        assert metadata["partitions"]["intValue"] == 3
+        landed = store.count_landing("transactions", day, TRANSACTIONS_SCHEMA)
+        assert metadata["dagster/row_count"]["intValue"] == landed > 0
+        assert metadata["rows_in"]["intValue"] == landed
+        assert metadata["output"]["path"].endswith(f"fraud_scores/date={day}")
+        assert metadata["partitions"]["intValue"] == 3  # the days this run covered
         assert metadata["model_loads"]["intValue"] == 1
         assert metadata["model_version"]["text"]
 
     for check in ("scores_in_unit_interval", "row_count_matches_input"):
         executions = ui_stack.graphql(CHECK_EXECUTIONS, path=["fraud_scores"], check=check)
-        rows = executions["assetCheckExecutions"]
-        # The range run evaluates each check once, over the whole range.
-        assert "SUCCEEDED" in {e["status"] for e in rows if e["runId"] == run["runId"]}, rows
+        rows = [e for e in executions["assetCheckExecutions"] if e["runId"] == run["runId"]]
+        # The range run evaluates each check once per day, each with its day's partition.
+        assert sorted(e["partition"] for e in rows) == days, rows
+        assert {e["status"] for e in rows} == {"SUCCEEDED"}, rows
 
 
 def test_new_landing_partition_launches_exactly_one_run(ui_stack: DagsterStack) -> None:

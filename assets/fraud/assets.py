@@ -1,7 +1,5 @@
 """Fraud assets: the day's transactions, the fraud model, each transaction's score, and alerts."""
 
-import time
-
 from dagster import (
     AssetCheckSpec,
     AssetExecutionContext,
@@ -12,53 +10,35 @@ from dagster import (
 )
 from pydantic import Field
 
-from assets.checkpointing import spot_safe
 from assets.common import (
-    record_landing_read,
     fail_fast_on_bad_input,
     landing_result,
-    landing_timezone_metadata,
-    log_partition,
     partition_dates,
-    scoring_result,
 )
 from assets.fraud import pipeline
 from assets.fraud.checks import (
     LANDING_SUITES,
-    SCORE_SUITES,
     alert_check_result,
-    score_check_results,
     transactions_check_results,
 )
 from assets.fraud.features import FEATURES
 from assets.fraud.model_metadata import model_metadata
 from assets.fraud.quality import save_screen, screen_transactions
-from assets.fraud.schemas import ALERTS, AMOUNT_CEILING, MODEL_NAME, SCORES, TRANSACTIONS, TRANSACTIONS_SCHEMA
-from inference.modelstore import ModelNotFoundError, current_version, load_model
-from inference.ranges import REVIEW
+from assets.fraud.schemas import ALERTS, MODEL_NAME, TRANSACTIONS, TRANSACTIONS_SCHEMA
+from assets.fraud.scoring import FRAUD_SCORES, FraudQualityConfig
+from assets.runner import score, scoring_asset
+from inference.modelstore import ModelNotFoundError, load_model
 from inference.tabular import TrainConfig
-from policy.automation import GPU_POOL, after_parent_passes_checks, scored_by_0700_utc
+from policy.automation import GPU_POOL, after_parent_passes_checks
 from policy.partitions import backfill_policy, daily_partitions
 from resources.inference import InferenceResource
 from resources.quality import (
-    QualityConfig,
-    fail_fast_on_bad_rows,
     preload_great_expectations,
     quarantine_limit,
-    quarantine_metadata,
 )
 from resources.storage import StorageResource
 
 GROUP = "fraud"
-
-
-class FraudQualityConfig(QualityConfig):
-    amount_ceiling: float = Field(
-        default=AMOUNT_CEILING,
-        description="The data contract's largest amount, in the transaction's currency units: "
-        "a larger amount is quarantined as `amount_above_ceiling`, never scored. Give "
-        "`transactions` and `fraud_scores` the same value.",
-    )
 
 
 class TransactionsConfig(FraudQualityConfig):
@@ -100,7 +80,9 @@ def transactions(
             for date in partition_dates(context)
         }
     for date, screen in screens.items():
-        save_screen(store, date, screen, config.amount_ceiling)  # fraud_scores reuses the plan instead of re-screening
+        save_screen(
+            store, date, screen, config.amount_ceiling
+        )  # fraud_scores reuses the plan instead of re-screening
     checks = transactions_check_results(
         store,
         screens,
@@ -176,86 +158,25 @@ def fraud_model(
     )
 
 
-@asset(
-    partitions_def=daily_partitions,
-    backfill_policy=backfill_policy,
-    deps=[transactions, fraud_model],
-    pool=GPU_POOL,
-    freshness_policy=scored_by_0700_utc,
-    group_name=GROUP,
-    kinds={"pytorch"},
-    check_specs=[suite.spec() for suite in SCORE_SUITES.values()],
-)
+@scoring_asset(FRAUD_SCORES, deps=[transactions, fraud_model], group=GROUP, kinds={"pytorch"})
 def fraud_scores(
     context: AssetExecutionContext,
     config: FraudQualityConfig,
     storage: StorageResource,
     inference: InferenceResource,
-) -> MaterializeResult:
+):
     """The fraud probability of every transaction of the day, and whether it is flagged.
 
     One row per transaction: `score` in [0, 1], `flagged` when the score reaches the model's
     alert threshold, `needs_review` when a feature was beyond the model's training range (it is
     clamped to that range before scoring, never extrapolated), and the `model_version` that
-    scored it. A range backfill loads the model once.
+    scored it. A range backfill loads the model once and records each day on its own.
     Transactions that cannot be scored (missing fields, non-finite or negative amounts, amounts
     above the contract's ceiling, times outside the day, repeated ids) go to
     `fraud_scores_quarantine` with a reason, never silently dropped; above the quarantine limit
     the day fails and nothing is published.
     """
-    preload_great_expectations()
-    store = storage.store()
-    record_landing_read(context, store, TRANSACTIONS, partition_dates(context))
-    with fail_fast_on_bad_input():
-        version = current_version(store.read_bytes, store.models_dir, MODEL_NAME)
-    key = f"{MODEL_NAME}:{version}"
-    scorer = inference.model(key, lambda runtime: pipeline.load_scorer(store, version, runtime))
-    limit = quarantine_limit(config.max_quarantine_rate)
-    reports = []
-    with spot_safe(context, store, inference) as run:
-        for date in partition_dates(context):
-            with fail_fast_on_bad_input(), fail_fast_on_bad_rows():
-                report = pipeline.score_partition(
-                    run,
-                    date,
-                    scorer,
-                    version,
-                    limit,
-                    config.check_sample_rows,
-                    config.check_seed,
-                    amount_ceiling=config.amount_ceiling,
-                )
-            log_partition(context, SCORES, report)
-            reports.append(report)
-    started = time.perf_counter()
-    checks = score_check_results(
-        store,
-        reports,
-        version=version,
-        threshold=scorer.threshold,
-        reference=pipeline.score_reference(store, version),
-        ranges=scorer.ranges,
-        sample_rows=config.check_sample_rows,
-        seed=config.check_seed,
-    )
-    shards = [r.shards for r in reports if r.shards is not None]
-    result = scoring_result(
-        reports,
-        model_version=version,
-        device=scorer.runtime.describe(),
-        model_loads=inference.load_count(key),
-        extra={
-            **run.metadata(),
-            **landing_timezone_metadata(store, TRANSACTIONS),
-            **scorer.batch_sizing(inference.max_batch_size).describe(),
-            "flagged": sum(s.stats.counts.get("flagged", 0) for s in shards),
-            "needs_review": sum(s.stats.counts.get(REVIEW, 0) for s in shards),
-            "threshold": scorer.threshold,
-            **quarantine_metadata(shards),
-            "check_seconds": round(time.perf_counter() - started, 4),
-        },
-    )
-    return MaterializeResult(metadata=result.metadata, check_results=checks)
+    yield from score(context, FRAUD_SCORES, config, storage, inference)
 
 
 @asset(

@@ -9,7 +9,6 @@ have changed since, or that holds a quarantined duplicate of a scored id.
 from __future__ import annotations
 
 from collections.abc import Callable, Sequence
-from dataclasses import replace
 
 import numpy as np
 import pyarrow as pa
@@ -17,8 +16,6 @@ import pyarrow.compute as pc
 import pyarrow.dataset as ds
 import torch
 
-from assets.checkpointing import SpotSafeRun
-from assets.common import PartitionReport
 from assets.fraud.features import (
     FEATURE_COLUMNS,
     PROFILE_COLUMNS,
@@ -28,32 +25,23 @@ from assets.fraud.features import (
 from assets.fraud.quality import (
     SCREEN_BATCH_ROWS,
     SCREEN_COLUMNS,
-    load_screen,
     score_histogram,
-    score_observer,
-    screen_transactions,
 )
 from assets.fraud.schemas import (
     ALERTS,
     ALERTS_SCHEMA,
-    AMOUNT_CEILING,
     FLAGGED,
     FLAGGED_SCHEMA,
     LABELLED_SCHEMA,
     MODEL_NAME,
     SCORES,
     SCORES_SCHEMA,
-    TRANSACTIONS,
     TRANSACTIONS_LABELLED,
-    TRANSACTIONS_SCHEMA,
 )
 from inference.device import Runtime
-from inference.invariants import StreamStats
 from inference.modelstore import load_model, save_model
-from inference.ranges import FeatureRanges, Guarded
-from inference.streaming import release_freed_memory
+from inference.ranges import FeatureRanges
 from inference.tabular import TabularScorer, TrainConfig, train_classifier
-from resources.quality import StreamedSample
 from resources.storage import DataStore, LandingDataError, Published
 
 
@@ -125,17 +113,6 @@ def train_and_save(
     return version, manifest, trained.seconds
 
 
-# Rows whose features are assembled together while scoring (a shard is cut at shard_rows, so
-# at most that). Each batch's code lookups hash the whole account vocabulary once, so bigger is
-# cheaper: on a 1M-row day (186k accounts), features only, 1.53 s in batches of 4,096 rows (the
-# resource's default model batch), 0.52 s in 65,536, 0.39 s in 262,144; the scoring pass end to
-# end 0.58-0.60 s at 65,536 against 0.46-0.50 s at 262,144. About 60 MB of temporaries each.
-FEATURE_ROWS = 262_144
-# Transactions per checkpointed shard unless the resource sets one: about 0.25 s of scoring on
-# one CPU core, so a retry redoes little, while a 1M-row day is 4 shard files instead of 20
-# (each shard costs a parquet file and two progress writes).
-SHARD_ROWS = 250_000
-
 # Enough training rows for a 20-bin reference histogram to be exact to a fraction of a percent.
 REFERENCE_ROWS = 200_000
 
@@ -155,92 +132,6 @@ def score_reference(store: DataStore, version: str) -> list[int] | None:
     """The model's training score histogram, or None for a model saved without one."""
     stored = load_model(store.read_bytes, store.models_dir, MODEL_NAME, version)
     return stored.manifest.get("score_reference")
-
-
-def score_partition(
-    run: SpotSafeRun,
-    date: str,
-    scorer: TabularScorer,
-    version: str,
-    max_quarantine_rate: float,
-    sample_rows: int = 0,
-    seed: int = 0,
-    amount_ceiling: float = AMOUNT_CEILING,
-) -> PartitionReport:
-    """Scores one day of transactions in checkpointed shards and publishes ``fraud_scores``.
-
-    Transactions that cannot be scored are quarantined to ``fraud_scores_quarantine`` with
-    their reason; above ``max_quarantine_rate`` of the day the step fails before any inference.
-    The output checks' seeded sample of ``sample_rows`` rows is taken as the scores stream.
-    Features beyond the model's training range are clamped to it and their rows marked
-    ``needs_review`` (see inference.ranges); amounts above ``amount_ceiling`` are quarantined.
-    """
-    store = run.store
-    # The landing checks' plan for these exact files, if they ran: then only the profile is built.
-    screen = screen_transactions(
-        store,
-        date,
-        build_profile=True,
-        plan=load_screen(store, date, amount_ceiling),
-        amount_ceiling=amount_ceiling,
-    )
-    plan = screen.plan
-    plan.check_rate(max_quarantine_rate, f"{SCORES} {date}")
-    context = screen.profile()
-    del screen  # the builder's buffers: only the finished profile is needed from here
-    release_freed_memory()
-    landing = store.iter_landing(TRANSACTIONS, date, TRANSACTIONS_SCHEMA, columns=SCORED_COLUMNS)
-    threshold = np.float32(scorer.threshold)
-
-    model_rows = run.inference.max_batch_size
-    sample = StreamedSample(plan.rows - plan.count, sample_rows, seed)
-    observer = score_observer(float(threshold), version)
-
-    def observe(scored: pa.RecordBatch, out: pa.Table, stats: StreamStats) -> None:
-        observer(scored, out, stats)
-        sample.add(out)
-
-    ranges = scorer.ranges
-
-    def prepare(batch: pa.RecordBatch) -> Guarded:
-        x = context.features(batch, scorer.features)
-        if ranges is None:  # a model saved before ranges were recorded: nothing to clamp to
-            return Guarded(x, np.zeros(len(x), bool), {}, {})
-        return ranges.guard(x)
-
-    def transform(batch: pa.RecordBatch, guarded: Guarded) -> pa.RecordBatch:
-        scores = scorer.score(guarded.x, max_rows=model_rows)
-        return pa.record_batch(
-            [
-                batch["transaction_id"],
-                pa.array(scores, pa.float32()),
-                pa.array(scores >= threshold),
-                pa.array(guarded.review),
-                pa.repeat(pa.scalar(version, pa.string()), len(scores)),
-            ],
-            schema=SCORES_SCHEMA,
-        )
-
-    report = run.partition(
-        SCORES,
-        date,
-        SCORES_SCHEMA,
-        landing,
-        transform,
-        prepare=prepare,
-        # Features are assembled for up to FEATURE_ROWS rows at a time (per-call lookups cost
-        # about as much as a 50k-row batch's own work), and scored in model calls of the
-        # resource's max_batch_size.
-        batch_size=max(FEATURE_ROWS, model_rows),
-        default_shard_rows=SHARD_ROWS,
-        inputs=store.landing_files(TRANSACTIONS, date),
-        depends_on={"model": version, "threshold": float(threshold)},
-        quarantine=plan,
-        observe=observe,
-        observe_prepared=lambda guarded, stats: guarded.record(stats),
-        side=(FLAGGED, FLAGGED_SCHEMA, flagged_details),
-    )
-    return replace(report, sample=sample.frame(report.published.rows))
 
 
 # What scoring reads of each transaction: the features, and the details an alert carries.

@@ -1,94 +1,52 @@
 """Recommendations: landed interactions, the model (EASE or two-tower), nightly top-K lists."""
 
 from collections import Counter
-from collections.abc import Iterator
 from typing import Literal
 
-import numpy as np
-import pyarrow as pa
 from dagster import AssetExecutionContext, Config, Failure, MaterializeResult, MetadataValue, asset
 from pydantic import Field
 
-from assets.checkpointing import SpotSafeRun, spot_safe
 from assets.common import (
-    record_landing_read,
-    PartitionReport,
     fail_fast_on_bad_input,
     landing_result,
-    landing_timezone_metadata,
-    log_partition,
     partition_dates,
-    scoring_result,
 )
 from assets.recommendations.gates import (
     INTERACTION_SUITES,
-    RECOMMENDATION_SUITES,
     interactions_check_results,
-    recommendation_check_results,
 )
-from assets.recommendations.audience import (
-    DEFAULT_AUDIENCE_DAYS,
-    Audience,
-    AudienceMode,
-    build_audience,
-    save_audience,
-)
-from assets.recommendations.history import DayActivity, read_day, read_interactions
 from assets.recommendations.quality import (
     INTERACTIONS_QUARANTINE,
     QUARANTINE_SCHEMA,
-    eligible_items,
-    list_observer,
     screen_interactions,
-    user_plan,
-    users_answered,
 )
 from assets.recommendations.schemas import (
     INTERACTIONS,
     INTERACTIONS_SCHEMA,
     RECOMMENDATION_MODEL,
-    RECOMMENDATIONS_SCHEMA,
-    USER_RECOMMENDATIONS,
 )
+from assets.recommendations.scoring import USER_RECOMMENDATIONS_SPEC, UserRecommendationsConfig
 from assets.recommendations.training import (
-    Model,
     current_model,
-    current_recommender_version,
-    load_recommender,
     train_and_save,
 )
+from assets.runner import score, scoring_asset
 from inference.ease import DEFAULT_L2, DEFAULT_MAX_ITEMS, EaseConfig
 from inference.modelstore import ModelNotFoundError
 from inference.recommend import (
-    RecommendationBatch,
     TrainConfig,
-    block_size_for,
-    recommend,
 )
-from policy.automation import GPU_POOL, scored_by_0700_utc
+from policy.automation import GPU_POOL
 from policy.partitions import backfill_policy, daily_partitions
 from resources.inference import InferenceResource
 from resources.quality import (
     QualityConfig,
-    fail_fast_on_bad_rows,
     preload_great_expectations,
     quarantine_limit,
-    quarantine_metadata,
 )
 from resources.storage import StorageResource
 
 GROUP = "recommendations"
-COUNTED = (
-    "model_users",
-    "cold_start_users",
-    "popularity_ranked_users",
-    "users_short_of_k",
-    "unknown_items",
-    "unknown_item_interactions",
-    "interaction_rows",
-    "interaction_rows_used",
-    "interaction_rows_quarantined",
-)
 
 
 class InteractionsConfig(QualityConfig):
@@ -221,41 +179,13 @@ def recommendation_model(
     return MaterializeResult(metadata=trained.metadata(reused=False))
 
 
-class UserRecommendationsConfig(QualityConfig):
-    k: int = Field(default=20, ge=1, le=1000, description="Recommendations per user.")
-    audience: AudienceMode = Field(
-        default="recent",
-        description="Who gets a list: recent = every user seen within the trailing "
-        "audience_days (up to and including the day); all = every user seen on any day.",
-    )
-    audience_days: int = Field(
-        default=DEFAULT_AUDIENCE_DAYS, ge=1, description="The recent audience's window in days."
-    )
-    max_unknown_item_share: float = Field(
-        default=0.25,
-        ge=0.0,
-        le=1.0,
-        description="Warn when more of the day's interactions than this are with items the "
-        "model does not know (unknown_item_share_below_limit).",
-    )
-
-
-@asset(
-    partitions_def=daily_partitions,
-    backfill_policy=backfill_policy,
-    deps=[interactions, recommendation_model],
-    pool=GPU_POOL,
-    freshness_policy=scored_by_0700_utc,
-    group_name=GROUP,
-    kinds={"pytorch", "parquet"},
-    check_specs=[suite.spec() for suite in RECOMMENDATION_SUITES.values()],
-)
+@scoring_asset(USER_RECOMMENDATIONS_SPEC, deps=[interactions, recommendation_model], group=GROUP)
 def user_recommendations(
     context: AssetExecutionContext,
     config: UserRecommendationsConfig,
     storage: StorageResource,
     inference: InferenceResource,
-) -> MaterializeResult:
+):
     """The top-K items to show each user of the day's audience, best first, never an item they
     have already interacted with. The audience is every user seen within the trailing
     `audience_days` (or every user ever seen, with `audience: all`), so a user who was not
@@ -263,152 +193,4 @@ def user_recommendations(
     model cannot rank (no history in its catalogue) get the most popular items they have not
     seen (counted as popularity_ranked_users). A user who has already seen every item is
     quarantined to `user_recommendations_quarantine` rather than silently left out."""
-    preload_great_expectations()
-    store = storage.store()
-    record_landing_read(context, store, INTERACTIONS, partition_dates(context))
-    with fail_fast_on_bad_input():
-        version = current_recommender_version(store)
-    key = f"{RECOMMENDATION_MODEL}:{version}"
-    model = inference.model(key, lambda runtime: load_recommender(store, version, runtime))
-    block = block_size_for(len(model.items), inference.max_batch_size)
-    landed = store.landing_dates(INTERACTIONS)
-    limit = quarantine_limit(config.max_quarantine_rate)
-    reports: list[PartitionReport] = []
-    audiences: dict[str, int] = {}
-    shares: dict[str, float] = {}
-    counts = Counter(dict.fromkeys(COUNTED, 0))
-    with spot_safe(context, store, inference) as run:
-        for date in partition_dates(context):
-            with fail_fast_on_bad_input(), fail_fast_on_bad_rows():
-                day = read_day(store, date, model.items)
-                day.plan.check_rate(limit, f"{INTERACTIONS} {date}")
-                audience = build_audience(
-                    store, landed, date, config.audience, config.audience_days
-                )
-                report = _score_day(
-                    run, audience, day, model, version, config, block, landed, counts, limit
-                )
-            save_audience(store, audience)
-            audiences[date], shares[date] = len(audience.users), day.unknown_item_share
-            reports.append(report)
-            log_partition(context, USER_RECOMMENDATIONS, report)
-    checks = recommendation_check_results(
-        store,
-        reports,
-        audiences,
-        shares,
-        k=config.k,
-        version=version,
-        max_unknown_item_share=config.max_unknown_item_share,
-        sample_rows=config.check_sample_rows,
-        seed=config.check_seed,
-    )
-    result = scoring_result(
-        reports,
-        model_version=version,
-        device=inference.runtime.describe(),
-        model_loads=inference.load_count(key),
-        extra={
-            **run.metadata(),
-            **landing_timezone_metadata(store, INTERACTIONS),
-            "k": config.k,
-            "audience": config.audience,
-            "audience_days": config.audience_days,
-            "audience_users": sum(audiences.values()),
-            "unknown_item_share": round(max(shares.values(), default=0.0), 6),
-            "block_users": block,
-            "oom_backoffs": model.block_sizings.ooms,
-            **counts,
-            **quarantine_metadata([r.shards for r in reports if r.shards is not None]),
-        },
-    )
-    return MaterializeResult(metadata=result.metadata, check_results=checks)
-
-
-def _score_day(
-    run: SpotSafeRun,
-    audience: Audience,
-    day: DayActivity,
-    model: Model,
-    version: str,
-    config: UserRecommendationsConfig,
-    block: int,
-    landed: list[str],
-    counts: Counter,
-    max_quarantine_rate: float,
-) -> PartitionReport:
-    """Recommends for the day's audience in checkpointed shards of users."""
-    store, date, users = run.store, audience.date, audience.users
-    # Seen means on any day up to and including this one, so re-running an old partition
-    # does not exclude items the user only found later.
-    history = [d for d in landed if d <= date]
-    seen_users, seen_items = read_interactions(store, history, users=users).pairs
-    # Only catalogue items can be recommended or feed the model: the rest need not be held.
-    # Sorted by user, so each block of (sorted) users takes one contiguous slice.
-    known_items = model.items.index(seen_items) >= 0
-    order = np.argsort(seen_users[known_items], kind="stable")
-    seen_users, seen_items = seen_users[known_items][order], seen_items[known_items][order]
-    known = int((model.users.index(users) >= 0).sum())
-    counts.update(
-        model_users=known,
-        cold_start_users=len(users) - known,
-        unknown_items=day.unknown_items,
-        unknown_item_interactions=day.unknown_item_interactions,
-        interaction_rows=day.rows,
-        interaction_rows_used=day.rows_used,
-        interaction_rows_quarantined=day.plan.count,
-    )
-
-    def transform(batch: pa.RecordBatch, block_users: np.ndarray) -> pa.Table:
-        if not len(block_users):
-            return RECOMMENDATIONS_SCHEMA.empty_table()
-        lo = np.searchsorted(seen_users, block_users[0], "left")
-        hi = np.searchsorted(seen_users, block_users[-1], "right")
-        mine = (seen_users[lo:hi], seen_items[lo:hi])
-        blocks = recommend(model, block_users, mine, config.k, block)
-        return pa.Table.from_batches(
-            list(_record_batches(blocks, version, counts)), RECOMMENDATIONS_SCHEMA
-        )
-
-    everything = np.ones(len(seen_items), bool)
-    eligible = eligible_items(users, (seen_users, seen_items), len(model.items), everything)
-    plan = user_plan(users, eligible)
-    plan.check_rate(max_quarantine_rate, f"{USER_RECOMMENDATIONS} {date}")
-    return run.partition(
-        USER_RECOMMENDATIONS,
-        date,
-        RECOMMENDATIONS_SCHEMA,
-        [pa.record_batch({"user_id": pa.array(users, pa.int64())})],
-        transform,
-        prepare=lambda batch: batch["user_id"].to_numpy(),
-        batch_size=block,
-        inputs=[f for d in history for f in store.landing_files(INTERACTIONS, d)],
-        depends_on={
-            "model": version,
-            "k": config.k,
-            "audience": audience.mode,
-            "audience_days": audience.days,
-        },
-        quarantine=plan,
-        observe=list_observer(users, eligible, config.k),
-        count_out=users_answered,
-    )
-
-
-def _record_batches(
-    batches: Iterator[RecommendationBatch], version: str, counts: Counter
-) -> Iterator[pa.RecordBatch]:
-    for b in batches:
-        counts["users_short_of_k"] += b.users_short_of_k
-        if b.cold_start:
-            counts["popularity_ranked_users"] += b.users
-        yield pa.record_batch(
-            [
-                pa.array(b.user_ids, pa.int64()),
-                pa.array(b.ranks.astype(np.int16)),
-                pa.array(b.item_ids, pa.int64()),
-                pa.array(b.scores.astype(np.float32)),
-                pa.array(np.full(len(b.user_ids), version, dtype=object), pa.string()),
-            ],
-            schema=RECOMMENDATIONS_SCHEMA,
-        )
+    yield from score(context, USER_RECOMMENDATIONS_SPEC, config, storage, inference)

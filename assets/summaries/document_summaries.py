@@ -5,18 +5,12 @@ from dataclasses import dataclass
 from typing import Literal
 
 import pyarrow as pa
-from dagster import AssetExecutionContext, MaterializeResult, asset
+from dagster import AssetExecutionContext
 from pydantic import Field
 
-from assets.checkpointing import spot_safe
-from assets.common import (
-    record_landing_read,
-    fail_fast_on_bad_input,
-    landing_timezone_metadata,
-    log_partition,
-    partition_dates,
-    scoring_result,
-)
+from assets.checkpointing import SpotSafeRun, Work
+from assets.common import PartitionReport
+from assets.runner import Day, Model, ScoringSpec, score, scoring_asset
 from assets.summaries.documents import documents
 from assets.summaries.gates import SUMMARY_SUITES, summary_check_results
 from assets.summaries.models import (
@@ -39,17 +33,11 @@ from inference.metrics import BatchMetrics
 from inference.rank import RankerSettings
 from inference.segment import LengthCap, fit_summary
 from inference.text import extractive_summaries
-from policy.automation import GPU_POOL, scored_by_0700_utc
-from policy.partitions import backfill_policy, daily_partitions
 from resources.inference import InferenceResource
 from resources.quality import (
     QualityConfig,
-    fail_fast_on_bad_rows,
-    preload_great_expectations,
-    quarantine_limit,
-    quarantine_metadata,
 )
-from resources.storage import StorageResource
+from resources.storage import DataStore, StorageResource
 
 ASSET = SUMMARIES
 
@@ -111,95 +99,6 @@ class SummariesConfig(QualityConfig):
     docs_per_shard: int = Field(
         default=1024, description="Documents per checkpointed shard (a retry redoes at most one)."
     )
-
-
-@asset(
-    partitions_def=daily_partitions,
-    backfill_policy=backfill_policy,
-    deps=[documents],
-    pool=GPU_POOL,
-    freshness_policy=scored_by_0700_utc,
-    group_name="summaries",
-    kinds={"pytorch", "parquet"},
-    check_specs=[suite.spec() for suite in SUMMARY_SUITES.values()],
-)
-def document_summaries(
-    context: AssetExecutionContext,
-    config: SummariesConfig,
-    storage: StorageResource,
-    inference: InferenceResource,
-) -> MaterializeResult:
-    """A two-or-three sentence summary of every document published that day, for newsletters,
-    search snippets and the daily digest: doc_id, summary, and the model_version that wrote it.
-
-    By default the summary is the document's best-ranked sentences in their original order
-    (extractive, so it never states anything the document does not): position-aware
-    centrality over sentence embeddings, on text normalised from whatever landed (HTML to
-    plain text, Unicode NFC, whitespace). The abstractive mode writes new text with a
-    configured local language model. Every summary fits a hard length cap (sentences and
-    words, or characters for text written without spaces), which a blocking check enforces.
-    Documents that cannot be summarised (no or repeated id, no text, not UTF-8, too long,
-    published outside the day) go to `document_summaries_quarantine` with a reason; above the
-    quarantine limit the day fails and nothing is published.
-    """
-    preload_great_expectations()
-    store = storage.store()
-    record_landing_read(context, store, DATASET, partition_dates(context))
-    with fail_fast_on_bad_input():
-        summarise, version, key, sizing = _summariser(config, inference)
-    limit = quarantine_limit(config.max_quarantine_rate)
-    reports = []
-    with spot_safe(context, store, inference) as run:
-        for date in partition_dates(context):
-            metrics = ModelMetrics()
-            with fail_fast_on_bad_input(), fail_fast_on_bad_rows():
-                screen = screen_documents(store, date)
-                screen.plan.check_rate(limit, f"{ASSET} {date}")
-                chunks = store.iter_landing(DATASET, date, DOCUMENTS_SCHEMA, SCREEN_COLUMNS)
-                inputs = store.landing_files(DATASET, date)
-                report = run.partition(
-                    ASSET,
-                    date,
-                    SUMMARIES_SCHEMA,
-                    chunks,
-                    _summarise_batch(summarise, version, metrics),
-                    prepare=_texts,
-                    batch_size=config.docs_per_chunk,
-                    shard_rows=config.docs_per_shard,
-                    inputs=inputs,
-                    depends_on={"model": version, "config": _output_settings(config)},
-                    metrics=metrics,
-                    quarantine=screen.plan,
-                    observe=summary_observer(
-                        version, extractive=config.mode == "extractive", cap=length_cap(config)
-                    ),
-                )
-            reports.append(report)
-            log_partition(context, ASSET, report)
-    checks = summary_check_results(
-        store,
-        reports,
-        version=version,
-        extractive=config.mode == "extractive",
-        cap=length_cap(config),
-        sample_rows=config.check_sample_rows,
-        seed=config.check_seed,
-    )
-    result = scoring_result(
-        reports,
-        model_version=version,
-        device=inference.runtime.describe(),
-        model_loads=inference.load_count(key),
-        extra={
-            **run.metadata(),
-            **landing_timezone_metadata(store, DATASET),
-            "mode": config.mode,
-            "model_calls": sum(r.metrics.model_calls for r in reports),
-            **sizing().describe("model_batch_tokens"),
-            **quarantine_metadata([r.shards for r in reports if r.shards is not None]),
-        },
-    )
-    return MaterializeResult(metadata=result.metadata, check_results=checks)
 
 
 def length_cap(config: SummariesConfig) -> LengthCap:
@@ -281,3 +180,72 @@ def _summarise_batch(summarise: Summarise, version: str, metrics: ModelMetrics):
         return pa.record_batch(columns, schema=SUMMARIES_SCHEMA)
 
     return transform
+
+
+def load(store: DataStore, inference: InferenceResource, config: SummariesConfig) -> Model:
+    summarise, version, key, sizing = _summariser(config, inference)
+    return Model(version, key, (summarise, sizing), metadata={"mode": config.mode})
+
+
+def day(run: SpotSafeRun, date: str, model: Model, config: SummariesConfig, limit: float) -> Day:
+    """One day's documents, screened, then summarised in checkpointed shards of documents."""
+    store, (summarise, sizing) = run.store, model.value
+    screen = screen_documents(store, date)
+    screen.plan.check_rate(limit, f"{ASSET} {date}")
+    metrics = ModelMetrics()
+    extractive, cap = config.mode == "extractive", length_cap(config)
+    work = Work(
+        SUMMARIES_SCHEMA,
+        store.iter_landing(DATASET, date, DOCUMENTS_SCHEMA, SCREEN_COLUMNS),
+        _summarise_batch(summarise, model.version, metrics),
+        inputs=store.landing_files(DATASET, date),
+        depends_on={"model": model.version, "config": _output_settings(config)},
+        prepare=_texts,
+        batch_size=config.docs_per_chunk,
+        shard_rows=config.docs_per_shard,
+        metrics=metrics,
+        quarantine=screen.plan,
+        observe=summary_observer(model.version, extractive=extractive, cap=cap),
+    )
+
+    def checks(report: PartitionReport):
+        return summary_check_results(
+            store,
+            [report],
+            version=model.version,
+            extractive=extractive,
+            cap=cap,
+            sample_rows=config.check_sample_rows,
+            seed=config.check_seed,
+        )
+
+    def metadata(report: PartitionReport) -> dict:
+        return {"model_calls": metrics.model_calls, **sizing().describe("model_batch_tokens")}
+
+    return Day(work, checks, metadata)
+
+
+DOCUMENT_SUMMARIES = ScoringSpec(ASSET, DATASET, SUMMARY_SUITES, load, day)
+
+
+@scoring_asset(DOCUMENT_SUMMARIES, deps=[documents], group="summaries")
+def document_summaries(
+    context: AssetExecutionContext,
+    config: SummariesConfig,
+    storage: StorageResource,
+    inference: InferenceResource,
+):
+    """A two-or-three sentence summary of every document published that day, for newsletters,
+    search snippets and the daily digest: doc_id, summary, and the model_version that wrote it.
+
+    By default the summary is the document's best-ranked sentences in their original order
+    (extractive, so it never states anything the document does not): position-aware
+    centrality over sentence embeddings, on text normalised from whatever landed (HTML to
+    plain text, Unicode NFC, whitespace). The abstractive mode writes new text with a
+    configured local language model. Every summary fits a hard length cap (sentences and
+    words, or characters for text written without spaces), which a blocking check enforces.
+    Documents that cannot be summarised (no or repeated id, no text, not UTF-8, too long,
+    published outside the day) go to `document_summaries_quarantine` with a reason; above the
+    quarantine limit the day fails and nothing is published.
+    """
+    yield from score(context, DOCUMENT_SUMMARIES, config, storage, inference)

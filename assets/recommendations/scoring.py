@@ -1,0 +1,182 @@
+"""``user_recommendations`` as a spec for the scoring runner: load the current recommender,
+rank the day's audience.
+
+The audience is every user seen within the trailing window (or ever); each user's history is
+every landed day up to and including the scored one, so re-running an old day does not exclude
+items the user only found later. Users are scored in checkpointed shards.
+"""
+
+from __future__ import annotations
+
+from collections import Counter
+from collections.abc import Iterator
+
+import numpy as np
+import pyarrow as pa
+from pydantic import Field
+
+from assets.checkpointing import SpotSafeRun, Work
+from assets.common import PartitionReport
+from assets.recommendations.audience import (
+    DEFAULT_AUDIENCE_DAYS,
+    AudienceMode,
+    build_audience,
+    save_audience,
+)
+from assets.recommendations.gates import RECOMMENDATION_SUITES, recommendation_check_results
+from assets.recommendations.history import read_day, read_interactions
+from assets.recommendations.quality import eligible_items, list_observer, user_plan, users_answered
+from assets.recommendations.schemas import (
+    INTERACTIONS,
+    RECOMMENDATION_MODEL,
+    RECOMMENDATIONS_SCHEMA,
+    USER_RECOMMENDATIONS,
+)
+from assets.recommendations.training import current_recommender_version, load_recommender
+from assets.runner import Day, Model, ScoringSpec
+from inference.recommend import RecommendationBatch, block_size_for, recommend
+from resources.inference import InferenceResource
+from resources.quality import QualityConfig
+from resources.storage import DataStore
+
+
+class UserRecommendationsConfig(QualityConfig):
+    k: int = Field(default=20, ge=1, le=1000, description="Recommendations per user.")
+    audience: AudienceMode = Field(
+        default="recent",
+        description="Who gets a list: recent = every user seen within the trailing "
+        "audience_days (up to and including the day); all = every user seen on any day.",
+    )
+    audience_days: int = Field(
+        default=DEFAULT_AUDIENCE_DAYS, ge=1, description="The recent audience's window in days."
+    )
+    max_unknown_item_share: float = Field(
+        default=0.25,
+        ge=0.0,
+        le=1.0,
+        description="Warn when more of the day's interactions than this are with items the "
+        "model does not know (unknown_item_share_below_limit).",
+    )
+
+
+def load(
+    store: DataStore, inference: InferenceResource, config: UserRecommendationsConfig
+) -> Model:
+    version = current_recommender_version(store)
+    key = f"{RECOMMENDATION_MODEL}:{version}"
+    model = inference.model(key, lambda runtime: load_recommender(store, version, runtime))
+    block = block_size_for(len(model.items), inference.max_batch_size)
+    settings = {"k": config.k, "audience": config.audience, "audience_days": config.audience_days}
+    return Model(version, key, model, metadata={**settings, "block_users": block})
+
+
+def day(
+    run: SpotSafeRun, date: str, model: Model, config: UserRecommendationsConfig, limit: float
+) -> Day:
+    """Recommends for the day's audience in checkpointed shards of users."""
+    store, recommender, version = run.store, model.value, model.version
+    block = model.metadata["block_users"]
+    activity = read_day(store, date, recommender.items)
+    activity.plan.check_rate(limit, f"{INTERACTIONS} {date}")
+    landed = store.landing_dates(INTERACTIONS)
+    audience = build_audience(store, landed, date, config.audience, config.audience_days)
+    users = audience.users
+    history = [d for d in landed if d <= date]
+    seen_users, seen_items = read_interactions(store, history, users=users).pairs
+    # Only catalogue items can be recommended or feed the model: the rest need not be held.
+    # Sorted by user, so each block of (sorted) users takes one contiguous slice.
+    known_items = recommender.items.index(seen_items) >= 0
+    order = np.argsort(seen_users[known_items], kind="stable")
+    seen_users, seen_items = seen_users[known_items][order], seen_items[known_items][order]
+    known = int((recommender.users.index(users) >= 0).sum())
+    counts = Counter(
+        model_users=known,
+        cold_start_users=len(users) - known,
+        popularity_ranked_users=0,
+        users_short_of_k=0,
+        unknown_items=activity.unknown_items,
+        unknown_item_interactions=activity.unknown_item_interactions,
+        interaction_rows=activity.rows,
+        interaction_rows_used=activity.rows_used,
+        interaction_rows_quarantined=activity.plan.count,
+    )
+
+    def transform(batch: pa.RecordBatch, block_users: np.ndarray) -> pa.Table:
+        if not len(block_users):
+            return RECOMMENDATIONS_SCHEMA.empty_table()
+        lo = np.searchsorted(seen_users, block_users[0], "left")
+        hi = np.searchsorted(seen_users, block_users[-1], "right")
+        mine = (seen_users[lo:hi], seen_items[lo:hi])
+        blocks = recommend(recommender, block_users, mine, config.k, block)
+        return pa.Table.from_batches(
+            list(_record_batches(blocks, version, counts)), RECOMMENDATIONS_SCHEMA
+        )
+
+    everything = np.ones(len(seen_items), bool)
+    eligible = eligible_items(users, (seen_users, seen_items), len(recommender.items), everything)
+    plan = user_plan(users, eligible)
+    plan.check_rate(limit, f"{USER_RECOMMENDATIONS} {date}")
+    work = Work(
+        RECOMMENDATIONS_SCHEMA,
+        [pa.record_batch({"user_id": pa.array(users, pa.int64())})],
+        transform,
+        inputs=[f for d in history for f in store.landing_files(INTERACTIONS, d)],
+        depends_on={
+            "model": version,
+            "k": config.k,
+            "audience": audience.mode,
+            "audience_days": audience.days,
+        },
+        prepare=lambda batch: batch["user_id"].to_numpy(),
+        batch_size=block,
+        quarantine=plan,
+        observe=list_observer(users, eligible, config.k),
+        count_out=users_answered,
+    )
+
+    def checks(report: PartitionReport):
+        return recommendation_check_results(
+            store,
+            [report],
+            {date: len(users)},
+            {date: activity.unknown_item_share},
+            k=config.k,
+            version=version,
+            max_unknown_item_share=config.max_unknown_item_share,
+            sample_rows=config.check_sample_rows,
+            seed=config.check_seed,
+        )
+
+    def metadata(report: PartitionReport) -> dict:
+        return {
+            "audience_users": len(users),
+            "unknown_item_share": round(activity.unknown_item_share, 6),
+            "oom_backoffs": recommender.block_sizings.ooms,
+            **counts,
+        }
+
+    return Day(work, checks, metadata, on_commit=lambda report: save_audience(store, audience))
+
+
+def _record_batches(
+    batches: Iterator[RecommendationBatch], version: str, counts: Counter
+) -> Iterator[pa.RecordBatch]:
+    for b in batches:
+        counts["users_short_of_k"] += b.users_short_of_k
+        if b.cold_start:
+            counts["popularity_ranked_users"] += b.users
+        yield pa.record_batch(
+            [
+                pa.array(b.user_ids, pa.int64()),
+                pa.array(b.ranks.astype(np.int16)),
+                pa.array(b.item_ids, pa.int64()),
+                pa.array(b.scores.astype(np.float32)),
+                pa.array(np.full(len(b.user_ids), version, dtype=object), pa.string()),
+            ],
+            schema=RECOMMENDATIONS_SCHEMA,
+        )
+
+
+USER_RECOMMENDATIONS_SPEC = ScoringSpec(
+    USER_RECOMMENDATIONS, INTERACTIONS, RECOMMENDATION_SUITES, load, day
+)
