@@ -17,7 +17,7 @@ from dagster import (
     materialize,
 )
 
-from assets.checkpointing import spot_safe
+from assets.checkpointing import Work, spot_safe
 from assets.common import partition_dates, scoring_result
 from orchestration.jobs import pipeline_jobs
 from policy.partitions import daily_partitions
@@ -58,13 +58,8 @@ def doubled(
                 run.partition(
                     "doubled",
                     date,
-                    SCHEMA,
-                    batches,
-                    transform,
-                    inputs=[],
-                    depends_on="v1",
-                    batch_size=100,
-                )  # fmt: skip
+                    Work(SCHEMA, batches, transform, inputs=[], depends_on="v1", batch_size=100),
+                )
             )
     return scoring_result(
         reports, model_version="v1", device="cpu", model_loads=0, extra=run.metadata()
