@@ -9,14 +9,8 @@ from assets.summaries.demo_data import BOILERPLATE, TOPICS
 from benchmarks.common import Workload, best_of
 from inference.batching import padding_ratio
 from inference.device import make_runtime
-from inference.text import (
-    SentenceEncoder,
-    encode,
-    load_sentence_encoder,
-    mean_pool,
-    offline_hub,
-    packaged_encoder_path,
-)
+from inference.embeddings import encode, mean_pool
+from inference.encoder import SentenceEncoder, load_sentence_encoder, packaged_encoder_path
 
 SENTENCES = [s for topic in TOPICS.values() for s in topic["sentences"]] + BOILERPLATE
 
@@ -78,10 +72,9 @@ def run(count: int, max_batch_tokens: int, max_batch_size: int, device: str = "c
     )
 
     ours, ours_s = best_of(lambda: encode(encoder, texts, max_batch_tokens, max_batch_size), 1)
-    with offline_hub():
-        st = SentenceTransformer(str(packaged_encoder_path()), device=device, local_files_only=True)
-        if device != "cpu":
-            st = st.to(encoder.runtime.dtype)
+    st = SentenceTransformer(str(packaged_encoder_path()), device=device, local_files_only=True)
+    if device != "cpu":
+        st = st.to(encoder.runtime.dtype)
     theirs, st_s = best_of(lambda: st.encode(texts, convert_to_tensor=True), 1)
     (plain, plain_padding), plain_s = best_of(lambda: unsorted_batches(encoder, texts, 32), 1)
 

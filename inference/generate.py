@@ -19,9 +19,10 @@ import torch
 
 from inference.batching import length_buckets, padding_ratio
 from inference.checkpoints import CheckpointError, safetensors_folder
-from inference.decoding import STRATEGIES, generate_tokens, static_sizing
+from inference.decoding import STRATEGIES, generate_tokens
 from inference.device import Runtime, to_device
-from inference.text import folder_fingerprint, offline_hub
+from inference.encoder import folder_fingerprint
+from inference.static_decoding import static_sizing
 
 if TYPE_CHECKING:
     from transformers import PreTrainedTokenizerBase
@@ -96,17 +97,17 @@ def load_generator(path: str | Path | None, runtime: Runtime) -> Generator:
     from transformers import AutoConfig, AutoModelForCausalLM, AutoModelForSeq2SeqLM, AutoTokenizer
 
     folder = check_checkpoint(path)
-    with offline_hub():
-        config = AutoConfig.from_pretrained(folder, local_files_only=True)
-        seq2seq = bool(config.is_encoder_decoder)
-        # Decoder-only models continue the text on the right, so batches are padded on the left.
-        tokenizer = AutoTokenizer.from_pretrained(
-            folder, local_files_only=True, padding_side="right" if seq2seq else "left"
-        )
-        auto = AutoModelForSeq2SeqLM if seq2seq else AutoModelForCausalLM
-        model = auto.from_pretrained(
-            folder, local_files_only=True, use_safetensors=True, dtype=runtime.dtype
-        )
+    # A local folder and local_files_only: nothing is looked up on the hub.
+    config = AutoConfig.from_pretrained(folder, local_files_only=True)
+    seq2seq = bool(config.is_encoder_decoder)
+    # Decoder-only models continue the text on the right, so batches are padded on the left.
+    tokenizer = AutoTokenizer.from_pretrained(
+        folder, local_files_only=True, padding_side="right" if seq2seq else "left"
+    )
+    auto = AutoModelForSeq2SeqLM if seq2seq else AutoModelForCausalLM
+    model = auto.from_pretrained(
+        folder, local_files_only=True, use_safetensors=True, dtype=runtime.dtype
+    )
     if tokenizer.pad_token_id is None:
         if tokenizer.eos_token_id is None:
             raise CheckpointError(f"tokenizer in {folder} has neither a pad nor an eos token")

@@ -19,7 +19,7 @@ from inference.segment import (
     truncate,
     within_cap,
 )
-from inference.text import topic_label
+from inference.topics import topic_label
 
 TOKENISED = (
     "-lrb- cnn -rrb- the palestinian authority officially became the 123rd member of the "
