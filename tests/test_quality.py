@@ -422,6 +422,7 @@ def test_the_cost_benchmark_measures_every_gate(tmp_path) -> None:
         figures["gates_seconds"] / figures["scoring_seconds"], rel=0.02
     )  # the figures are rounded to milliseconds; the share is not
     assert figures["ge_import_seconds_once_per_process"] > 0
+    assert figures["suites_seconds_all_through_ge"] > 0 < figures["transactions_suites_seconds"]
 
 
 @pytest.mark.parametrize(
@@ -481,12 +482,10 @@ def test_a_sample_taken_while_rows_stream_equals_the_one_read_back(tmp_path) -> 
     assert partial.frame(5000) is None
 
 
-def test_configurations_built_once_change_no_verdict_or_evidence(monkeypatch) -> None:
-    import contextlib
-
+def test_statistics_answered_from_the_figures_change_no_verdict_or_evidence(monkeypatch) -> None:
     import pandas as pd
 
-    import resources.quality as quality
+    from resources.quality import figures, validation
 
     statistics = {c: 0 for s in SCORE_SUITES.values() for c in s.columns}
     statistics.update(score_null=3, rows_in=10, landed_rows=11, flagged_rate=0.9)
@@ -512,7 +511,54 @@ def test_configurations_built_once_change_no_verdict_or_evidence(monkeypatch) ->
         found = validate(list(SCORE_SUITES.values()), DAY, statistics, sample, parameters)
         return {name: (e.evaluated, e.failures) for name, e in found.items()}
 
-    memoised = evidence()
-    monkeypatch.setattr(quality, "_configurations_built_once", contextlib.nullcontext)
-    assert evidence() == memoised
-    assert sum(len(failures) for _, failures in memoised.values()) >= 4
+    answered = []
+
+    def counted(*args) -> bool:
+        answered.append(figures.plainly_passes(*args))
+        return answered[-1]
+
+    monkeypatch.setattr(validation, "plainly_passes", counted)
+    found = evidence()
+    assert sum(answered) >= 10  # most statistics pass here without GE
+    monkeypatch.setattr(validation, "plainly_passes", lambda *_: False)  # GE validates all
+    assert evidence() == found
+    assert sum(len(failures) for _, failures in found.values()) >= 4
+
+
+BETWEEN, PAIR = "expect_column_values_to_be_between", "expect_column_pair_values_to_be_equal"
+
+
+@pytest.mark.parametrize(
+    "kind, kwargs, value, answered",
+    [
+        (BETWEEN, {"column": "x", "max_value": 0}, 0, True),
+        (BETWEEN, {"column": "x", "min_value": 0, "max_value": 1}, 0.5, True),
+        (BETWEEN, {"column": "x", "max_value": {"$PARAMETER": "high"}}, np.int64(3), True),
+        (BETWEEN, {"column": "x", "max_value": 0}, 1, False),  # fails: GE explains it
+        (BETWEEN, {"column": "x", "max_value": 0}, None, False),
+        (BETWEEN, {"column": "x", "max_value": 1}, float("nan"), False),
+        (BETWEEN, {"column": "x", "min_value": 0}, float("inf"), False),
+        (BETWEEN, {"column": "x", "max_value": 1}, True, False),
+        (BETWEEN, {"column": "x", "max_value": {"$PARAMETER": "missing"}}, 0, False),
+        (BETWEEN, {"column": "x", "max_value": {"$PARAMETER": "none"}}, 0, False),
+        (BETWEEN, {"column": "x", "max_value": 1, "mostly": 0.5}, 0, False),
+        (BETWEEN, {"column": "x", "max_value": 1, "strict_max": True}, 0, False),
+        (BETWEEN, {"column": "x", "min_value": 2, "max_value": 1}, 1, False),
+        (BETWEEN, {"column": "x"}, 1, False),
+        (BETWEEN, {"column": "absent", "max_value": 1}, 0, False),
+        (PAIR, {"column_A": "x", "column_B": "y"}, 10, True),  # y is 10.0
+        (PAIR, {"column_A": "x", "column_B": "y"}, 11, False),
+        (PAIR, {"column_A": "x", "column_B": "y"}, None, False),
+        ("expect_column_values_to_not_be_null", {"column": "x"}, 1, False),
+    ],
+)
+def test_only_statistics_that_ge_passes_are_answered_without_it(kind, kwargs, value, answered):
+    from resources.quality.figures import plainly_passes
+
+    expectation = {"type": kind, "kwargs": kwargs}
+    figures = {"x": value, "y": 10.0}
+    parameters = {"high": 3.0, "none": None}
+    assert plainly_passes(expectation, figures, parameters) is answered
+    if answered:  # GE, asked directly, agrees
+        suite = CheckSuite("c", "a", "ERROR", "", statistics=[expectation])
+        assert validate([suite], DAY, figures, None, parameters)["c"].passed

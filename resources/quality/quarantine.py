@@ -1,0 +1,54 @@
+"""Quarantine as Dagster sees it: a run that would quarantine too much fails, and what was set
+aside is counted in the materialisation's metadata."""
+
+from __future__ import annotations
+
+from collections import Counter
+from collections.abc import Iterator, Sequence
+from contextlib import contextmanager
+from typing import Any
+
+from dagster import Failure, MetadataValue
+
+from inference.quarantine import QuarantineRateExceeded, RowConservationError
+from inference.shards import QUARANTINED_PREFIX, ShardReport
+
+
+@contextmanager
+def fail_fast_on_bad_rows() -> Iterator[None]:
+    """Too many unscorable rows, or a model that loses rows, fails the step without retries:
+    both would be the same on a retry, and nothing has been published."""
+    try:
+        yield
+    except QuarantineRateExceeded as exc:
+        raise Failure(
+            description=str(exc),
+            metadata={
+                "quarantine_rate": round(exc.rate, 6),
+                "quarantine_limit": exc.limit,
+                "quarantine_reasons": MetadataValue.json(exc.reasons),
+            },
+            allow_retries=False,
+        ) from exc
+    except RowConservationError as exc:
+        raise Failure(description=str(exc), allow_retries=False) from exc
+
+
+def quarantine_metadata(shards: Sequence[ShardReport]) -> dict[str, Any]:
+    """Materialisation metadata: how many rows were quarantined, why, and where they went."""
+    reasons: Counter[str] = Counter()
+    for report in shards:
+        for name, n in report.stats.counts.items():
+            if name.startswith(QUARANTINED_PREFIX) and n:
+                reasons[name[len(QUARANTINED_PREFIX) :]] += n
+    rows_in = sum(s.rows_in for s in shards)
+    total = sum(s.rows_quarantined for s in shards)
+    meta: dict[str, Any] = {
+        "rows_quarantined": total,
+        "quarantine_rate": round(total / rows_in, 6) if rows_in else 0.0,
+        "quarantine_reasons": MetadataValue.json(dict(reasons.most_common())),
+    }
+    uris = [s.quarantine_uri for s in shards if s.quarantine_uri]
+    if uris:
+        meta["quarantine"] = MetadataValue.path(uris[-1])
+    return meta
