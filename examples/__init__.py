@@ -1,0 +1,1 @@
+"""Worked examples of the docs: each is a real code location that the tests materialise."""
