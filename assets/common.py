@@ -178,7 +178,7 @@ def record_landing_read(
                     partition=date,
                     metadata={
                         LANDING_FINGERPRINT: fingerprint,
-                        "read_by": context.asset_key.to_user_string(),
+                        "read_by": context.op_def.name,
                     },
                 )
             )
@@ -187,40 +187,54 @@ def record_landing_read(
 def landing_result(
     context: AssetExecutionContext, store: DataStore, dataset: str, schema: pa.Schema
 ) -> MaterializeResult:
-    """Validates each partition of a landing dataset against its contract and counts its rows.
+    """One materialisation of a landing dataset over the run's days: see :func:`landing_day`."""
+    dates = partition_dates(context)
+    record_landing_read(context, store, dataset, dates)
+    days = {date: landing_day(context, store, dataset, schema, date) for date in dates}
+    return MaterializeResult(
+        metadata={
+            "dagster/row_count": sum(d["dagster/row_count"] for d in days.values()),
+            **landing_timezone_metadata(store, dataset),
+            "partitions": len(days),
+            "rows_per_partition": MetadataValue.json(
+                {date: d["dagster/row_count"] for date, d in days.items()}
+            ),
+            "landing_files_skipped": sum(d["landing_files_skipped"] for d in days.values()),
+            "output": days[dates[-1]]["output"],
+        }
+    )
+
+
+def landing_day(
+    context: AssetExecutionContext, store: DataStore, dataset: str, schema: pa.Schema, date: str
+) -> dict:
+    """Validates one day of a landing dataset against its contract and counts its rows.
 
     Every source asset materialises through this, so a missing day or a malformed file fails
     before any model runs, naming the dataset, date, file and column. Files below a partition
     folder that are not data (``_SUCCESS``, ``_temporary/``, ``.crc``: names starting with
     ``_`` or ``.``) are never read; how many were skipped is logged and recorded.
+
+    Returns:
+        the day's materialisation metadata.
     """
-    record_landing_read(context, store, dataset, partition_dates(context))
-    counts: dict[str, int] = {}
-    skipped: dict[str, int] = {}
-    for date in partition_dates(context):
-        with fail_fast_on_bad_input():
-            counts[date] = store.count_landing(dataset, date, schema)
-        where = store.uri(store.landing_path(dataset, date))
-        context.log.info(f"{dataset} {date}: {counts[date]} rows at {where}")
-        not_data = store.landing_listing(dataset, date).skipped
-        skipped[date] = len(not_data)
-        if not_data:
-            folder = store.landing_path(dataset, date)
-            names = ", ".join(path[len(folder) + 1 :] for path in not_data)
-            context.log.info(
-                f"{dataset} {date}: skipped {len(not_data)} file(s) that are not data "
-                f"(names starting with '_' or '.'): {names}"
-            )
-    return MaterializeResult(
-        metadata={
-            "dagster/row_count": sum(counts.values()),
-            **landing_timezone_metadata(store, dataset),
-            "partitions": len(counts),
-            "rows_per_partition": MetadataValue.json(counts),
-            "landing_files_skipped": sum(skipped.values()),
-            "output": MetadataValue.path(store.uri(store.landing_path(dataset, date))),
-        }
-    )
+    with fail_fast_on_bad_input():
+        rows = store.count_landing(dataset, date, schema)
+    folder = store.landing_path(dataset, date)
+    context.log.info(f"{dataset} {date}: {rows} rows at {store.uri(folder)}")
+    not_data = store.landing_listing(dataset, date).skipped
+    if not_data:
+        names = ", ".join(path[len(folder) + 1 :] for path in not_data)
+        context.log.info(
+            f"{dataset} {date}: skipped {len(not_data)} file(s) that are not data "
+            f"(names starting with '_' or '.'): {names}"
+        )
+    return {
+        "dagster/row_count": rows,
+        **landing_timezone_metadata(store, dataset),
+        "landing_files_skipped": len(not_data),
+        "output": MetadataValue.path(store.uri(folder)),
+    }
 
 
 def landing_timezone_metadata(store: DataStore, dataset: str) -> dict[str, str]:

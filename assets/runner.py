@@ -156,26 +156,16 @@ def scoring_asset(
     """
 
     def decorate(fn: Callable[..., Any]) -> AssetsDefinition:
-        return multi_asset(
-            name=spec.asset,
-            specs=[
-                AssetSpec(
-                    spec.asset,
-                    deps=deps,
-                    description=inspect.cleandoc(fn.__doc__ or ""),
-                    skippable=True,
-                    partitions_def=daily_partitions,
-                    group_name=group,
-                    kinds=kinds or {"pytorch", "parquet"},
-                    freshness_policy=scored_by_0700_utc,
-                )
-            ],
-            check_specs=[per_day(suite.spec()) for suite in spec.suites.values()],
-            backfill_policy=backfill_policy,
-            pool=GPU_POOL,
-            # Outputs are events, one per day; none is an IO-managed value.
-            can_subset=True,
-        )(fn)
+        output = AssetSpec(
+            spec.asset,
+            deps=deps,
+            description=inspect.cleandoc(fn.__doc__ or ""),
+            group_name=group,
+            kinds=kinds or {"pytorch", "parquet"},
+            freshness_policy=scored_by_0700_utc,
+        )
+        checks = [suite.spec() for suite in spec.suites.values()]
+        return daily_assets(output, checks=checks, pool=GPU_POOL)(fn)
 
     return decorate
 
@@ -214,8 +204,7 @@ def score(
     with fail_fast_on_bad_input():
         model = spec.load(store, inference, config)
     limit = quarantine_limit(config.max_quarantine_rate)
-    blocking = {c.name for c in spec.suites.values() if c.spec().blocking}
-    failed: list[str] = []
+    days = DayRecorder(context)
     with spot_safe(context, store, inference) as run:
         for date in dates:
             with fail_fast_on_bad_input(), fail_fast_on_bad_rows():
@@ -245,25 +234,71 @@ def score(
             }
             if report.shards is not None:
                 metadata["commit"] = report.shards.commit
-            yield AssetMaterialization(spec.asset, partition=date, metadata=metadata)
-            for result in checks:
-                evaluation = _evaluation(context, spec.asset, date, result, blocking)
-                if evaluation.blocking and not evaluation.passed and evaluation.severity == ERROR:
-                    failed.append(f"{spec.asset} {date}: {evaluation.check_name}")
-                yield evaluation
-    if failed:
-        raise DagsterAssetCheckFailedError(
-            f"{len(failed)} blocking asset check(s) failed with ERROR severity; nothing "
-            "downstream of these days runs:\n" + "\n".join(failed)
-        )
-    # The step's output, so that downstream steps of the same run go ahead; without asset
-    # events of its own (each day was recorded above). Dagster 1.13 skips an output's asset
-    # events when this key is in its metadata (dagster/_core/execution/plan/execute_step.py);
-    # tests/test_fraud_pipeline.py checks one materialisation per day and alerts in the run.
-    yield Output(
-        None,
-        output_name=context.assets_def.get_output_name_for_asset_key(AssetKey(spec.asset)),
-        metadata={NO_ASSET_EVENTS: True},
+            yield from days.record(spec.asset, date, metadata, checks)
+    yield from days.finish()
+
+
+class DayRecorder:
+    """Records each day of a run on its own as soon as it is done: its materialisation of each
+    asset and its check results (partitioned checks), instead of one event for the range.
+
+    ``finish`` ends the step: it fails it when a blocking check failed on any day (nothing
+    downstream runs), and otherwise yields the step's outputs so that downstream steps of the
+    same run go ahead.
+    """
+
+    def __init__(self, context: AssetExecutionContext):
+        self.context = context
+        self.blocking = {c.name for c in context.assets_def.check_specs if c.blocking}
+        self.failed: list[str] = []
+
+    def record(
+        self,
+        asset: str,
+        date: str,
+        metadata: Mapping[str, Any],
+        checks: Sequence[AssetCheckResult] = (),
+    ) -> Iterator[AssetMaterialization | AssetCheckEvaluation]:
+        yield AssetMaterialization(asset, partition=date, metadata=metadata)
+        for result in checks:
+            evaluation = _evaluation(self.context, asset, date, result, self.blocking)
+            if evaluation.blocking and not evaluation.passed and evaluation.severity == ERROR:
+                self.failed.append(f"{asset} {date}: {evaluation.check_name}")
+            yield evaluation
+
+    def finish(self) -> Iterator[Output]:
+        if self.failed:
+            raise DagsterAssetCheckFailedError(
+                f"{len(self.failed)} blocking asset check(s) failed with ERROR severity; "
+                "nothing downstream of these days runs:\n" + "\n".join(self.failed)
+            )
+        # Without asset events of their own (each day was recorded above): Dagster 1.13 skips
+        # an output's asset events when this key is in its metadata
+        # (dagster/_core/execution/plan/execute_step.py). tests/test_fraud_pipeline.py checks
+        # one materialisation per day, and the alerts made in the same run.
+        assets_def = self.context.assets_def
+        for key in self.context.selected_asset_keys:
+            yield Output(
+                None,
+                output_name=assets_def.get_output_name_for_asset_key(key),
+                metadata={NO_ASSET_EVENTS: True},
+            )
+
+
+def daily_assets(
+    *specs: AssetSpec, checks: Sequence[AssetCheckSpec] = (), pool: str | None = None
+) -> Callable[[Callable[..., Any]], AssetsDefinition]:
+    """Declares daily-partitioned assets whose function records each day with a DayRecorder;
+    each check is evaluated once per day."""
+    return multi_asset(
+        specs=[
+            s.replace_attributes(skippable=True, partitions_def=daily_partitions) for s in specs
+        ],
+        check_specs=[per_day(check) for check in checks],
+        backfill_policy=backfill_policy,
+        pool=pool,
+        # Outputs are events, one per day; none is an IO-managed value.
+        can_subset=True,
     )
 
 

@@ -11,7 +11,13 @@ from policy.tags import GPU_TAGS
 from policy.training import MODELS
 
 PIPELINES: dict[str, list[str]] = {
-    "fraud_scoring_job": ["transactions", "fraud_model", "fraud_scores", "fraud_alerts"],
+    "fraud_scoring_job": [
+        "transactions",
+        "transaction_screens",
+        "fraud_model",
+        "fraud_scores",
+        "fraud_alerts",
+    ],
     "recommendations_job": ["interactions", "recommendation_model", "user_recommendations"],
     "daily_summaries_job": ["documents", "document_summaries", "daily_digest"],
 }

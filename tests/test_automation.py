@@ -85,7 +85,7 @@ def test_a_bad_partitions_per_run_setting_names_the_variable(setting: str) -> No
 def test_every_partitioned_asset_follows_the_one_backfill_policy() -> None:
     graph = defs.get_repository_def().asset_graph
     partitioned = [graph.get(k) for k in graph.get_all_asset_keys() if graph.get(k).is_partitioned]
-    assert len(partitioned) == 8
+    assert len(partitioned) == 10
     assert {node.backfill_policy for node in partitioned} == {backfill_policy}
 
 
@@ -115,7 +115,12 @@ def test_downstream_assets_automate_and_scoring_assets_have_a_0700_deadline() ->
     fresh = {
         k.to_user_string() for k in graph.get_all_asset_keys() if graph.get(k).freshness_policy
     }
-    assert fresh == {"fraud_scores", "user_recommendations", "document_summaries"}
+    assert fresh == {
+        "fraud_scores",
+        "user_recommendations",
+        "document_summaries",
+        "document_embeddings",
+    }
     sensors = {s.name: s for s in defs.get_repository_def().sensor_defs}
     for name in ("automation_condition_sensor", "run_failure_sensor"):
         assert sensors[name].default_status == DefaultSensorStatus.RUNNING

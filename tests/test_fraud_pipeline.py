@@ -51,8 +51,9 @@ def landed(store):
 
 
 def test_definitions_hold_the_contract_assets():
-    assert {a.key.to_user_string() for a in defs.assets} == {
+    assert {k.to_user_string() for a in defs.assets for k in a.keys} == {
         "transactions",
+        "transaction_screens",
         "fraud_model",
         "fraud_scores",
         "fraud_alerts",

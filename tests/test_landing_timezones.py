@@ -75,7 +75,7 @@ def test_naive_timestamps_fail_naming_file_column_partition_and_type(tmp_path, d
             instance=instance,
             raise_on_error=False,
         )
-    message = _failure(result, asset.key.to_python_identifier())
+    message = _failure(result, asset.op.name)
     assert f"{file} (dataset '{dataset}', date {DAY})" in message
     assert (
         f"column '{column}' is timestamp[us] without a time zone; "

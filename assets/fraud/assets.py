@@ -3,6 +3,7 @@
 from dagster import (
     AssetCheckSpec,
     AssetExecutionContext,
+    AssetSpec,
     Config,
     MaterializeResult,
     MetadataValue,
@@ -12,8 +13,9 @@ from pydantic import Field
 
 from assets.common import (
     fail_fast_on_bad_input,
-    landing_result,
+    landing_day,
     partition_dates,
+    record_landing_read,
 )
 from assets.fraud import pipeline
 from assets.fraud.checks import (
@@ -24,13 +26,12 @@ from assets.fraud.checks import (
 from assets.fraud.features import FEATURES
 from assets.fraud.model_metadata import model_metadata
 from assets.fraud.quality import save_screen, screen_transactions
-from assets.fraud.schemas import ALERTS, MODEL_NAME, TRANSACTIONS, TRANSACTIONS_SCHEMA
+from assets.fraud.schemas import ALERTS, MODEL_NAME, SCREENS, TRANSACTIONS, TRANSACTIONS_SCHEMA
 from assets.fraud.scoring import FRAUD_SCORES, FraudQualityConfig
-from assets.runner import score, scoring_asset
+from assets.runner import DayRecorder, daily_assets, score, scoring_asset
 from inference.modelstore import ModelNotFoundError, load_model
 from inference.tabular import TrainConfig
 from policy.automation import GPU_POOL, after_parent_passes_checks
-from policy.partitions import backfill_policy, daily_partitions
 from resources.inference import InferenceResource
 from resources.quality import (
     preload_great_expectations,
@@ -49,15 +50,22 @@ class TransactionsConfig(FraudQualityConfig):
     )
 
 
-@asset(
-    partitions_def=daily_partitions,
-    backfill_policy=backfill_policy,
-    group_name=GROUP,
-    check_specs=[suite.spec() for suite in LANDING_SUITES.values()],
+@daily_assets(
+    AssetSpec(TRANSACTIONS, group_name=GROUP, kinds={"parquet"}),
+    AssetSpec(
+        SCREENS,
+        deps=[TRANSACTIONS],
+        group_name=GROUP,
+        kinds={"json"},
+        description="Each day's screening of the landed transactions against the contract: "
+        "which rows scoring will quarantine and why, tied to the exact files it was made from. "
+        "fraud_scores reuses it instead of screening the day again.",
+    ),
+    checks=[suite.spec() for suite in LANDING_SUITES.values()],
 )
 def transactions(
     context: AssetExecutionContext, config: TransactionsConfig, storage: StorageResource
-) -> MaterializeResult:
+):
     """Yesterday's card transactions as the payments platform lands them.
 
     Materialising checks that every landing file carries the agreed columns and types, counts
@@ -66,35 +74,33 @@ def transactions(
     starts on a day that is missing, malformed or has more bad rows than may be quarantined.
     """
     preload_great_expectations()
-    store = storage.store()
-    landed = landing_result(context, store, TRANSACTIONS, TRANSACTIONS_SCHEMA)
-    with fail_fast_on_bad_input():
-        screens = {
-            date: screen_transactions(
+    store, days = storage.store(), DayRecorder(context)
+    record_landing_read(context, store, TRANSACTIONS, partition_dates(context))
+    for date in partition_dates(context):
+        landed = landing_day(context, store, TRANSACTIONS, TRANSACTIONS_SCHEMA, date)
+        with fail_fast_on_bad_input():
+            screen = screen_transactions(
                 store,
                 date,
                 sample_rows=config.check_sample_rows,
                 seed=config.check_seed,
                 amount_ceiling=config.amount_ceiling,
             )
-            for date in partition_dates(context)
-        }
-    for date, screen in screens.items():
-        save_screen(
-            store, date, screen, config.amount_ceiling
-        )  # fraud_scores reuses the plan instead of re-screening
-    checks = transactions_check_results(
-        store,
-        screens,
-        max_quarantine_rate=quarantine_limit(config.max_quarantine_rate),
-        deadline_hours=config.deadline_hours,
-        sample_rows=config.check_sample_rows,
-        seed=config.check_seed,
-    )
-    to_quarantine = sum(s.plan.count for s in screens.values())
-    return MaterializeResult(
-        metadata={**landed.metadata, "rows_to_quarantine": to_quarantine}, check_results=checks
-    )
+        saved = save_screen(store, date, screen, config.amount_ceiling)
+        checks = transactions_check_results(
+            store,
+            {date: screen},
+            max_quarantine_rate=quarantine_limit(config.max_quarantine_rate),
+            deadline_hours=config.deadline_hours,
+            sample_rows=config.check_sample_rows,
+            seed=config.check_seed,
+        )
+        to_quarantine = {"rows_to_quarantine": screen.plan.count}
+        yield from days.record(TRANSACTIONS, date, {**landed, **to_quarantine}, checks)
+        yield from days.record(
+            SCREENS, date, {**to_quarantine, "output": MetadataValue.path(saved)}
+        )
+    yield from days.finish()
 
 
 class FraudModelConfig(Config):
@@ -158,7 +164,9 @@ def fraud_model(
     )
 
 
-@scoring_asset(FRAUD_SCORES, deps=[transactions, fraud_model], group=GROUP, kinds={"pytorch"})
+@scoring_asset(
+    FRAUD_SCORES, deps=[TRANSACTIONS, SCREENS, fraud_model], group=GROUP, kinds={"pytorch"}
+)
 def fraud_scores(
     context: AssetExecutionContext,
     config: FraudQualityConfig,
@@ -179,37 +187,31 @@ def fraud_scores(
     yield from score(context, FRAUD_SCORES, config, storage, inference)
 
 
-@asset(
-    partitions_def=daily_partitions,
-    backfill_policy=backfill_policy,
-    deps=[fraud_scores],
-    automation_condition=after_parent_passes_checks,
-    group_name=GROUP,
-    check_specs=[AssetCheckSpec("alert_count_matches_flagged_scores", asset=ALERTS, blocking=True)],
+@daily_assets(
+    AssetSpec(
+        ALERTS,
+        deps=[fraud_scores],
+        automation_condition=after_parent_passes_checks,
+        group_name=GROUP,
+        kinds={"parquet"},
+        description="The day's flagged transactions for the fraud team to review, highest "
+        "score first. Each alert carries the score and model version with the transaction's "
+        "account, merchant, amount, currency, time, channel and country.",
+    ),
+    checks=[AssetCheckSpec("alert_count_matches_flagged_scores", asset=ALERTS, blocking=True)],
 )
-def fraud_alerts(context: AssetExecutionContext, storage: StorageResource) -> MaterializeResult:
-    """The day's flagged transactions for the fraud team to review, highest score first.
-
-    Each alert carries the score and model version with the transaction's account, merchant,
-    amount, currency, time, channel and country.
-    """
-    store = storage.store()
-    dates = partition_dates(context)
-    per_day, flagged_amount = {}, 0.0
-    for date in dates:
+def fraud_alerts(context: AssetExecutionContext, storage: StorageResource):
+    """Publishes each day's alerts from the flagged transactions scored with them."""
+    store, days = storage.store(), DayRecorder(context)
+    for date in partition_dates(context):
         with fail_fast_on_bad_input():
             published, amount = pipeline.publish_alerts(store, date)
-        per_day[date] = published.rows
-        flagged_amount += amount
         context.log.info(f"fraud_alerts {date}: {published.rows} alerts -> {published.uri}")
-    flagged, alerts = pipeline.count_alerts(store, dates)
-    return MaterializeResult(
-        metadata={
-            "dagster/row_count": sum(per_day.values()),
-            "alerts_per_partition": MetadataValue.json(per_day),
+        flagged, alerts = pipeline.count_alerts(store, [date])
+        metadata = {
+            "dagster/row_count": published.rows,
             "output": MetadataValue.path(published.uri),
-            "flagged_amount": round(flagged_amount, 2),
-            "partitions": len(dates),
-        },
-        check_results=[alert_check_result(flagged, alerts)],
-    )
+            "flagged_amount": round(amount, 2),
+        }
+        yield from days.record(ALERTS, date, metadata, [alert_check_result(flagged, alerts)])
+    yield from days.finish()

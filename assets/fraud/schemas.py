@@ -3,6 +3,8 @@
 import pyarrow as pa
 
 TRANSACTIONS = "transactions"
+# Each day's screening of the landed transactions (its quarantine plan), which fraud_scores reuses.
+SCREENS = "transaction_screens"
 TRANSACTIONS_LABELLED = "transactions_labelled"
 MODEL_NAME = "fraud_model"
 SCORES = "fraud_scores"

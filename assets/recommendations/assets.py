@@ -3,13 +3,22 @@
 from collections import Counter
 from typing import Literal
 
-from dagster import AssetExecutionContext, Config, Failure, MaterializeResult, MetadataValue, asset
+from dagster import (
+    AssetExecutionContext,
+    AssetSpec,
+    Config,
+    Failure,
+    MaterializeResult,
+    MetadataValue,
+    asset,
+)
 from pydantic import Field
 
 from assets.common import (
     fail_fast_on_bad_input,
-    landing_result,
+    landing_day,
     partition_dates,
+    record_landing_read,
 )
 from assets.recommendations.gates import (
     INTERACTION_SUITES,
@@ -30,14 +39,13 @@ from assets.recommendations.training import (
     current_model,
     train_and_save,
 )
-from assets.runner import score, scoring_asset
+from assets.runner import DayRecorder, daily_assets, score, scoring_asset
 from inference.ease import DEFAULT_L2, DEFAULT_MAX_ITEMS, EaseConfig
 from inference.modelstore import ModelNotFoundError
 from inference.recommend import (
     TrainConfig,
 )
 from policy.automation import GPU_POOL
-from policy.partitions import backfill_policy, daily_partitions
 from resources.inference import InferenceResource
 from resources.quality import (
     QualityConfig,
@@ -57,16 +65,13 @@ class InteractionsConfig(QualityConfig):
     )
 
 
-@asset(
-    partitions_def=daily_partitions,
-    backfill_policy=backfill_policy,
-    group_name=GROUP,
-    kinds={"parquet"},
-    check_specs=[suite.spec() for suite in INTERACTION_SUITES.values()],
+@daily_assets(
+    AssetSpec(INTERACTIONS, group_name=GROUP, kinds={"parquet"}),
+    checks=[suite.spec() for suite in INTERACTION_SUITES.values()],
 )
 def interactions(
     context: AssetExecutionContext, config: InteractionsConfig, storage: StorageResource
-) -> MaterializeResult:
+):
     """Every view, click and purchase users made on the catalogue during one UTC day, as
     landed by the event pipeline. Materialising it checks each file against the contract
     (user_id, item_id, ts, event, weight; no interaction without its ids), counts the day's
@@ -75,51 +80,42 @@ def interactions(
     `interactions_quarantine` with its reason and never used as history; above the quarantine
     limit the day's check fails, naming the rate and the top reasons."""
     preload_great_expectations()
-    store = storage.store()
-    landed = landing_result(context, store, INTERACTIONS, INTERACTIONS_SCHEMA)
+    store, days = storage.store(), DayRecorder(context)
     limit = quarantine_limit(config.max_quarantine_rate)
-    with fail_fast_on_bad_input():
-        screens = {
-            date: screen_interactions(
+    record_landing_read(context, store, INTERACTIONS, partition_dates(context))
+    for date in partition_dates(context):
+        landed = landing_day(context, store, INTERACTIONS, INTERACTIONS_SCHEMA, date)
+        with fail_fast_on_bad_input():
+            screen = screen_interactions(
                 store, date, config.check_sample_rows, config.check_seed, max_rate=limit
             )
-            for date in partition_dates(context)
-        }
-    where = None
-    for date, screen in screens.items():
-        if screen.quarantined is not None and screen.plan.rate <= limit:
+        plan, metadata = screen.plan, {**landed, "rows_used": screen.figures["rows_used"]}
+        if screen.quarantined is not None and plan.rate <= limit:
             # Published even when empty, so a re-run after a fix replaces yesterday's rows.
-            where = store.publish(
+            held = store.publish(
                 INTERACTIONS_QUARANTINE, date, [screen.quarantined], QUARANTINE_SCHEMA
-            ).uri
-        if screen.plan.count:
-            context.log.warning(
-                f"{INTERACTIONS} {date}: {screen.plan.count} of {screen.plan.rows} rows "
-                f"quarantined ({screen.plan.rate:.2%}, limit {limit:.2%}): "
-                f"{screen.plan.describe()}"
             )
-    checks = interactions_check_results(
-        store,
-        screens,
-        max_quarantine_rate=limit,
-        deadline_hours=config.deadline_hours,
-        sample_rows=config.check_sample_rows,
-        seed=config.check_seed,
-    )
-    reasons: Counter[str] = Counter()
-    for screen in screens.values():
-        reasons.update(screen.plan.counts())
-    quarantined = sum(s.plan.count for s in screens.values())
-    rows = sum(s.plan.rows for s in screens.values())
-    metadata = {
-        **landed.metadata,
-        "rows_used": sum(s.figures["rows_used"] for s in screens.values()),
-        "rows_quarantined": quarantined,
-        "quarantine_rate": round(quarantined / max(1, rows), 6),
-        "quarantine_reasons": MetadataValue.json(dict(reasons.most_common())),
-        **({"quarantine": MetadataValue.path(where)} if where else {}),
-    }
-    return MaterializeResult(metadata=metadata, check_results=checks)
+            metadata["quarantine"] = MetadataValue.path(held.uri)
+        if plan.count:
+            context.log.warning(
+                f"{INTERACTIONS} {date}: {plan.count} of {plan.rows} rows quarantined "
+                f"({plan.rate:.2%}, limit {limit:.2%}): {plan.describe()}"
+            )
+        checks = interactions_check_results(
+            store,
+            {date: screen},
+            max_quarantine_rate=limit,
+            deadline_hours=config.deadline_hours,
+            sample_rows=config.check_sample_rows,
+            seed=config.check_seed,
+        )
+        metadata.update(
+            rows_quarantined=plan.count,
+            quarantine_rate=round(plan.count / max(1, plan.rows), 6),
+            quarantine_reasons=MetadataValue.json(dict(Counter(plan.counts()).most_common())),
+        )
+        yield from days.record(INTERACTIONS, date, metadata, checks)
+    yield from days.finish()
 
 
 class RecommendationModelConfig(Config):

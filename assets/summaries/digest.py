@@ -3,23 +3,17 @@
 import time
 
 import pyarrow as pa
-from dagster import (
-    AssetExecutionContext,
-    Config,
-    MaterializeResult,
-    MetadataValue,
-    asset,
-)
+from dagster import AssetExecutionContext, AssetSpec, Config, MetadataValue
 from pydantic import Field
 
-from assets.common import PartitionReport, log_partition, partition_dates, scoring_result
+from assets.common import PartitionReport, log_partition, partition_dates, scoring_metadata
+from assets.runner import DayRecorder, daily_assets
 from assets.summaries.document_summaries import ASSET as SUMMARIES
 from assets.summaries.document_summaries import document_summaries
 from assets.summaries.models import encoder_key, sentence_encoder
 from inference.metrics import BatchMetrics
 from inference.text import Topic, build_digest
 from policy.automation import GPU_POOL, after_parent_passes_checks
-from policy.partitions import backfill_policy, daily_partitions
 from resources.inference import InferenceResource
 from resources.storage import StorageResource
 
@@ -46,29 +40,31 @@ class DigestConfig(Config):
     keywords: int = Field(default=3, description="Keywords in each topic's label.")
 
 
-@asset(
-    partitions_def=daily_partitions,
-    backfill_policy=backfill_policy,
-    deps=[document_summaries],
+@daily_assets(
+    AssetSpec(
+        ASSET,
+        deps=[document_summaries],
+        automation_condition=after_parent_passes_checks,
+        group_name="summaries",
+        kinds={"pytorch", "parquet"},
+        description="The topics of the day for the morning briefing: documents grouped by "
+        "subject, one row per topic with a keyword label, its document count and ids, and a "
+        "short summary drawn from the most representative sentences of its documents' "
+        "summaries. Largest topic first.",
+    ),
     pool=GPU_POOL,
-    automation_condition=after_parent_passes_checks,
-    group_name="summaries",
-    kinds={"pytorch", "parquet"},
 )
 def daily_digest(
     context: AssetExecutionContext,
     config: DigestConfig,
     storage: StorageResource,
     inference: InferenceResource,
-) -> MaterializeResult:
-    """The topics of the day for the morning briefing: documents grouped by subject, one row
-    per topic with a keyword label, its document count and ids, and a short summary drawn from
-    the most representative sentences of its documents' summaries. Largest topic first.
-    """
-    store = storage.store()
+):
+    """Groups each day's summaries into topics and publishes them."""
+    store, days = storage.store(), DayRecorder(context)
     encoder = sentence_encoder(inference)
-    reports, labels = [], {}
-    for date in partition_dates(context):
+    dates = partition_dates(context)
+    for date in dates:
         metrics = BatchMetrics()
         day = store.read_output(SUMMARIES, date).select(["doc_id", "summary"])
         started = time.perf_counter()
@@ -84,16 +80,18 @@ def daily_digest(
         )
         metrics.record_batch(day.num_rows, len(topics), time.perf_counter() - started)
         published = store.publish(ASSET, date, [_table(topics)], DIGEST_SCHEMA)
-        reports.append(PartitionReport(date, metrics.finish(), published))
-        log_partition(context, ASSET, reports[-1])
-        labels[date] = [f"{t.label} ({len(t.doc_ids)})" for t in topics]
-    return scoring_result(
-        reports,
-        model_version=encoder.version,
-        device=inference.runtime.describe(),
-        model_loads=inference.load_count(encoder_key()),
-        extra={"topics": MetadataValue.json(labels)},
-    )
+        report = PartitionReport(date, metrics.finish(), published)
+        log_partition(context, ASSET, report)
+        metadata = scoring_metadata(
+            [report],
+            model_version=encoder.version,
+            device=inference.runtime.describe(),
+            model_loads=inference.load_count(encoder_key()),
+        )
+        labels = [f"{t.label} ({len(t.doc_ids)})" for t in topics]
+        metadata.update(partitions=len(dates), topics=MetadataValue.json(labels))
+        yield from days.record(ASSET, date, metadata)
+    yield from days.finish()
 
 
 def _table(topics: list[Topic]) -> pa.Table:

@@ -1,13 +1,13 @@
 """The day's documents as they land from the content systems: the summaries domain's source."""
 
-from dagster import AssetExecutionContext, MaterializeResult, asset
+from dagster import AssetExecutionContext, AssetSpec
 from pydantic import Field
 
-from assets.common import fail_fast_on_bad_input, landing_result, partition_dates
+from assets.common import fail_fast_on_bad_input, landing_day, partition_dates, record_landing_read
+from assets.runner import DayRecorder, daily_assets
 from assets.summaries.gates import DOCUMENT_SUITES, documents_check_results
 from assets.summaries.quality import screen_documents
 from assets.summaries.schemas import DATASET, DOCUMENTS_SCHEMA
-from policy.partitions import backfill_policy, daily_partitions
 from resources.quality import QualityConfig, preload_great_expectations, quarantine_limit
 from resources.storage import StorageResource
 
@@ -22,16 +22,11 @@ class DocumentsConfig(QualityConfig):
     )
 
 
-@asset(
-    partitions_def=daily_partitions,
-    backfill_policy=backfill_policy,
-    group_name="summaries",
-    kinds={"parquet"},
-    check_specs=[suite.spec() for suite in DOCUMENT_SUITES.values()],
+@daily_assets(
+    AssetSpec(DATASET, group_name="summaries", kinds={"parquet"}),
+    checks=[suite.spec() for suite in DOCUMENT_SUITES.values()],
 )
-def documents(
-    context: AssetExecutionContext, config: DocumentsConfig, storage: StorageResource
-) -> MaterializeResult:
+def documents(context: AssetExecutionContext, config: DocumentsConfig, storage: StorageResource):
     """Articles published during the day (news, posts, reports): id, publication time, title
     and body text, as landed by the content systems in ``landing/documents/date=D/``.
 
@@ -41,22 +36,20 @@ def documents(
     unusable documents fails here, naming the file or the reasons, before any model runs.
     """
     preload_great_expectations()
-    store = storage.store()
-    landed = landing_result(context, store, DATASET, DOCUMENTS_SCHEMA)
-    with fail_fast_on_bad_input():
-        screens = {
-            date: screen_documents(store, date, config.check_sample_rows, config.check_seed)
-            for date in partition_dates(context)
-        }
-    checks = documents_check_results(
-        store,
-        screens,
-        max_quarantine_rate=quarantine_limit(config.max_quarantine_rate),
-        deadline_hours=config.deadline_hours,
-        sample_rows=config.check_sample_rows,
-        seed=config.check_seed,
-    )
-    to_quarantine = sum(s.plan.count for s in screens.values())
-    return MaterializeResult(
-        metadata={**landed.metadata, "rows_to_quarantine": to_quarantine}, check_results=checks
-    )
+    store, days = storage.store(), DayRecorder(context)
+    record_landing_read(context, store, DATASET, partition_dates(context))
+    for date in partition_dates(context):
+        landed = landing_day(context, store, DATASET, DOCUMENTS_SCHEMA, date)
+        with fail_fast_on_bad_input():
+            screen = screen_documents(store, date, config.check_sample_rows, config.check_seed)
+        checks = documents_check_results(
+            store,
+            {date: screen},
+            max_quarantine_rate=quarantine_limit(config.max_quarantine_rate),
+            deadline_hours=config.deadline_hours,
+            sample_rows=config.check_sample_rows,
+            seed=config.check_seed,
+        )
+        metadata = {**landed, "rows_to_quarantine": screen.plan.count}
+        yield from days.record(DATASET, date, metadata, checks)
+    yield from days.finish()
