@@ -21,6 +21,7 @@ import logging
 import time
 import warnings
 from collections.abc import Callable, Iterator, Mapping, Sequence
+from collections.abc import Set as AbstractSet
 from dataclasses import dataclass, field
 from typing import Any, Generic, TypeVar
 
@@ -277,12 +278,25 @@ class DayRecorder:
         # (dagster/_core/execution/plan/execute_step.py). tests/test_fraud_pipeline.py checks
         # one materialisation per day, and the alerts made in the same run.
         assets_def = self.context.assets_def
-        for key in self.context.selected_asset_keys:
+        for key in _dependencies_first(assets_def, self.context.selected_asset_keys):
             yield Output(
                 None,
                 output_name=assets_def.get_output_name_for_asset_key(key),
                 metadata={NO_ASSET_EVENTS: True},
             )
+
+
+def _dependencies_first(
+    assets_def: AssetsDefinition, keys: AbstractSet[AssetKey]
+) -> list[AssetKey]:
+    """The keys in an order Dagster accepts outputs in: each after those it depends on."""
+    ordered: list[AssetKey] = []
+    pending = sorted(keys)
+    while pending:
+        ready = [k for k in pending if not (assets_def.asset_deps[k] & set(pending))]
+        ordered += ready
+        pending = [k for k in pending if k not in ready]
+    return ordered
 
 
 def daily_assets(

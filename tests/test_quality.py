@@ -343,7 +343,11 @@ def test_a_failing_error_check_stops_the_alerts(fraud_world, monkeypatch) -> Non
     }
     failed = verdicts[("fraud_scores", "scores_in_unit_interval")]
     assert not failed.passed and failed.metadata["score_not_finite"].value == 3
-    assert _materialized(result) == {"transactions", "fraud_scores"}  # alerts never ran
+    assert _materialized(result) == {
+        "transactions",
+        "transaction_screens",
+        "fraud_scores",
+    }  # alerts never ran
     started = {e.step_key for e in result.all_events if e.event_type_value == "STEP_START"}
     assert started == {"transactions", "fraud_scores"}
     (failure,) = result.get_step_failure_events()
@@ -364,7 +368,12 @@ def test_a_failing_warn_check_does_not_stop_the_alerts(fraud_world) -> None:
     drift = verdicts["flagged_rate_near_trailing_mean"]
     assert not drift.passed and drift.severity.value == "WARN"
     assert all(c.passed for c in verdicts.values() if c.severity.value == "ERROR")
-    assert _materialized(result) == {"transactions", "fraud_scores", "fraud_alerts"}
+    assert _materialized(result) == {
+        "transactions",
+        "transaction_screens",
+        "fraud_scores",
+        "fraud_alerts",
+    }
     assert store.output_exists("fraud_alerts", day)
     meta = {
         k: v.value
