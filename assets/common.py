@@ -184,27 +184,6 @@ def record_landing_read(
             )
 
 
-def landing_result(
-    context: AssetExecutionContext, store: DataStore, dataset: str, schema: pa.Schema
-) -> MaterializeResult:
-    """One materialisation of a landing dataset over the run's days: see :func:`landing_day`."""
-    dates = partition_dates(context)
-    record_landing_read(context, store, dataset, dates)
-    days = {date: landing_day(context, store, dataset, schema, date) for date in dates}
-    return MaterializeResult(
-        metadata={
-            "dagster/row_count": sum(d["dagster/row_count"] for d in days.values()),
-            **landing_timezone_metadata(store, dataset),
-            "partitions": len(days),
-            "rows_per_partition": MetadataValue.json(
-                {date: d["dagster/row_count"] for date, d in days.items()}
-            ),
-            "landing_files_skipped": sum(d["landing_files_skipped"] for d in days.values()),
-            "output": days[dates[-1]]["output"],
-        }
-    )
-
-
 def landing_day(
     context: AssetExecutionContext, store: DataStore, dataset: str, schema: pa.Schema, date: str
 ) -> dict:

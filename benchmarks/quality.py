@@ -32,7 +32,7 @@ from dagster import AssetKey, DagsterInstance, materialize
 from assets.common import PartitionReport
 from assets.fraud import pipeline
 from assets.fraud.assets import fraud_scores
-from assets.fraud.checks import score_check_results, transactions_check_results
+from assets.fraud.gates import score_check_results, transactions_check_results
 from assets.fraud.quality import (
     TransactionScreen,
     load_screen,

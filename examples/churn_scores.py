@@ -10,20 +10,21 @@ from pathlib import Path
 import numpy as np
 import pyarrow as pa
 import torch
-from dagster import AssetExecutionContext, Definitions, MaterializeResult, asset
+from dagster import AssetExecutionContext, AssetSpec, Definitions
 from pydantic import Field
 from torch import nn
 
 from assets.checkpointing import SpotSafeRun, Work
-from assets.common import PartitionReport, landing_result
+from assets.common import PartitionReport
+from assets.days import daily_assets
 from assets.gates import SuiteRun, conservation_figures
+from assets.landing import land_files
 from assets.runner import Day, Model, ScoringSpec, score, scoring_asset
 from inference.checkpoints import load_weights, weights_version
 from inference.invariants import StreamStats
 from inference.screen import screen_required
 from inference.tabular_model import stack_features
 from orchestration.resources import build_resources
-from policy.partitions import backfill_policy, daily_partitions
 from resources.inference import InferenceResource
 from resources.quality import QualityConfig, load_suites
 from resources.storage import DataStore, StorageResource
@@ -105,11 +106,11 @@ def day(run: SpotSafeRun, date: str, model: Model, config: ChurnConfig, limit: f
 CHURN_SCORES = ScoringSpec(ASSET, CUSTOMERS, SUITES, load, day)
 
 
-@asset(partitions_def=daily_partitions, backfill_policy=backfill_policy, group_name=GROUP)
-def customers(context: AssetExecutionContext, storage: StorageResource) -> MaterializeResult:
+@daily_assets(AssetSpec(CUSTOMERS, group_name=GROUP))
+def customers(context: AssetExecutionContext, storage: StorageResource):
     """Every active customer at the end of the day, with tenure, monthly spend and support
     tickets, as the billing system lands them (`landing/customers/date=D/*.parquet`)."""
-    return landing_result(context, storage.store(), CUSTOMERS, CUSTOMERS_SCHEMA)
+    yield from land_files(context, storage, CUSTOMERS, CUSTOMERS_SCHEMA)
 
 
 @scoring_asset(CHURN_SCORES, deps=[customers], group=GROUP, kinds={"pytorch"})

@@ -12,7 +12,7 @@ import pytest
 from dagster import AssetKey, DagsterInstance, Failure, materialize
 
 from assets.fraud.assets import fraud_alerts, fraud_model, fraud_scores, transactions
-from assets.fraud.checks import SCORE_SUITES, score_figures
+from assets.fraud.gates import SCORE_SUITES, score_figures
 from assets.fraud.demo_data import generate_day
 from assets.gates import conservation_figures
 from inference.invariants import StreamStats, population_stability

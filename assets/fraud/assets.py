@@ -13,41 +13,33 @@ from pydantic import Field
 
 from assets.common import (
     fail_fast_on_bad_input,
-    landing_day,
     partition_dates,
-    record_landing_read,
 )
+from assets.days import DayRecorder, daily_assets
 from assets.fraud import pipeline
-from assets.fraud.checks import (
-    LANDING_SUITES,
-    alert_check_result,
-    transactions_check_results,
-)
 from assets.fraud.features import FEATURES
+from assets.fraud.gates import (
+    LANDING_SUITES,
+    TRANSACTIONS_GATE,
+    alert_check_result,
+)
 from assets.fraud.model_metadata import model_metadata
 from assets.fraud.quality import save_screen, screen_transactions
 from assets.fraud.schemas import ALERTS, MODEL_NAME, SCREENS, TRANSACTIONS, TRANSACTIONS_SCHEMA
 from assets.fraud.scoring import FRAUD_SCORES, FraudQualityConfig
-from assets.runner import DayRecorder, daily_assets, score, scoring_asset
+from assets.landing import LandingSpec, deadline, land
+from assets.runner import score, scoring_asset
 from inference.modelstore import ModelNotFoundError, load_model
 from inference.tabular import TrainConfig
 from policy.automation import GPU_POOL, after_parent_passes_checks
 from resources.inference import InferenceResource
-from resources.quality import (
-    preload_great_expectations,
-    quarantine_limit,
-)
-from resources.storage import StorageResource
+from resources.storage import DataStore, StorageResource
 
 GROUP = "fraud"
 
 
 class TransactionsConfig(FraudQualityConfig):
-    deadline_hours: float = Field(
-        default=2.0,
-        description="Hours after its UTC day ends by which a day's files should have landed "
-        "(the fraud schedule scores it at 02:00).",
-    )
+    deadline_hours: float = deadline(2.0, "the fraud schedule scores it at 02:00")
 
 
 @daily_assets(
@@ -73,34 +65,28 @@ def transactions(
     finite and not negative, timestamps inside the day, landed on time), so scoring never
     starts on a day that is missing, malformed or has more bad rows than may be quarantined.
     """
-    preload_great_expectations()
-    store, days = storage.store(), DayRecorder(context)
-    record_landing_read(context, store, TRANSACTIONS, partition_dates(context))
-    for date in partition_dates(context):
-        landed = landing_day(context, store, TRANSACTIONS, TRANSACTIONS_SCHEMA, date)
-        with fail_fast_on_bad_input():
-            screen = screen_transactions(
-                store,
-                date,
-                sample_rows=config.check_sample_rows,
-                seed=config.check_seed,
-                amount_ceiling=config.amount_ceiling,
-            )
-        saved = save_screen(store, date, screen, config.amount_ceiling)
-        checks = transactions_check_results(
-            store,
-            {date: screen},
-            max_quarantine_rate=quarantine_limit(config.max_quarantine_rate),
-            deadline_hours=config.deadline_hours,
-            sample_rows=config.check_sample_rows,
-            seed=config.check_seed,
-        )
-        to_quarantine = {"rows_to_quarantine": screen.plan.count}
-        yield from days.record(TRANSACTIONS, date, {**landed, **to_quarantine}, checks)
-        yield from days.record(
-            SCREENS, date, {**to_quarantine, "output": MetadataValue.path(saved)}
-        )
-    yield from days.finish()
+    yield from land(context, TRANSACTIONS_LANDING, config, storage)
+
+
+def _screen(store: DataStore, date: str, config: TransactionsConfig, limit: float):
+    return screen_transactions(
+        store,
+        date,
+        sample_rows=config.check_sample_rows,
+        seed=config.check_seed,
+        amount_ceiling=config.amount_ceiling,
+    )
+
+
+def _save(store: DataStore, date: str, screen, config: TransactionsConfig, limit: float) -> dict:
+    """The day's screen, kept for fraud_scores as the day's transaction_screens partition."""
+    saved = save_screen(store, date, screen, config.amount_ceiling)
+    return {SCREENS: {"rows_to_quarantine": screen.plan.count, "output": MetadataValue.path(saved)}}
+
+
+TRANSACTIONS_LANDING = LandingSpec(
+    TRANSACTIONS, TRANSACTIONS_SCHEMA, TRANSACTIONS_GATE, screen=_screen, publish=_save
+)
 
 
 class FraudModelConfig(Config):

@@ -6,14 +6,6 @@ the assets that produce them (see ``assets/fraud/gates.py``).
 
 from dagster import AssetCheckResult, asset_check
 
-from assets.fraud.gates import (  # noqa: F401 - re-exported for assets/fraud/assets.py and tests
-    LANDING_SUITES,
-    SCORE_SUITES,
-    alert_check_result,
-    score_check_results,
-    score_figures,
-    transactions_check_results,
-)
 from assets.fraud.schemas import MODEL_NAME
 from inference.modelstore import load_model
 from resources.storage import StorageResource

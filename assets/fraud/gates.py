@@ -25,9 +25,10 @@ SUITES = Path(__file__).parent / "suites"
 LANDING_SUITES = load_suites(SUITES / "transactions.json")
 SCORE_SUITES = load_suites(SUITES / "fraud_scores.json")
 # The `transactions` suites over each day's screening figures and landing sample.
-transactions_check_results = LandingGate(
+TRANSACTIONS_GATE = LandingGate(
     TRANSACTIONS, LANDING_SUITES, QUARANTINED_REASONS
-).check_results
+)
+transactions_check_results = TRANSACTIONS_GATE.check_results
 # The flagged rate may move this far (relative) from its trailing mean before it warns, on top
 # of three binomial standard deviations, so a small day does not warn on noise alone.
 FLAGGED_RATE_TOLERANCE = 0.5

@@ -13,7 +13,7 @@ import pyarrow as pa
 from pydantic import Field
 
 from assets.checkpointing import SpotSafeRun, Work
-from assets.fraud.checks import SCORE_SUITES, score_check_results
+from assets.fraud.gates import SCORE_SUITES, score_check_results
 from assets.fraud.pipeline import SCORED_COLUMNS, flagged_details, load_scorer, score_reference
 from assets.fraud.quality import load_screen, score_observer, screen_transactions
 from assets.fraud.schemas import (

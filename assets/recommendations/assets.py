@@ -1,6 +1,5 @@
 """Recommendations: landed interactions, the model (EASE or two-tower), nightly top-K lists."""
 
-from collections import Counter
 from typing import Literal
 
 from dagster import (
@@ -14,15 +13,12 @@ from dagster import (
 )
 from pydantic import Field
 
-from assets.common import (
-    fail_fast_on_bad_input,
-    landing_day,
-    partition_dates,
-    record_landing_read,
-)
+from assets.common import fail_fast_on_bad_input
+from assets.days import daily_assets
+from assets.landing import LandingSpec, deadline, land
 from assets.recommendations.gates import (
     INTERACTION_SUITES,
-    interactions_check_results,
+    INTERACTIONS_GATE,
 )
 from assets.recommendations.quality import (
     INTERACTIONS_QUARANTINE,
@@ -39,30 +35,20 @@ from assets.recommendations.training import (
     current_model,
     train_and_save,
 )
-from assets.runner import DayRecorder, daily_assets, score, scoring_asset
+from assets.runner import score, scoring_asset
 from inference.ease import DEFAULT_L2, DEFAULT_MAX_ITEMS, EaseConfig
 from inference.modelstore import ModelNotFoundError
-from inference.recommend import (
-    TrainConfig,
-)
+from inference.recommend import TrainConfig
 from policy.automation import GPU_POOL
 from resources.inference import InferenceResource
-from resources.quality import (
-    QualityConfig,
-    preload_great_expectations,
-    quarantine_limit,
-)
-from resources.storage import StorageResource
+from resources.quality import QualityConfig
+from resources.storage import DataStore, StorageResource
 
 GROUP = "recommendations"
 
 
 class InteractionsConfig(QualityConfig):
-    deadline_hours: float = Field(
-        default=3.0,
-        description="Hours after its UTC day ends by which a day's events should have landed "
-        "(the recommendations schedule runs at 03:00).",
-    )
+    deadline_hours: float = deadline(3.0, "the recommendations schedule runs at 03:00")
 
 
 @daily_assets(
@@ -79,43 +65,37 @@ def interactions(
     unknown event type or a null, non-finite or negative weight is quarantined to
     `interactions_quarantine` with its reason and never used as history; above the quarantine
     limit the day's check fails, naming the rate and the top reasons."""
-    preload_great_expectations()
-    store, days = storage.store(), DayRecorder(context)
-    limit = quarantine_limit(config.max_quarantine_rate)
-    record_landing_read(context, store, INTERACTIONS, partition_dates(context))
-    for date in partition_dates(context):
-        landed = landing_day(context, store, INTERACTIONS, INTERACTIONS_SCHEMA, date)
-        with fail_fast_on_bad_input():
-            screen = screen_interactions(
-                store, date, config.check_sample_rows, config.check_seed, max_rate=limit
-            )
-        plan, metadata = screen.plan, {**landed, "rows_used": screen.figures["rows_used"]}
-        if screen.quarantined is not None and plan.rate <= limit:
-            # Published even when empty, so a re-run after a fix replaces yesterday's rows.
-            held = store.publish(
-                INTERACTIONS_QUARANTINE, date, [screen.quarantined], QUARANTINE_SCHEMA
-            )
-            metadata["quarantine"] = MetadataValue.path(held.uri)
-        if plan.count:
-            context.log.warning(
-                f"{INTERACTIONS} {date}: {plan.count} of {plan.rows} rows quarantined "
-                f"({plan.rate:.2%}, limit {limit:.2%}): {plan.describe()}"
-            )
-        checks = interactions_check_results(
-            store,
-            {date: screen},
-            max_quarantine_rate=limit,
-            deadline_hours=config.deadline_hours,
-            sample_rows=config.check_sample_rows,
-            seed=config.check_seed,
-        )
-        metadata.update(
-            rows_quarantined=plan.count,
-            quarantine_rate=round(plan.count / max(1, plan.rows), 6),
-            quarantine_reasons=MetadataValue.json(dict(Counter(plan.counts()).most_common())),
-        )
-        yield from days.record(INTERACTIONS, date, metadata, checks)
-    yield from days.finish()
+    yield from land(context, INTERACTIONS_LANDING, config, storage)
+
+
+def _screen(store: DataStore, date: str, config: InteractionsConfig, limit: float):
+    return screen_interactions(
+        store, date, config.check_sample_rows, config.check_seed, max_rate=limit
+    )
+
+
+def _publish_quarantine(store: DataStore, date: str, screen, config, limit: float) -> dict:
+    """The day's unusable rows, with their reasons, in ``interactions_quarantine``."""
+    plan = screen.plan
+    metadata = {
+        "rows_used": screen.figures["rows_used"],
+        "rows_quarantined": plan.count,
+        "quarantine_rate": round(plan.count / max(1, plan.rows), 6),
+    }
+    if screen.quarantined is not None and plan.rate <= limit:
+        # Published even when empty, so a re-run after a fix replaces yesterday's rows.
+        held = store.publish(INTERACTIONS_QUARANTINE, date, [screen.quarantined], QUARANTINE_SCHEMA)
+        metadata["quarantine"] = MetadataValue.path(held.uri)
+    return {INTERACTIONS: metadata}
+
+
+INTERACTIONS_LANDING = LandingSpec(
+    INTERACTIONS,
+    INTERACTIONS_SCHEMA,
+    INTERACTIONS_GATE,
+    screen=_screen,
+    publish=_publish_quarantine,
+)
 
 
 class RecommendationModelConfig(Config):

@@ -23,9 +23,10 @@ RECOMMENDATION_SUITES = load_suites(SUITES / "user_recommendations.json")
 # `interaction_events_are_valid` is WARN while the rows it rejects stay within the quarantine
 # limit (they are quarantined, not used) and ERROR above it, naming the rate and the reasons;
 # late or early events only ever warn (they still count as history).
-interactions_check_results = LandingGate(
+INTERACTIONS_GATE = LandingGate(
     INTERACTIONS, INTERACTION_SUITES, {"interaction_events_are_valid": QUARANTINE_REASONS}
-).check_results
+)
+interactions_check_results = INTERACTIONS_GATE.check_results
 LIST_COUNTS = ("users_with_wrong_count", "users_short_of_k", "users_not_asked", "item_id_null")
 
 

@@ -19,7 +19,6 @@ from inference.quarantine import QuarantinePlan, Screener, below, is_null, not_f
 from inference.recommend import Vocabulary
 from resources.storage import DataStore, LandingDataError
 
-
 # Why an interaction cannot be used, in priority order: a row gets the first reason that holds.
 QUARANTINE_REASONS = ("unknown_event", "non_finite_weight", "negative_weight")
 RULE_COLUMNS = ["event", "weight"]

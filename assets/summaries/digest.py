@@ -7,7 +7,7 @@ from dagster import AssetExecutionContext, AssetSpec, Config, MetadataValue
 from pydantic import Field
 
 from assets.common import PartitionReport, log_partition, partition_dates, scoring_metadata
-from assets.runner import DayRecorder, daily_assets
+from assets.days import DayRecorder, daily_assets
 from assets.summaries.document_summaries import ASSET as SUMMARIES
 from assets.summaries.document_summaries import document_summaries
 from assets.summaries.models import encoder_key, sentence_encoder

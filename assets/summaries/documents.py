@@ -1,25 +1,20 @@
 """The day's documents as they land from the content systems: the summaries domain's source."""
 
 from dagster import AssetExecutionContext, AssetSpec
-from pydantic import Field
 
-from assets.common import fail_fast_on_bad_input, landing_day, partition_dates, record_landing_read
-from assets.runner import DayRecorder, daily_assets
-from assets.summaries.gates import DOCUMENT_SUITES, documents_check_results
+from assets.days import daily_assets
+from assets.landing import LandingSpec, deadline, land
+from assets.summaries.gates import DOCUMENT_SUITES, DOCUMENTS_GATE
 from assets.summaries.quality import screen_documents
 from assets.summaries.schemas import DATASET, DOCUMENTS_SCHEMA
-from resources.quality import QualityConfig, preload_great_expectations, quarantine_limit
+from resources.quality import QualityConfig
 from resources.storage import StorageResource
 
 __all__ = ["DATASET", "DOCUMENTS_SCHEMA", "documents"]
 
 
 class DocumentsConfig(QualityConfig):
-    deadline_hours: float = Field(
-        default=5.0,
-        description="Hours after its UTC day ends by which a day's documents should have "
-        "landed (the summaries schedule runs at 05:00).",
-    )
+    deadline_hours: float = deadline(5.0, "the summaries schedule runs at 05:00")
 
 
 @daily_assets(
@@ -35,21 +30,14 @@ def documents(context: AssetExecutionContext, config: DocumentsConfig, storage: 
     long, published inside the day, landed on time); a missing day, a wrong column or too many
     unusable documents fails here, naming the file or the reasons, before any model runs.
     """
-    preload_great_expectations()
-    store, days = storage.store(), DayRecorder(context)
-    record_landing_read(context, store, DATASET, partition_dates(context))
-    for date in partition_dates(context):
-        landed = landing_day(context, store, DATASET, DOCUMENTS_SCHEMA, date)
-        with fail_fast_on_bad_input():
-            screen = screen_documents(store, date, config.check_sample_rows, config.check_seed)
-        checks = documents_check_results(
-            store,
-            {date: screen},
-            max_quarantine_rate=quarantine_limit(config.max_quarantine_rate),
-            deadline_hours=config.deadline_hours,
-            sample_rows=config.check_sample_rows,
-            seed=config.check_seed,
-        )
-        metadata = {**landed, "rows_to_quarantine": screen.plan.count}
-        yield from days.record(DATASET, date, metadata, checks)
-    yield from days.finish()
+    yield from land(context, DOCUMENTS_LANDING, config, storage)
+
+
+DOCUMENTS_LANDING = LandingSpec(
+    DATASET,
+    DOCUMENTS_SCHEMA,
+    DOCUMENTS_GATE,
+    screen=lambda store, date, config, limit: screen_documents(
+        store, date, config.check_sample_rows, config.check_seed
+    ),
+)

@@ -23,7 +23,8 @@ SUITES = Path(__file__).parent / "suites"
 DOCUMENT_SUITES = load_suites(SUITES / "documents.json")
 SUMMARY_SUITES = load_suites(SUITES / "document_summaries.json")
 # The `documents` suites over each day's screening figures and a sample of documents.
-documents_check_results = LandingGate(DATASET, DOCUMENT_SUITES, QUARANTINED_REASONS).check_results
+DOCUMENTS_GATE = LandingGate(DATASET, DOCUMENT_SUITES, QUARANTINED_REASONS)
+documents_check_results = DOCUMENTS_GATE.check_results
 # Counted per summary while streaming; the suite reads them by these names.
 SUMMARY_COUNTS = (
     "summary_blank",

@@ -1,0 +1,188 @@
+"""Each day of a run recorded on its own: its materialisation of each asset and its check
+results, as soon as the day is done, instead of one event for a range backfill's totals.
+
+Dagster 1.13 records one materialisation per partition of a step's output, all with the same
+metadata, when the step ends (open feature requests #21072, #18123, #17836). Here an asset's
+function yields an ``AssetMaterialization(partition=D)`` and partitioned check evaluations for
+each day as it finishes (:class:`DayRecorder`), and at the end the step's outputs without asset
+events of their own, so that downstream steps of the same run go ahead. A day that fails
+leaves the days before it recorded.
+"""
+
+from __future__ import annotations
+
+import logging
+import warnings
+from collections.abc import Callable, Iterator, Mapping, Sequence
+from collections.abc import Set as AbstractSet
+from typing import Any
+
+from dagster import (
+    AssetCheckResult,
+    AssetCheckSeverity,
+    AssetCheckSpec,
+    AssetExecutionContext,
+    AssetKey,
+    AssetMaterialization,
+    AssetsDefinition,
+    AssetSpec,
+    Output,
+    multi_asset,
+)
+from dagster._core.definitions.asset_checks.asset_check_evaluation import (
+    AssetCheckEvaluation,
+    AssetCheckEvaluationTargetMaterializationData,
+)
+from dagster._core.definitions.source_asset import (
+    SYSTEM_METADATA_KEY_SOURCE_ASSET_OBSERVATION as NO_ASSET_EVENTS,
+)
+from dagster._core.errors import DagsterAssetCheckFailedError
+from dagster._core.storage.event_log.base import AssetRecordsFilter
+from dagster._utils.warnings import PreviewWarning
+
+from policy.partitions import backfill_policy, daily_partitions
+
+ERROR = AssetCheckSeverity.ERROR
+
+
+class _GatedHere(logging.Filter):
+    """Drops Dagster's warning that a blocking check of a scoring asset "emitted no result":
+    the runner yields each day's result as an event and fails the step itself when a blocking
+    one fails, so downstream steps are gated all the same."""
+
+    def filter(self, record: logging.LogRecord) -> bool:
+        return "emitted no result in step" not in record.getMessage()
+
+
+logging.getLogger("dagster._core.execution.plan.active").addFilter(_GatedHere())
+
+
+def per_day(check: AssetCheckSpec) -> AssetCheckSpec:
+    """The check, evaluated once per daily partition.
+
+    Partitioned checks are a preview feature of Dagster 1.13 (its warning is silenced here,
+    where the choice is made); tests/test_ui_graphql.py checks each day's result in the UI.
+    """
+    with warnings.catch_warnings():
+        warnings.simplefilter("ignore", PreviewWarning)
+        return AssetCheckSpec(
+            check.name,
+            asset=check.asset_key,
+            description=check.description,
+            blocking=check.blocking,
+            metadata=check.metadata,
+            partitions_def=daily_partitions,
+        )
+
+
+class DayRecorder:
+    """Records each day of a run on its own as soon as it is done: its materialisation of each
+    asset and its check results (partitioned checks), instead of one event for the range.
+
+    ``finish`` ends the step: it fails it when a blocking check failed on any day (nothing
+    downstream runs), and otherwise yields the step's outputs so that downstream steps of the
+    same run go ahead.
+    """
+
+    def __init__(self, context: AssetExecutionContext):
+        self.context = context
+        self.blocking = {c.name for c in context.assets_def.check_specs if c.blocking}
+        self.failed: list[str] = []
+
+    def record(
+        self,
+        asset: str,
+        date: str,
+        metadata: Mapping[str, Any],
+        checks: Sequence[AssetCheckResult] = (),
+    ) -> Iterator[AssetMaterialization | AssetCheckEvaluation]:
+        yield AssetMaterialization(asset, partition=date, metadata=metadata)
+        for result in checks:
+            evaluation = _evaluation(self.context, asset, date, result, self.blocking)
+            if evaluation.blocking and not evaluation.passed and evaluation.severity == ERROR:
+                self.failed.append(f"{asset} {date}: {evaluation.check_name}")
+            yield evaluation
+
+    def finish(self) -> Iterator[Output]:
+        if self.failed:
+            raise DagsterAssetCheckFailedError(
+                f"{len(self.failed)} blocking asset check(s) failed with ERROR severity; "
+                "nothing downstream of these days runs:\n" + "\n".join(self.failed)
+            )
+        # Without asset events of their own (each day was recorded above): Dagster 1.13 skips
+        # an output's asset events when this key is in its metadata
+        # (dagster/_core/execution/plan/execute_step.py). tests/test_fraud_pipeline.py checks
+        # one materialisation per day, and the alerts made in the same run.
+        assets_def = self.context.assets_def
+        for key in _dependencies_first(assets_def, self.context.selected_asset_keys):
+            yield Output(
+                None,
+                output_name=assets_def.get_output_name_for_asset_key(key),
+                metadata={NO_ASSET_EVENTS: True},
+            )
+
+
+def _dependencies_first(
+    assets_def: AssetsDefinition, keys: AbstractSet[AssetKey]
+) -> list[AssetKey]:
+    """The keys in an order Dagster accepts outputs in: each after those it depends on."""
+    ordered: list[AssetKey] = []
+    pending = sorted(keys)
+    while pending:
+        ready = [k for k in pending if not (assets_def.asset_deps[k] & set(pending))]
+        ordered += ready
+        pending = [k for k in pending if k not in ready]
+    return ordered
+
+
+def daily_assets(
+    *specs: AssetSpec, checks: Sequence[AssetCheckSpec] = (), pool: str | None = None
+) -> Callable[[Callable[..., Any]], AssetsDefinition]:
+    """Declares daily-partitioned assets whose function records each day with a DayRecorder;
+    each check is evaluated once per day."""
+    return multi_asset(
+        specs=[
+            s.replace_attributes(skippable=True, partitions_def=daily_partitions) for s in specs
+        ],
+        check_specs=[per_day(check) for check in checks],
+        backfill_policy=backfill_policy,
+        pool=pool,
+        # Outputs are events, one per day; none is an IO-managed value.
+        can_subset=True,
+    )
+
+
+def latest_materialization(context: AssetExecutionContext, asset: str, date: str):
+    records = context.instance.fetch_materializations(
+        AssetRecordsFilter(asset_key=AssetKey(asset), asset_partitions=[date]), limit=1
+    ).records
+    return records[0] if records else None
+
+
+def _evaluation(
+    context: AssetExecutionContext,
+    asset: str,
+    date: str,
+    result: AssetCheckResult,
+    blocking: set[str],
+) -> AssetCheckEvaluation:
+    """A check result as the day's own evaluation, against the day's materialisation."""
+    latest = latest_materialization(context, asset, date)
+    target = (
+        AssetCheckEvaluationTargetMaterializationData(
+            run_id=latest.run_id, storage_id=latest.storage_id, timestamp=latest.timestamp
+        )
+        if latest is not None
+        else None
+    )
+    return AssetCheckEvaluation(
+        asset_key=result.asset_key or AssetKey(asset),
+        check_name=result.check_name,
+        passed=result.passed,
+        metadata=result.metadata,
+        target_materialization_data=target,
+        severity=result.severity,
+        description=result.description,
+        blocking=result.check_name in blocking,
+        partition=date,
+    )
