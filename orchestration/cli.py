@@ -203,7 +203,7 @@ def main(argv: Sequence[str] | None = None) -> int:
     )
     run.add_argument("--scale", type=float, default=1.0)
     run.add_argument("--seed", type=int, default=0)
-    run.add_argument("--jobs", nargs="*", help="default: all three pipeline jobs")
+    run.add_argument("--jobs", nargs="*", help="default: every pipeline job")
     run.add_argument("--data-root", help="default $NIGHTSHIFT_DATA_ROOT or .nightshift/data")
     run.set_defaults(func=_cmd_run)
 

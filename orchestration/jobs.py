@@ -20,9 +20,11 @@ PIPELINES: dict[str, list[str]] = {
     ],
     "recommendations_job": ["interactions", "recommendation_model", "user_recommendations"],
     "daily_summaries_job": ["documents", "document_summaries", "daily_digest"],
+    "document_embeddings_job": ["documents", "document_embeddings"],
 }
 
-# Which landing dataset feeds which job: the landing sensor and the CLI share this.
+# Which landing dataset feeds which job: the landing sensor and the CLI share this. One job per
+# dataset: a late or re-delivered day of documents re-runs the summaries, not the embeddings.
 LANDING_TRIGGERS: dict[str, str] = {
     "transactions": "fraud_scoring_job",
     "interactions": "recommendations_job",

@@ -4,12 +4,18 @@ from __future__ import annotations
 
 from dagster import DefaultScheduleStatus, build_schedule_from_partitioned_job
 
-from policy.tags import SCHEDULE_PRIORITY
 from orchestration.jobs import pipeline_jobs
+from policy.tags import SCHEDULE_PRIORITY
 
 # Staggered so the GPU node serves one pipeline at a time: fraud first (alerts are urgent),
-# recommendations next, summaries last (the morning digest is read after 07:00).
-HOURS_UTC = {"fraud_scoring_job": 2, "recommendations_job": 3, "daily_summaries_job": 5}
+# recommendations next, then summaries (the morning digest is read after 07:00), embeddings last
+# (documents land by 05:00; one encoder pass a document fits the hour before the 07:00 deadline).
+HOURS_UTC = {
+    "fraud_scoring_job": 2,
+    "recommendations_job": 3,
+    "daily_summaries_job": 5,
+    "document_embeddings_job": 6,
+}
 
 # RUNNING by default: a laptop running `make ui` really scores last night's partition, with no
 # click in the UI. Nightly runs go ahead of backfills waiting in the queue.

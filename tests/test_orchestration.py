@@ -26,6 +26,7 @@ CONTRACT_ASSETS = {
     "documents",
     "document_summaries",
     "daily_digest",
+    "document_embeddings",
 }
 
 
@@ -70,7 +71,12 @@ def test_unknown_environment_is_a_clear_error() -> None:
 
 @pytest.mark.parametrize(
     ("job", "hour"),
-    [("fraud_scoring_job", 2), ("recommendations_job", 3), ("daily_summaries_job", 5)],
+    [
+        ("fraud_scoring_job", 2),
+        ("recommendations_job", 3),
+        ("daily_summaries_job", 5),
+        ("document_embeddings_job", 6),
+    ],
 )
 def test_schedules_request_the_day_that_just_ended(job: str, hour: int) -> None:
     schedule = defs.get_repository_def().get_schedule_def(f"{job}_schedule")

@@ -1,0 +1,153 @@
+"""``document_embeddings``: a search vector for every document of the day."""
+
+import numpy as np
+import pyarrow as pa
+from dagster import AssetExecutionContext
+from pydantic import Field
+
+from assets.checkpointing import SpotSafeRun, Work
+from assets.common import PartitionReport
+from assets.embeddings.checks import (
+    EMBEDDING_SUITES,
+    SAMPLE_COLUMNS,
+    embedding_check_results,
+    embedding_observer,
+)
+from assets.embeddings.schemas import DIMENSION, EMBEDDINGS, EMBEDDINGS_SCHEMA
+from assets.runner import Day, Model, ScoringSpec, score, scoring_asset
+from assets.summaries.document_summaries import ModelMetrics
+from assets.summaries.documents import documents
+from assets.summaries.models import encoder_key, sentence_encoder
+from assets.summaries.quality import SCREEN_COLUMNS, screen_documents
+from assets.summaries.schemas import DATASET, DOCUMENTS_SCHEMA
+from inference.checkpoints import CheckpointError
+from inference.embeddings import encode
+from inference.encoder import SentenceEncoder
+from inference.normalise import normalise_text
+from resources.inference import InferenceResource
+from resources.quality import QualityConfig, StreamedSample
+from resources.storage import DataStore, StorageResource
+
+
+class EmbeddingsConfig(QualityConfig):
+    docs_per_chunk: int = Field(
+        default=256,
+        ge=1,
+        description="Documents read and embedded at a time; within a chunk they are sorted "
+        "into length buckets under the inference resource's token budget.",
+    )
+    docs_per_shard: int = Field(
+        default=4096,
+        ge=1,
+        description="Documents per checkpointed shard (a retry redoes at most one).",
+    )
+
+
+def search_text(title: str | None, body: str | None) -> str:
+    """What a document is embedded from: its title, then its body, as plain text (markup,
+    entities and odd whitespace removed). The encoder reads the first 256 tokens: the title
+    and lead, where news states what it is about."""
+    parts = (normalise_text(title), normalise_text(body))
+    return "\n\n".join(part for part in parts if part)
+
+
+def _texts(chunk: pa.RecordBatch) -> list[str]:
+    titles, bodies = chunk.column("title").to_pylist(), chunk.column("body").to_pylist()
+    return [search_text(t, b) for t, b in zip(titles, bodies, strict=True)]
+
+
+def _embed_batch(
+    encoder: SentenceEncoder, version: str, metrics: ModelMetrics, tokens: int, rows: int
+):
+    """The model step for one chunk of documents: (chunk, texts) -> doc_id, embedding, version."""
+
+    def transform(chunk: pa.RecordBatch, texts: list[str]) -> pa.RecordBatch:
+        embedded = encode(encoder, texts, max_batch_tokens=tokens, max_batch_size=rows)
+        metrics.model_calls += embedded.model_calls
+        flat = np.ascontiguousarray(embedded.vectors.numpy(), np.float32).reshape(-1)
+        vectors = pa.FixedSizeListArray.from_arrays(pa.array(flat), DIMENSION)
+        versions = pa.repeat(pa.scalar(version, pa.string()), len(texts))
+        return pa.record_batch([chunk["doc_id"], vectors, versions], schema=EMBEDDINGS_SCHEMA)
+
+    return transform
+
+
+def load(store: DataStore, inference: InferenceResource, config: EmbeddingsConfig) -> Model:
+    encoder = sentence_encoder(inference)
+    width = encoder.model.config.hidden_size
+    if width != DIMENSION:
+        raise CheckpointError(
+            f"{encoder.version} writes {width}-dimensional vectors but {EMBEDDINGS} holds "
+            f"{DIMENSION}: change the contract (assets/embeddings/schemas.py) with the model"
+        )
+    return Model(encoder.version, encoder_key(), encoder, metadata={"dimension": DIMENSION})
+
+
+def day(run: SpotSafeRun, date: str, model: Model, config: EmbeddingsConfig, limit: float) -> Day:
+    """One day's documents, screened as for summaries, embedded in checkpointed shards."""
+    store, encoder, version, inference = run.store, model.value, model.version, run.inference
+    plan = screen_documents(store, date).plan
+    plan.check_rate(limit, f"{EMBEDDINGS} {date}")
+    metrics = ModelMetrics()
+    sample = StreamedSample(plan.rows - plan.count, config.check_sample_rows, config.check_seed)
+    observer = embedding_observer(version)
+
+    def observe(scored: pa.RecordBatch, out: pa.Table, stats) -> None:
+        observer(scored, out, stats)
+        sample.add(out.select(SAMPLE_COLUMNS))
+
+    work = Work(
+        EMBEDDINGS_SCHEMA,
+        store.iter_landing(DATASET, date, DOCUMENTS_SCHEMA, SCREEN_COLUMNS),
+        _embed_batch(encoder, version, metrics, inference.batch_tokens, inference.max_batch_size),
+        inputs=store.landing_files(DATASET, date),
+        depends_on={"model": version},
+        prepare=_texts,
+        batch_size=config.docs_per_chunk,
+        shard_rows=config.docs_per_shard,
+        metrics=metrics,
+        quarantine=plan,
+        observe=observe,
+        sample=sample,
+    )
+
+    def checks(report: PartitionReport):
+        return embedding_check_results(
+            store,
+            report,
+            version=version,
+            dimension=DIMENSION,
+            sample_rows=config.check_sample_rows,
+            seed=config.check_seed,
+        )
+
+    def metadata(report: PartitionReport) -> dict:
+        budget = encoder.token_budget(inference.batch_tokens)
+        return {"model_calls": metrics.model_calls, **budget.describe("model_batch_tokens")}
+
+    return Day(work, checks, metadata)
+
+
+DOCUMENT_EMBEDDINGS = ScoringSpec(EMBEDDINGS, DATASET, EMBEDDING_SUITES, load, day)
+
+
+@scoring_asset(DOCUMENT_EMBEDDINGS, deps=[documents], group="embeddings")
+def document_embeddings(
+    context: AssetExecutionContext,
+    config: EmbeddingsConfig,
+    storage: StorageResource,
+    inference: InferenceResource,
+):
+    """A 384-dimensional unit vector for every document published that day, for semantic
+    search and related-article lookups: doc_id, embedding (float32, L2 norm 1, so a dot
+    product is the cosine similarity) and the model_version that wrote it.
+
+    Each document's title and body, normalised to plain text, are embedded by the packaged
+    all-MiniLM-L6-v2 sentence encoder (mean pooling over its first 256 tokens); vectors of
+    different model versions are not comparable. Blocking checks count, over every row, that
+    each screened document has exactly one vector of the model's dimension, finite and of
+    unit norm. Documents that cannot be embedded (no or repeated id, no text, not UTF-8, too
+    long, published outside the day) go to `document_embeddings_quarantine` with a reason,
+    exactly as for summaries; above the quarantine limit the day fails and nothing is published.
+    """
+    yield from score(context, DOCUMENT_EMBEDDINGS, config, storage, inference)

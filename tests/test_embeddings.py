@@ -1,0 +1,178 @@
+"""Embeddings domain: document_embeddings materialised over demo documents with the real MiniLM."""
+
+import importlib
+from datetime import UTC, datetime
+
+import numpy as np
+import pyarrow as pa
+from dagster import AssetKey, Definitions, asset, materialize
+
+from assets.embeddings import defs
+from assets.embeddings.document_embeddings import document_embeddings
+from assets.summaries.demo_data import generate_day
+from assets.summaries.documents import DOCUMENTS_SCHEMA, documents
+from inference.embeddings import Embeddings
+from policy.partitions import daily_partitions
+
+DAY = "2026-03-02"
+NEXT_DAY = "2026-03-03"
+RANGE_TAGS = {
+    "dagster/asset_partition_range_start": DAY,
+    "dagster/asset_partition_range_end": NEXT_DAY,
+}
+CHECKS = {
+    "embeddings_cover_every_document",
+    "embeddings_match_model_dimension",
+    "embedding_values_finite",
+    "embeddings_have_unit_norm",
+    "embeddings_carry_model_version",
+}
+# Crafted documents beside the generated ones: an identical pair, a near and a far one, and one
+# with no text at all, which cannot be embedded.
+CRAFTED = {
+    "same-1": ("Harbour strike ends", "Dock workers returned to work after a week-long strike."),
+    "same-2": ("Harbour strike ends", "Dock workers returned to work after a week-long strike."),
+    "cat": ("Cat naps", "The cat slept all afternoon on the warm windowsill."),
+    "kitten": ("Kitten rests", "A small kitten dozed in the sun by the window."),
+    "rates": ("Rates rise", "The central bank raised interest rates by half a point."),
+    "blank": ("", "   "),
+}
+
+
+def _vectors(store, date: str) -> tuple[pa.Table, dict[str, np.ndarray]]:
+    table = store.read_output("document_embeddings", date)
+    matrix = np.stack(table["embedding"].to_numpy(zero_copy_only=False))
+    return table, dict(zip(table["doc_id"].to_pylist(), matrix, strict=True))
+
+
+def _land_crafted(store) -> list[str]:
+    generate_day(store, DAY, scale=0.02)
+    generated = store.read_landing("documents", DAY, DOCUMENTS_SCHEMA)
+    noon = int(datetime.fromisoformat(DAY).replace(tzinfo=UTC).timestamp() * 1e6) + 43_200_000_000
+    crafted = pa.table(
+        {
+            "doc_id": list(CRAFTED),
+            "published_at": pa.array([noon] * len(CRAFTED), pa.timestamp("us", tz="UTC")),
+            "title": [title for title, _ in CRAFTED.values()],
+            "body": [body for _, body in CRAFTED.values()],
+        },
+        schema=DOCUMENTS_SCHEMA,
+    )
+    store.write_landing("documents", DAY, pa.concat_tables([generated, crafted]))
+    return generated["doc_id"].to_pylist() + list(CRAFTED)
+
+
+def _embed(resources, instance, extra=(), **kwargs):
+    config = {"config": {"max_quarantine_rate": 0.2}}
+    return materialize(
+        [documents, document_embeddings, *extra],
+        resources=resources,
+        instance=instance,
+        run_config={"ops": {"documents": config, "document_embeddings": config}},
+        **kwargs,
+    )
+
+
+def test_definitions_hold_the_asset_and_its_checks(resources):
+    assert [a.key.to_user_string() for a in defs.assets] == ["document_embeddings"]
+    assert {key.name for a in defs.assets for key in a.check_keys} == CHECKS
+    Definitions.validate_loadable(Definitions.merge(defs, Definitions(resources=resources)))
+
+
+def test_a_range_run_embeds_every_document_once_and_records_each_day(store, resources, instance):
+    for date in (DAY, NEXT_DAY):
+        generate_day(store, date, scale=0.03)
+    result = materialize(
+        [documents, document_embeddings], resources=resources, instance=instance, tags=RANGE_TAGS
+    )
+    assert result.success
+    evaluations = result.get_asset_check_evaluations()
+    assert all(check.passed for check in evaluations)
+    # Each day its own check results...
+    ours = [c for c in evaluations if c.asset_key == AssetKey("document_embeddings")]
+    assert {(c.check_name, c.partition) for c in ours} == {
+        (name, date) for name in CHECKS for date in (DAY, NEXT_DAY)
+    }
+    # ...and its own materialisation, with its own rows and throughput.
+    days = {
+        e.partition: e.step_materialization_data.materialization.metadata
+        for e in result.get_asset_materialization_events()
+        if e.asset_key.to_user_string() == "document_embeddings"
+    }
+    assert sorted(days) == [DAY, NEXT_DAY]
+    for date, meta in days.items():
+        docs = store.read_landing("documents", date, DOCUMENTS_SCHEMA)
+        assert meta["rows_out"].value == meta["rows_in"].value == docs.num_rows
+        assert meta["rows_per_second"].value > 0 and meta["model_calls"].value > 0
+        assert meta["model_version"].value.startswith("all-MiniLM-L6-v2@")
+        assert meta["partitions"].value == 2 and meta["model_loads"].value == 1
+        table, vectors = _vectors(store, date)
+        assert table.schema.field("embedding").type == pa.list_(pa.float32(), 384)
+        assert table["doc_id"].to_pylist() == docs["doc_id"].to_pylist()
+        matrix = np.stack(list(vectors.values()))
+        assert matrix.shape == (docs.num_rows, 384) and matrix.dtype == np.float32
+        assert np.allclose(np.linalg.norm(matrix, axis=1), 1.0, atol=1e-5)
+        assert set(table["model_version"].to_pylist()) == {meta["model_version"].value}
+
+
+def test_identical_texts_match_near_ones_are_closer_and_a_blank_one_is_quarantined(
+    store, resources, instance
+):
+    landed = _land_crafted(store)
+    result = _embed(resources, instance, partition_key=DAY)
+    assert result.success
+    checks = {
+        (c.asset_key.to_user_string(), c.check_name): c
+        for c in result.get_asset_check_evaluations()
+    }
+    assert all(c.passed for (key, _), c in checks.items() if key == "document_embeddings")
+    # The blank document breaks the documents' contract as a WARN only: it is quarantined.
+    usable = checks[("documents", "document_texts_usable")]
+    assert not usable.passed and usable.severity.value == "WARN"
+    table, vectors = _vectors(store, DAY)
+    assert table["doc_id"].to_pylist() == [d for d in landed if d != "blank"]
+    assert np.array_equal(vectors["same-1"], vectors["same-2"])
+    assert vectors["cat"] @ vectors["kitten"] > vectors["cat"] @ vectors["rates"] + 0.2
+    held = store.read_output("document_embeddings_quarantine", DAY)
+    assert held["doc_id"].to_pylist() == ["blank"] and held["reason"].to_pylist() == ["empty_text"]
+    [meta] = result.asset_materializations_for_node("document_embeddings")
+    assert meta.metadata["quarantine_reasons"].value == {"empty_text": 1}
+
+
+@asset(partitions_def=daily_partitions, deps=[document_embeddings])
+def related_articles() -> None:
+    """Stands in for whatever reads the embeddings downstream."""
+
+
+def test_a_vector_off_unit_norm_fails_the_blocking_check_and_stops_downstream(
+    store, resources, instance, monkeypatch
+):
+    module = importlib.import_module("assets.embeddings.document_embeddings")
+    real = module.encode
+
+    def one_vector_doubled(*args, **kwargs) -> Embeddings:
+        embedded = real(*args, **kwargs)
+        vectors = embedded.vectors.clone()
+        vectors[0] *= 2
+        return Embeddings(vectors, embedded.model_calls, embedded.padding)
+
+    monkeypatch.setattr(module, "encode", one_vector_doubled)
+    _land_crafted(store)
+    result = _embed(
+        resources, instance, [related_articles], partition_key=DAY, raise_on_error=False
+    )
+    assert not result.success
+    checks = {
+        c.check_name: c
+        for c in result.get_asset_check_evaluations()
+        if c.asset_key == AssetKey("document_embeddings")
+    }
+    norm = checks.pop("embeddings_have_unit_norm")
+    assert not norm.passed and norm.severity.value == "ERROR"
+    assert norm.metadata["embedding_norm_off_unit"].value == 1
+    assert abs(norm.metadata["embedding_norm_error_max"].value - 1.0) < 1e-5
+    assert all(c.passed for c in checks.values()) and set(checks) == CHECKS - {norm.check_name}
+    errors = [e.event_specific_data.error for e in result.get_step_failure_events()]
+    assert [e.cls_name for e in errors] == ["DagsterAssetCheckFailedError"]
+    assert "embeddings_have_unit_norm" in errors[0].to_string()
+    assert not instance.get_materialized_partitions(AssetKey("related_articles"))
