@@ -105,17 +105,29 @@ def _load_cursor(cursor: str | None) -> dict[str, dict[str, str]]:
     }
 
 
+# Per pipeline job, the assets no other pipeline job materialises.
+_OWN_ASSETS: dict[str, set[str]] = {
+    job: set(keys).difference(*(other for name, other in PIPELINES.items() if name != job))
+    for job, keys in PIPELINES.items()
+}
+
+
 def _already_read(instance: DagsterInstance, dataset: str, date: str, fingerprint: str) -> bool:
-    """Whether a run already read these landing files (it scored them, failed on them, or is
-    reading them), or the day was scored before reads were recorded."""
+    """Whether a run of the job this dataset triggers already read these landing files (it
+    scored them, failed on them, or is reading them), or the day was scored before reads were
+    recorded. Only reads by the triggered job's own assets count: `documents` is read by the
+    embeddings job too, which says nothing of whether the summaries saw these files."""
     observations = instance.fetch_observations(
         AssetRecordsFilter(asset_key=AssetKey(dataset), asset_partitions=[date]),
         limit=_OBSERVATIONS_TO_SEARCH,
     ).records
+    job_assets = _OWN_ASSETS[LANDING_TRIGGERS[dataset]]
     read = [
-        o.asset_observation.metadata[LANDING_FINGERPRINT].value
+        meta[LANDING_FINGERPRINT].value
         for o in observations
-        if o.asset_observation and LANDING_FINGERPRINT in o.asset_observation.metadata
+        if o.asset_observation
+        and LANDING_FINGERPRINT in (meta := o.asset_observation.metadata)
+        and meta["read_by"].value in job_assets
     ]
     if read:
         return read[0] == fingerprint

@@ -177,3 +177,36 @@ def test_landing_sensor_skips_days_a_run_already_read_until_their_files_change(
     assert key(failed) != failed_key and key(scored) != scored_key
     # A lost cursor asks again only for what no run has read; the run key dedupes it.
     assert tick(None) == [(scored, key(scored)), (failed, key(failed)), (new, key(new))]
+
+
+def test_landing_sensor_asks_for_documents_the_summaries_have_not_read(
+    store, data_root, resources, instance
+) -> None:
+    """Documents re-delivered after the summaries ran, then read by the embeddings job: the
+    embeddings' read does not count for the summaries, so the sensor asks for the day again."""
+    from dagster import materialize
+
+    from assets.embeddings import document_embeddings
+    from assets.summaries.demo_data import generate_day
+    from assets.summaries.document_summaries import document_summaries
+    from assets.summaries.documents import documents
+
+    day = "2026-03-01"
+    generate_day(store, day, scale=0.02)
+    run = dict(partition_key=day, resources=resources, instance=instance)
+    assert materialize([documents, document_summaries], **run).success
+
+    def requested() -> list[str]:
+        context = build_sensor_context(
+            instance=instance,
+            resources={"storage": StorageResource(data_root=str(data_root))},
+            repository_def=defs.get_repository_def(),
+        )
+        return [r.partition_key for r in landing_sensor(context).run_requests]
+
+    assert day not in requested()  # the summaries read these files
+    generate_day(store, day, scale=0.02, seed=1)  # re-delivered
+    assert materialize([documents, document_embeddings], **run).success
+    assert requested().count(day) == 1
+    assert materialize([documents, document_summaries], **run).success
+    assert day not in requested()
