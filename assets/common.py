@@ -13,7 +13,6 @@ from dagster import (
     AssetKey,
     AssetObservation,
     Failure,
-    MaterializeResult,
     MetadataValue,
 )
 
@@ -90,58 +89,26 @@ def log_partition(context: AssetExecutionContext, asset: str, report: PartitionR
     )
 
 
-def scoring_result(
-    reports: list[PartitionReport],
-    *,
-    model_version: str,
-    device: str,
-    model_loads: int,
-    extra: dict | None = None,
-) -> MaterializeResult:
-    """One materialisation for all of ``reports``: see :func:`scoring_metadata`."""
-    metadata = scoring_metadata(
-        reports, model_version=model_version, device=device, model_loads=model_loads
-    )
-    return MaterializeResult(metadata={**metadata, **(extra or {})})
-
-
 def scoring_metadata(
-    reports: list[PartitionReport], *, model_version: str, device: str, model_loads: int
+    report: PartitionReport, *, model_version: str, device: str, model_loads: int
 ) -> dict:
-    """Metadata the UI plots per partition: rows, time, throughput, batches, model, device.
-
-    For several reports the figures are totals, with one table row per partition beside them.
-    """
-    total = BatchMetrics(started=0.0)
-    total.finished = sum(r.metrics.seconds for r in reports)
-    for r in reports:
-        total.merge(r.metrics)
-    gpus = [r.gpu for r in reports if r.gpu is not None]
+    """A scored day's materialisation metadata, which the UI plots per partition: rows, time,
+    throughput, batches, checkpoint figures, model, device."""
     metadata: dict = {
         **observability_metadata(
-            total,
+            report.metrics,
             device=device,
-            price=reports[0].price if reports else None,
-            capacity=reports[0].capacity if reports else "spot",
-            gpu=max(gpus, key=lambda g: g.peak_memory_gib) if gpus else None,
+            price=report.price,
+            capacity=report.capacity,
+            gpu=report.gpu,
         ),
-        **checkpoint_totals(reports),
-        "dagster/row_count": total.rows_out,
+        **checkpoint_totals([report]),
+        "dagster/row_count": report.metrics.rows_out,
         "model_version": model_version,
         "device": device,
         "model_loads": model_loads,
-        "partitions": len(reports),
-        "output": MetadataValue.path(reports[-1].published.uri) if reports else "",
+        "output": MetadataValue.path(report.published.uri),
     }
-    if len(reports) > 1:
-        rows = "\n".join(
-            f"| {r.date} | {r.metrics.rows_in} | {r.metrics.rows_out} | {r.metrics.seconds:.2f} "
-            f"| {r.published.uri} |"
-            for r in reports
-        )
-        metadata["per_partition"] = MetadataValue.md(
-            "| date | rows in | rows out | seconds | output |\n|---|---|---|---|---|\n" + rows
-        )
     return metadata
 
 

@@ -45,13 +45,21 @@ from policy.partitions import backfill_policy, daily_partitions
 ERROR = AssetCheckSeverity.ERROR
 
 
+# The checks declared through per_day, as "asset:check": the ones DayRecorder gates itself.
+_PER_DAY_CHECKS: set[str] = set()
+
+
 class _GatedHere(logging.Filter):
-    """Drops Dagster's warning that a blocking check of a scoring asset "emitted no result":
-    the runner yields each day's result as an event and fails the step itself when a blocking
-    one fails, so downstream steps are gated all the same."""
+    """Drops Dagster's warning that a blocking check declared through :func:`per_day` "emitted
+    no result": DayRecorder yields each day's result as an event and fails the step itself when
+    a blocking one fails, so downstream steps are gated all the same. The warning about any
+    other check is kept."""
 
     def filter(self, record: logging.LogRecord) -> bool:
-        return "emitted no result in step" not in record.getMessage()
+        message = record.getMessage()
+        if "emitted no result in step" not in message:
+            return True
+        return not any(repr(key) in message for key in _PER_DAY_CHECKS)
 
 
 logging.getLogger("dagster._core.execution.plan.active").addFilter(_GatedHere())
@@ -63,6 +71,7 @@ def per_day(check: AssetCheckSpec) -> AssetCheckSpec:
     Partitioned checks are a preview feature of Dagster 1.13 (its warning is silenced here,
     where the choice is made); tests/test_ui_graphql.py checks each day's result in the UI.
     """
+    _PER_DAY_CHECKS.add(f"{check.asset_key.to_user_string()}:{check.name}")
     with warnings.catch_warnings():
         warnings.simplefilter("ignore", PreviewWarning)
         return AssetCheckSpec(
@@ -97,8 +106,10 @@ class DayRecorder:
         checks: Sequence[AssetCheckResult] = (),
     ) -> Iterator[AssetMaterialization | AssetCheckEvaluation]:
         yield AssetMaterialization(asset, partition=date, metadata=metadata)
+        # Stored by the time the generator resumes: the day's checks are evaluated against it.
+        latest = latest_materialization(self.context, asset, date) if checks else None
         for result in checks:
-            evaluation = _evaluation(self.context, asset, date, result, self.blocking)
+            evaluation = _evaluation(asset, date, result, latest, self.blocking)
             if evaluation.blocking and not evaluation.passed and evaluation.severity == ERROR:
                 self.failed.append(f"{asset} {date}: {evaluation.check_name}")
             yield evaluation
@@ -160,14 +171,9 @@ def latest_materialization(context: AssetExecutionContext, asset: str, date: str
 
 
 def _evaluation(
-    context: AssetExecutionContext,
-    asset: str,
-    date: str,
-    result: AssetCheckResult,
-    blocking: set[str],
+    asset: str, date: str, result: AssetCheckResult, latest, blocking: set[str]
 ) -> AssetCheckEvaluation:
     """A check result as the day's own evaluation, against the day's materialisation."""
-    latest = latest_materialization(context, asset, date)
     target = (
         AssetCheckEvaluationTargetMaterializationData(
             run_id=latest.run_id, storage_id=latest.storage_id, timestamp=latest.timestamp

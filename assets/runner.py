@@ -173,9 +173,10 @@ def score(
                 continue
             started = time.perf_counter()
             checks = day.checks(report)
+            check_seconds = round(time.perf_counter() - started, 4)
             metadata = {
                 **scoring_metadata(
-                    [report],
+                    report,
                     model_version=model.version,
                     device=model.device or inference.runtime.describe(),
                     model_loads=inference.load_count(model.key),
@@ -186,7 +187,7 @@ def score(
                 **day.metadata(report),
                 **quarantine_metadata([report.shards] if report.shards else []),
                 "partitions": len(dates),  # days this run covers
-                "check_seconds": round(time.perf_counter() - started, 4),
+                "check_seconds": check_seconds,
             }
             if report.shards is not None:
                 metadata["commit"] = report.shards.commit

@@ -12,8 +12,8 @@ import pytest
 from dagster import AssetKey, DagsterInstance, Failure, materialize
 
 from assets.fraud.assets import fraud_alerts, fraud_model, fraud_scores, transactions
-from assets.fraud.gates import SCORE_SUITES, score_figures
 from assets.fraud.demo_data import generate_day
+from assets.fraud.gates import SCORE_SUITES, score_figures
 from assets.gates import conservation_figures
 from inference.invariants import StreamStats, population_stability
 from inference.quarantine import (

@@ -18,7 +18,7 @@ from dagster import (
 )
 
 from assets.checkpointing import Work, spot_safe
-from assets.common import partition_dates, scoring_result
+from assets.common import partition_dates, scoring_metadata
 from orchestration.jobs import pipeline_jobs
 from policy.partitions import daily_partitions
 from policy.retries import INTERRUPTION_BUDGET
@@ -51,19 +51,12 @@ def doubled(
         ids = batch["id"].to_numpy()
         return pa.table({"id": ids, "y": ids * 2.0})
 
-    reports = []
     with spot_safe(context, store, inference) as run:
-        for date in partition_dates(context):
-            reports.append(
-                run.partition(
-                    "doubled",
-                    date,
-                    Work(SCHEMA, batches, transform, inputs=[], depends_on="v1", batch_size=100),
-                )
-            )
-    return scoring_result(
-        reports, model_version="v1", device="cpu", model_loads=0, extra=run.metadata()
-    )
+        [date] = partition_dates(context)
+        work = Work(SCHEMA, batches, transform, inputs=[], depends_on="v1", batch_size=100)
+        report = run.partition("doubled", date, work)
+    metadata = scoring_metadata(report, model_version="v1", device="cpu", model_loads=0)
+    return MaterializeResult(metadata={**metadata, **run.metadata()})
 
 
 def _materialize(data_root, instance):

@@ -231,6 +231,15 @@ def test_generate_day_is_deterministic(tmp_path: Path):
     assert days == {DAY}
 
 
+def _per_day(result, asset: str, label: str) -> dict:
+    """One metadata value of each day's materialisation of ``asset``, by partition."""
+    return {
+        e.partition: e.step_materialization_data.materialization.metadata[label].value
+        for e in result.get_asset_materialization_events()
+        if e.asset_key.to_user_string() == asset
+    }
+
+
 def test_pipeline_summarises_and_digests_a_range_in_one_run(store, resources, instance):
     for date in (DAY, NEXT_DAY):
         generate_day(store, date, scale=0.03)
@@ -251,22 +260,14 @@ def test_pipeline_summarises_and_digests_a_range_in_one_run(store, resources, in
     assert summary_meta["model_loads"].value == 1 and summary_meta["oom_backoffs"].value == 0
     assert summary_meta["model_batch_tokens"].value > 0
     # Each day is its own materialisation: its own rows, not the range's 30.
-    per_day = {
-        e.partition: e.step_materialization_data.materialization.metadata["rows_out"].value
-        for e in result.get_asset_materialization_events()
-        if e.asset_key.to_user_string() == "document_summaries"
-    }
+    per_day = _per_day(result, "document_summaries", "rows_out")
     assert per_day == {
         date: store.count_landing("documents", date, DOCUMENTS_SCHEMA) for date in (DAY, NEXT_DAY)
     }
     assert sum(per_day.values()) == 30
     assert summary_meta["model_version"].value.startswith("all-MiniLM-L6-v2@")
-    digest_in = {
-        e.partition: e.step_materialization_data.materialization.metadata["rows_in"].value
-        for e in result.get_asset_materialization_events()
-        if e.asset_key.to_user_string() == "daily_digest"
-    }
-    assert digest_in == per_day  # each day's digest reads that day's summaries
+    # Each day's digest reads that day's summaries.
+    assert _per_day(result, "daily_digest", "rows_in") == per_day
     for date in (DAY, NEXT_DAY):
         docs = store.read_landing("documents", date, DOCUMENTS_SCHEMA).to_pylist()
         summaries = store.read_output("document_summaries", date).to_pylist()
@@ -465,7 +466,9 @@ def test_evaluation_harness_runs_on_the_tiny_fixture_and_prints_the_table(
     assert list(tmp_path.glob("embeddings-*.npz"))  # the second run reads them back
     assert evaluation.main(["--data", str(fixture), "--skip", "0", "--cache", str(tmp_path)]) == 0
     printed = capsys.readouterr().out
-    assert "| dataset | method | rouge1 | rouge2 | rougeLsum | summary_words | documents |" in printed
+    assert (
+        "| dataset | method | rouge1 | rouge2 | rougeLsum | summary_words | documents |" in printed
+    )
     assert printed.count("| summaries_eval_tiny (") == 6
     # The real set is not in the repository: without it the harness says how to get it.
     with pytest.raises(FileNotFoundError, match="git clone"):

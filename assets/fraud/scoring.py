@@ -8,6 +8,8 @@ model's training ranges and scored; flagged rows' details are committed beside t
 
 from __future__ import annotations
 
+from typing import NamedTuple
+
 import numpy as np
 import pyarrow as pa
 from pydantic import Field
@@ -56,6 +58,14 @@ class FraudQualityConfig(QualityConfig):
     )
 
 
+class FraudModel(NamedTuple):
+    """The scorer, and the training score histogram the drift check compares each day with
+    (None for a model saved without one): both read once per run."""
+
+    scorer: TabularScorer
+    reference: list[int] | None
+
+
 def load(store: DataStore, inference: InferenceResource, config: FraudQualityConfig) -> Model:
     version = current_version(store.read_bytes, store.models_dir, MODEL_NAME)
     key = f"{MODEL_NAME}:{version}"
@@ -63,7 +73,7 @@ def load(store: DataStore, inference: InferenceResource, config: FraudQualityCon
     return Model(
         version,
         key,
-        scorer,
+        FraudModel(scorer, score_reference(store, version)),
         device=scorer.runtime.describe(),
         metadata={"threshold": scorer.threshold},
     )
@@ -77,8 +87,7 @@ def day(run: SpotSafeRun, date: str, model: Model, config: FraudQualityConfig, l
     checks' seeded sample is taken as the scores stream. Features beyond the model's training
     range are clamped to it and their rows marked ``needs_review`` (see inference.ranges).
     """
-    store, scorer, version = run.store, model.value, model.version
-    assert isinstance(scorer, TabularScorer)
+    store, (scorer, reference), version = run.store, model.value, model.version
     # The landing checks' plan for these exact files, if they ran: then only the profile is built.
     screen = screen_transactions(
         store,
@@ -145,7 +154,7 @@ def day(run: SpotSafeRun, date: str, model: Model, config: FraudQualityConfig, l
             [report],
             version=version,
             threshold=scorer.threshold,
-            reference=score_reference(store, version),
+            reference=reference,
             ranges=ranges,
             sample_rows=config.check_sample_rows,
             seed=config.check_seed,

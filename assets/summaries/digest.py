@@ -83,7 +83,7 @@ def daily_digest(
         report = PartitionReport(date, metrics.finish(), published)
         log_partition(context, ASSET, report)
         metadata = scoring_metadata(
-            [report],
+            report,
             model_version=encoder.version,
             device=inference.runtime.describe(),
             model_loads=inference.load_count(encoder_key()),
