@@ -15,12 +15,12 @@ install: $(STAMP)
 
 # torch 2.13.0 first: its CPU wheel is on this machine's disk, and the project's range is
 # satisfied by it; any other torch requirement would pull a multi-GB CUDA build. The bench
-# extra (faiss-cpu, a benchmark peer) and the eval extra (rouge-score) are installed too, so
-# `make test` runs their tests.
+# extra (faiss-cpu, a benchmark peer), the eval extra (rouge-score) and the ray extra (the ray
+# executor, whose tests start a local Ray) are installed too, so `make test` runs their tests.
 $(STAMP): pyproject.toml
 	test -x $(BIN)/python || $(PYTHON) -m venv $(VENV)
 	$(BIN)/pip install -q --disable-pip-version-check torch==2.13.0
-	$(BIN)/pip install -q --disable-pip-version-check -e '.[dev,bench,eval]'
+	$(BIN)/pip install -q --disable-pip-version-check -e '.[dev,bench,eval,ray]'
 	$(BIN)/pip check
 	touch $(STAMP)
 

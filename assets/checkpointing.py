@@ -20,7 +20,7 @@ from __future__ import annotations
 
 import time
 from collections.abc import Callable, Iterable, Iterator
-from contextlib import contextmanager
+from contextlib import ExitStack, contextmanager
 from dataclasses import dataclass, field
 from typing import Any
 
@@ -29,6 +29,17 @@ from dagster import AssetExecutionContext, Failure, RetryRequested
 
 from assets.common import PartitionReport
 from assets.observability import GpuMonitor
+from inference.distributed import (
+    FixedProgram,
+    ShardFunctions,
+    ShardInput,
+    ShardJob,
+    ShardPool,
+    ShardProgram,
+    WorkerFigures,
+    row_range_shards,
+    run_distributed,
+)
 from inference.interrupt import InterruptionWatcher
 from inference.metrics import BatchMetrics
 from inference.quarantine import QuarantinePlan
@@ -118,6 +129,23 @@ def run_lineage(context: AssetExecutionContext) -> str:
 
 
 @dataclass
+class Shards:
+    """How a partition is cut for workers elsewhere, when rows depend on other rows.
+
+    Args:
+        inputs: the shards, each carrying all the rows its state depends on (fraud: every row
+            of a set of accounts); called once staging is settled.
+        program: builds a shard's functions in the worker from the rows it scores.
+        layout: what decides which rows a shard holds; part of the checkpoint's fingerprint,
+            so progress of another layout is never mixed in.
+    """
+
+    inputs: Callable[[], Iterable[ShardInput]]
+    program: ShardProgram
+    layout: dict
+
+
+@dataclass
 class Work:
     """One partition's scoring, as a domain describes it to the spot-safe engine.
 
@@ -142,7 +170,11 @@ class Work:
             the same commit, ``pick(rows scored, their output)`` choosing its rows.
         observe_prepared: adds each model call's prepared input (what ``prepare`` returned)
             to the shard's exact statistics.
-        sample: the output checks' row sample, taken as the rows stream (else read back).
+        sample: the output checks' row sample, taken as the rows stream (else read back);
+            not taken when shards run elsewhere (their rows do not pass through this process).
+        shards: how to cut the partition for the ``ray`` executor when its rows depend on
+            other rows; without it, ``ray`` cuts the input into row ranges as ``local`` does,
+            and ships the functions above to the workers.
     """
 
     schema: pa.Schema
@@ -161,6 +193,17 @@ class Work:
     side: tuple[str, pa.Schema, Side] | None = None
     observe_prepared: ObservePrepared | None = None
     sample: StreamedSample | None = None
+    shards: Shards | None = None
+
+    def functions(self) -> ShardFunctions:
+        return ShardFunctions(
+            self.transform,
+            self.prepare,
+            self.observe,
+            self.count_out,
+            self.side[2] if self.side else None,
+            self.observe_prepared,
+        )
 
 
 class SpotSafeRun:
@@ -174,6 +217,45 @@ class SpotSafeRun:
         watcher: InterruptionWatcher,
     ):
         self.context, self.store, self.inference, self.watcher = context, store, inference, watcher
+        self._pool: ShardPool | None = None
+        self._resources = ExitStack()  # the Ray session and its actors, for this step
+
+    @property
+    def distributed(self) -> bool:
+        """Whether shards run on workers elsewhere (``executor: ray``)."""
+        return self.inference.executor == "ray"
+
+    def pool(self) -> ShardPool:
+        """The step's shard workers, started on first use and stopped with the step."""
+        if self._pool is None:
+            from inference.ray_pool import RayPool, ray_session
+
+            settings = self.inference
+            ray = self._resources.enter_context(
+                ray_session(
+                    settings.ray_address,
+                    settings.ray_workers * settings.ray_cpus_per_worker,
+                    settings.ray_workers * settings.ray_gpus_per_worker,
+                )
+            )
+            pool = RayPool(
+                ray,
+                settings.ray_workers,
+                settings.ray_cpus_per_worker,
+                settings.ray_gpus_per_worker,
+            )
+            self._resources.callback(pool.close)
+            self._pool = pool
+            where = settings.ray_address or "a local Ray started for this step"
+            self.context.log.info(
+                f"shards run on {settings.ray_workers} Ray workers ({where}), "
+                f"{settings.ray_cpus_per_worker:g} CPU and {settings.ray_gpus_per_worker:g} GPU each"
+            )
+        return self._pool
+
+    def close(self) -> None:
+        self._resources.close()
+        self._pool = None
 
     def metadata(self) -> dict[str, int]:
         """Retry counts of this step: error retries in this run, and run-level relaunches."""
@@ -186,7 +268,9 @@ class SpotSafeRun:
             "run_attempt": int(self.context.run.tags.get(RETRY_NUMBER_TAG, 0)) + 1,
         }
 
-    def _shard_rows(self, asked: int | None, default: int) -> int:
+    def shard_rows(self, default: int, asked: int | None = None) -> int:
+        """Input rows per shard: the asset's ``asked``, else the resource's, else ``default``;
+        0 when the resource turns checkpointing off."""
         configured = self.inference.shard_rows
         if configured == 0:  # checkpointing off
             return 0
@@ -202,11 +286,13 @@ class SpotSafeRun:
         decided_by = [input_fingerprint(self.store.fs, work.inputs), work.depends_on]
         if quarantine is not None:
             decided_by.append(quarantine.digest())
+        if self.distributed and work.shards is not None:
+            decided_by.append(work.shards.layout)
         writer = ShardedWriter(
             self.store.partition_target(asset, date),
             work.schema,
             fingerprint(*decided_by),
-            self._shard_rows(work.shard_rows, work.default_shard_rows),
+            self.shard_rows(work.default_shard_rows, work.shard_rows),
             run_lineage(self.context),
             self.inference.lease_seconds,
             quarantine=(
@@ -215,26 +301,29 @@ class SpotSafeRun:
             side=self.store.partition_target(side[0], date) if side else None,
             side_schema=side[1] if side else None,
         )
+        progress = ProgressLog(
+            self.context.log.info, f"{asset} {date}", quarantine.rows if quarantine else None
+        )
+        executor: dict = {}
         with GpuMonitor(str(self.inference.runtime.device)) as gpu:
-            shards = run_sharded(
-                writer,
-                work.batches,
-                work.transform,
-                batch_size=work.batch_size or self.inference.max_batch_size,
-                prepare=work.prepare,
-                stop=self.stop,
-                metrics=metrics,
-                quarantine=quarantine,
-                observe=work.observe,
-                count_out=work.count_out,
-                side=side[2] if side else None,
-                observe_prepared=work.observe_prepared,
-                progress=ProgressLog(
-                    self.context.log.info,
-                    f"{asset} {date}",
-                    quarantine.rows if quarantine else None,
-                ),
-            )
+            if self.distributed:
+                shards, executor = self._on_workers(writer, work, progress, self.pool())
+            else:
+                shards = run_sharded(
+                    writer,
+                    work.batches,
+                    work.transform,
+                    batch_size=work.batch_size or self.inference.max_batch_size,
+                    prepare=work.prepare,
+                    stop=self.stop,
+                    metrics=metrics,
+                    quarantine=quarantine,
+                    observe=work.observe,
+                    count_out=work.count_out,
+                    side=side[2] if side else None,
+                    observe_prepared=work.observe_prepared,
+                    progress=progress,
+                )
         if shards.shards_resumed or shards.rows_redone:
             self.context.log.info(
                 f"{asset} {date}: resumed {shards.shards_resumed} finished shards, "
@@ -252,8 +341,43 @@ class SpotSafeRun:
             gpu=gpu.stats(),
             price=self.inference.node_price(),
             capacity=capacity_of(self.context.run.tags),
-            sample=work.sample.frame(published.rows) if work.sample else None,
+            sample=work.sample.frame(published.rows) if work.sample and not executor else None,
+            executor=executor,
         )
+
+    def _on_workers(
+        self, writer: ShardedWriter, work: Work, progress: ProgressLog, pool: ShardPool
+    ) -> tuple:
+        """Runs a partition's shards on ``pool``; the driver records and commits them."""
+        if work.shards is not None:
+            inputs, program = work.shards.inputs, work.shards.program
+        else:  # rows independent of each other: the local engine's row ranges
+
+            def inputs() -> Iterable[ShardInput]:
+                return row_range_shards(work.batches, writer.shard_rows)
+
+            program = FixedProgram(work.functions())
+        job = ShardJob(
+            writer.files(),
+            program,
+            work.batch_size or self.inference.max_batch_size,
+            work.quarantine,
+            writer.target.uri(writer.target.final_dir),
+        )
+        figures = WorkerFigures()
+        report = run_distributed(
+            writer,
+            inputs,
+            job,
+            pool,
+            stop=self.stop,
+            metrics=work.metrics,
+            progress=progress,
+            figures=figures,
+        )
+        layout = work.shards.layout if work.shards is not None else {"shard_layout": "row_ranges"}
+        executor = {"executor": "ray", "worker_device": self.inference.device, **figures.as_dict()}
+        return report, {**executor, **layout}
 
 
 @contextmanager
@@ -266,11 +390,14 @@ def spot_safe(
         # at run level again, until it is interrupted itself.
         context.instance.add_run_tags(context.run_id, {RETRY_ON_STEP_FAILURE_TAG: "false"})
     with inference.watcher(on_advisory=context.log.warning) as watcher:
+        run = SpotSafeRun(context, store, inference, watcher)
         try:
-            yield SpotSafeRun(context, store, inference, watcher)
+            yield run
         except Interrupted as exc:
             watcher.consume()
             _leave_for_retry(context, inference, exc, node_lost=_node_lost(watcher))
+        finally:
+            run.close()
 
 
 def _node_lost(watcher: InterruptionWatcher) -> bool:

@@ -4,7 +4,7 @@ from __future__ import annotations
 
 from collections.abc import Iterator
 from contextlib import contextmanager
-from dataclasses import dataclass
+from dataclasses import dataclass, field
 
 import pandas as pd
 import pyarrow as pa
@@ -65,6 +65,8 @@ class PartitionReport:
     capacity: str = "spot"
     # The output's check sample, when it was taken while the rows streamed (else read back).
     sample: pd.DataFrame | None = None
+    # Where the shards ran: {"executor": "ray", "workers": 2, ...}; empty on the local engine.
+    executor: dict = field(default_factory=dict)
 
 
 def partition_dates(context: AssetExecutionContext) -> list[str]:
@@ -108,6 +110,7 @@ def scoring_metadata(
         "device": device,
         "model_loads": model_loads,
         "output": MetadataValue.path(report.published.uri),
+        **report.executor,
     }
     return metadata
 

@@ -50,7 +50,13 @@ from inference.partition_commit import commit_beside, commit_by_manifest, swap_i
 from inference.partition_io import PartitionIO
 
 # input_fingerprint lived here; assets/fraud/quality.py still imports it from this module.
-__all__ = ["ShardedWriter", "input_fingerprint"]
+__all__ = [
+    "ShardFileTargets",
+    "ShardFiles",
+    "ShardedWriter",
+    "input_fingerprint",
+    "write_shard_files",
+]
 
 
 @dataclass
@@ -62,6 +68,58 @@ class _Progress:
     shards: dict[str, dict[str, int | str]] = field(default_factory=dict)
     in_flight: int | None = None
     discarded_rows: int | None = None
+
+
+@dataclass(frozen=True)
+class ShardFileTargets:
+    """Where one partition's shard files are written: its staging area and companions."""
+
+    target: PartitionTarget
+    schema: pa.Schema
+    quarantine: PartitionTarget | None = None
+    side: PartitionTarget | None = None
+    side_schema: pa.Schema | None = None
+
+
+@dataclass(frozen=True)
+class ShardFiles:
+    """What writing one shard's files produced, for its progress entry."""
+
+    name: str
+    rows: int
+    rows_quarantined: int
+    quarantine_file: str | None
+    side_file: str | None
+    rows_side: int
+
+
+def shard_file_name(shard: int) -> str:
+    return f"shard-{shard:05d}.parquet"
+
+
+def write_shard_files(
+    where: ShardFileTargets,
+    shard: int,
+    tables: Iterable[pa.Table],
+    quarantined: list[pa.Table],
+    side: list[pa.Table],
+) -> ShardFiles:
+    """Writes one shard's output, quarantined rows and side rows into staging, each atomically
+    under the shard's fixed name: writing a shard twice (a retried worker) leaves one copy."""
+    io, name = PartitionIO(where.target), shard_file_name(shard)
+    rows = io.write_parquet(f"{where.target.staging_dir}/{name}", tables, where.schema)
+    held = [t for t in quarantined if t.num_rows]
+    quarantine_file = io.write_beside(QUARANTINE_DIR, where.quarantine, name, held)
+    side_rows = [t for t in side if t.num_rows]
+    side_file = io.write_beside(SIDE_DIR, where.side, name, side_rows, where.side_schema)
+    return ShardFiles(
+        name,
+        rows,
+        sum(t.num_rows for t in held),
+        quarantine_file,
+        side_file,
+        sum(t.num_rows for t in side_rows),
+    )
 
 
 class ShardedWriter:
@@ -179,34 +237,45 @@ class ShardedWriter:
             rows_scored: input rows the model scored (default: all of ``rows_in``).
             side: its side-output rows, written beside it before the progress entry.
         """
-        name = f"shard-{shard:05d}.parquet"
-        rows = self.io.write_parquet(f"{self.target.staging_dir}/{name}", tables, self.schema)
-        held = [t for t in quarantined or [] if t.num_rows]
-        quarantine_file = self.io.write_beside(QUARANTINE_DIR, self.quarantine, name, held)
-        side_rows = [t for t in side or [] if t.num_rows]
-        side_file = self.io.write_beside(SIDE_DIR, self.side, name, side_rows, self.side_schema)
+        files = write_shard_files(self.files(), shard, tables, quarantined or [], side or [])
         if shard == self._redo_shard:
             # A graceful stop recorded how far the shard had got; after a kill without notice
             # the whole shard counts as redone.
             known = self._redo_rows
             self.report.rows_redone += known if known is not None else rows_in
-        rows_quarantined = sum(t.num_rows for t in held)
+        return self.record_shard(shard, files, rows_in, stats, rows_scored)
+
+    def files(self) -> ShardFileTargets:
+        """Where shard files go: what a worker elsewhere needs to write them (picklable)."""
+        return ShardFileTargets(
+            self.target, self.schema, self.quarantine, self.side, self.side_schema
+        )
+
+    def record_shard(
+        self,
+        shard: int,
+        files: ShardFiles,
+        rows_in: int,
+        stats: StreamStats | None = None,
+        rows_scored: int | None = None,
+    ) -> int:
+        """Records a shard whose files are written (here or by a worker) in the progress file."""
         self.progress.shards[str(shard)] = {
-            "file": name,
+            "file": files.name,
             "rows_in": rows_in,
-            "rows_out": rows,
-            "rows_scored": rows_in - rows_quarantined if rows_scored is None else rows_scored,
-            "rows_quarantined": rows_quarantined,
-            "quarantine_file": quarantine_file,
-            "side_file": side_file,
-            "rows_side": sum(t.num_rows for t in side_rows),
+            "rows_out": files.rows,
+            "rows_scored": rows_in - files.rows_quarantined if rows_scored is None else rows_scored,
+            "rows_quarantined": files.rows_quarantined,
+            "quarantine_file": files.quarantine_file,
+            "side_file": files.side_file,
+            "rows_side": files.rows_side,
             "stats": (stats or StreamStats()).to_json(),
         }
         self.progress.in_flight, self.progress.discarded_rows = None, None
         self._save_progress()
         if self._lease is not None:
             self._lease.renew()
-        return rows
+        return files.rows
 
     def record_interruption(self, shard: int | None, rows_discarded: int) -> None:
         self.progress.interruptions += 1

@@ -55,6 +55,7 @@ __all__ = [
     "fingerprint",
     "input_fingerprint",
     "run_sharded",
+    "score_batch",
 ]
 
 
@@ -265,26 +266,40 @@ def _score(
     side: Side | None,
 ) -> None:
     """One model call, checked for row conservation before its rows can reach a shard."""
-    started = time.perf_counter()
-    out = transform(good, prepared)
-    elapsed = time.perf_counter() - started
-    out = out if isinstance(out, pa.Table) else pa.Table.from_batches([out])
-    answered = count_out(out) if count_out else out.num_rows
-    if answered != good.num_rows:
-        where = writer.target.uri(writer.target.final_dir)
-        raise RowConservationError(
-            f"{where}: the model step answered for {answered} rows but was given "
-            f"{good.num_rows} (shard {shard.index}); a model call must never drop or add rows, "
-            "so nothing was committed"
-        )
-    metrics.record_batch(good.num_rows, out.num_rows, elapsed)
-    metrics.add_phase("compute", elapsed)
+    where = writer.target.uri(writer.target.final_dir)
+    out = score_batch(good, prepared, transform, metrics, count_out, where, shard.index)
     if observe is not None:
         observe(good, out, shard.stats)
     shard.outputs.append(out)
     if side is not None:
         shard.side.append(side(good, out))
     shard.rows_scored += good.num_rows
+
+
+def score_batch(
+    good: pa.RecordBatch,
+    prepared: Any,
+    transform: Transform,
+    metrics: BatchMetrics,
+    count_out: CountOut | None,
+    where: str,
+    shard: int,
+) -> pa.Table:
+    """Runs the model step on one batch and checks it answered for exactly its rows."""
+    started = time.perf_counter()
+    out = transform(good, prepared)
+    elapsed = time.perf_counter() - started
+    out = out if isinstance(out, pa.Table) else pa.Table.from_batches([out])
+    answered = count_out(out) if count_out else out.num_rows
+    if answered != good.num_rows:
+        raise RowConservationError(
+            f"{where}: the model step answered for {answered} rows but was given "
+            f"{good.num_rows} (shard {shard}); a model call must never drop or add rows, "
+            "so nothing was committed"
+        )
+    metrics.record_batch(good.num_rows, out.num_rows, elapsed)
+    metrics.add_phase("compute", elapsed)
+    return out
 
 
 def _finish_shard(writer: ShardedWriter, shard: _Shard, metrics: BatchMetrics) -> None:

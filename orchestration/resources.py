@@ -23,6 +23,11 @@ ENGINE_SETTINGS = {
     "NIGHTSHIFT_MAX_BATCH_TOKENS": ("max_batch_tokens", int),
     "NIGHTSHIFT_CPU_THREADS": ("cpu_threads", int),
     "NIGHTSHIFT_SHARD_ROWS": ("shard_rows", int),
+    "NIGHTSHIFT_EXECUTOR": ("executor", str),
+    "NIGHTSHIFT_RAY_ADDRESS": ("ray_address", str),
+    "NIGHTSHIFT_RAY_WORKERS": ("ray_workers", int),
+    "NIGHTSHIFT_RAY_CPUS_PER_WORKER": ("ray_cpus_per_worker", float),
+    "NIGHTSHIFT_RAY_GPUS_PER_WORKER": ("ray_gpus_per_worker", float),
     "NIGHTSHIFT_SPOT_NOTICE": ("spot_notice", str),
     "NIGHTSHIFT_SPOT_ENDPOINT": ("spot_endpoint", str),
     "NIGHTSHIFT_NOTICE_POLL_SECONDS": ("notice_poll_seconds", float),
@@ -88,7 +93,14 @@ def build_resources(env: str = "local") -> dict:
                 **storage_overrides(),
             ),
             "inference": InferenceResource(
-                device="cuda", precision="bf16", max_batch_size=65_536, max_batch_tokens=131_072
+                **{
+                    "device": "cuda",
+                    "precision": "bf16",
+                    "max_batch_size": 65_536,
+                    "max_batch_tokens": 131_072,
+                    # e.g. NIGHTSHIFT_EXECUTOR=ray for a day that outgrows one node (deploy/ray)
+                    **engine_overrides(),
+                }
             ),
         }
     raise ValueError(f"unknown NIGHTSHIFT_ENV '{env}': expected one of {', '.join(ENVIRONMENTS)}")

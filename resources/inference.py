@@ -3,7 +3,7 @@
 from __future__ import annotations
 
 from collections.abc import Callable
-from typing import Any, TypeVar
+from typing import Any, Literal, TypeVar
 
 from dagster import ConfigurableResource, InitResourceContext
 from pydantic import Field, PrivateAttr
@@ -66,6 +66,21 @@ class InferenceResource(ConfigurableResource):
     on_demand_after: int = Field(
         default=2, description="After this many interruptions, retry on on-demand capacity."
     )
+    executor: Literal["local", "ray"] = Field(
+        default="local",
+        description="Where a partition's shards run: local (this process, the default) or "
+        "ray (Ray actors; the step keeps progress, lease and commit). See deploy/ray/.",
+    )
+    ray_address: str = Field(
+        default="",
+        description="With executor ray: empty starts a local Ray for the step and stops it "
+        "after; 'auto' joins the cluster of this node; 'ray://head:10001' connects a client.",
+    )
+    ray_workers: int = Field(default=2, ge=1, description="Ray actors computing shards.")
+    ray_cpus_per_worker: float = Field(default=1.0, gt=0, description="CPUs each actor holds.")
+    ray_gpus_per_worker: float = Field(
+        default=0.0, ge=0, description="GPUs each actor holds (1 on GPU workers)."
+    )
 
     _runtime: Runtime | None = PrivateAttr(default=None)
     _models: dict[str, Any] = PrivateAttr(default_factory=dict)
@@ -79,8 +94,12 @@ class InferenceResource(ConfigurableResource):
 
     @property
     def runtime(self) -> Runtime:
+        """Where this process runs models. With executor ``ray`` the step only drives (the
+        workers score, on ``device``), so it reads its model's settings on the CPU: a driver
+        node needs no GPU."""
         if self._runtime is None:
-            self._runtime = make_runtime(self.device, self.precision)
+            device = "cpu" if self.executor == "ray" else self.device
+            self._runtime = make_runtime(device, self.precision)
             if self._runtime.device.type == "cpu":
                 configure_cpu_threads(self.cpu_threads)
         return self._runtime

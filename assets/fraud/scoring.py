@@ -8,13 +8,16 @@ model's training ranges and scored; flagged rows' details are committed beside t
 
 from __future__ import annotations
 
+from collections.abc import Iterator
+from dataclasses import dataclass
 from typing import NamedTuple
 
 import numpy as np
 import pyarrow as pa
 from pydantic import Field
 
-from assets.checkpointing import SpotSafeRun, Work
+from assets.checkpointing import Shards, SpotSafeRun, Work
+from assets.fraud.accounts import AccountShardProgram, AccountShards, shard_count
 from assets.fraud.gates import SCORE_SUITES, score_check_results
 from assets.fraud.pipeline import SCORED_COLUMNS, flagged_details, load_scorer, score_reference
 from assets.fraud.quality import load_screen, score_observer, screen_transactions
@@ -29,6 +32,9 @@ from assets.fraud.schemas import (
     TRANSACTIONS_SCHEMA,
 )
 from assets.runner import Day, Model, ScoringSpec
+from assets.fraud.profile import PartitionProfile
+from inference.device import make_runtime
+from inference.distributed import ShardFunctions, ShardInput
 from inference.modelstore import current_version
 from inference.ranges import REVIEW, Guarded
 from inference.streaming import release_freed_memory
@@ -88,65 +94,54 @@ def day(run: SpotSafeRun, date: str, model: Model, config: FraudQualityConfig, l
     range are clamped to it and their rows marked ``needs_review`` (see inference.ranges).
     """
     store, (scorer, reference), version = run.store, model.value, model.version
-    # The landing checks' plan for these exact files, if they ran: then only the profile is built.
-    screen = screen_transactions(
-        store,
-        date,
-        build_profile=True,
-        plan=load_screen(store, date, config.amount_ceiling),
-        amount_ceiling=config.amount_ceiling,
-    )
-    plan = screen.plan
-    plan.check_rate(limit, f"{SCORES} {date}")
-    profile = screen.profile()
-    del screen  # the builder's buffers: only the finished profile is needed from here
-    release_freed_memory()
     threshold, ranges = np.float32(scorer.threshold), scorer.ranges
     model_rows = run.inference.max_batch_size
-    sample = StreamedSample(plan.rows - plan.count, config.check_sample_rows, config.check_seed)
-    observer = score_observer(float(threshold), version)
-
-    def observe(scored: pa.RecordBatch, out: pa.Table, stats) -> None:
-        observer(scored, out, stats)
-        sample.add(out)
-
-    def prepare(batch: pa.RecordBatch) -> Guarded:
-        x = profile.features(batch, scorer.features)
-        if ranges is None:  # a model saved before ranges were recorded: nothing to clamp to
-            return Guarded(x, np.zeros(len(x), bool), {}, {})
-        return ranges.guard(x)
-
-    def transform(batch: pa.RecordBatch, guarded: Guarded) -> pa.RecordBatch:
-        scores = scorer.score(guarded.x, max_rows=model_rows)
-        return pa.record_batch(
-            [
-                batch["transaction_id"],
-                pa.array(scores, pa.float32()),
-                pa.array(scores >= threshold),
-                pa.array(guarded.review),
-                pa.repeat(pa.scalar(version, pa.string()), len(scores)),
-            ],
-            schema=SCORES_SCHEMA,
-        )
-
-    work = Work(
-        SCORES_SCHEMA,
-        store.iter_landing(TRANSACTIONS, date, TRANSACTIONS_SCHEMA, columns=SCORED_COLUMNS),
-        transform,
+    common = dict(
         inputs=store.landing_files(TRANSACTIONS, date),
         depends_on={"model": version, "threshold": float(threshold)},
-        prepare=prepare,
         # Features are assembled for up to FEATURE_ROWS rows at a time (per-call lookups cost
         # about as much as a 50k-row batch's own work), and scored in model calls of the
         # resource's max_batch_size.
         batch_size=max(FEATURE_ROWS, model_rows),
         default_shard_rows=SHARD_ROWS,
-        quarantine=plan,
-        observe=observe,
-        observe_prepared=lambda guarded, stats: guarded.record(stats),
-        side=(FLAGGED, FLAGGED_SCHEMA, flagged_details),
-        sample=sample,
     )
+    if run.distributed:
+        work = _by_account(run, date, model, config, limit, common)
+    else:
+        # The landing checks' plan for these exact files, if they ran: then only the profile
+        # is built.
+        screen = screen_transactions(
+            store,
+            date,
+            build_profile=True,
+            plan=load_screen(store, date, config.amount_ceiling),
+            amount_ceiling=config.amount_ceiling,
+        )
+        plan = screen.plan
+        plan.check_rate(limit, f"{SCORES} {date}")
+        profile = screen.profile()
+        del screen  # the builder's buffers: only the finished profile is needed from here
+        release_freed_memory()
+        sample = StreamedSample(plan.rows - plan.count, config.check_sample_rows, config.check_seed)
+        functions = scoring_functions(scorer, profile, version, model_rows)
+        observer = functions.observe
+
+        def observe(scored: pa.RecordBatch, out: pa.Table, stats) -> None:
+            observer(scored, out, stats)
+            sample.add(out)
+
+        work = Work(
+            SCORES_SCHEMA,
+            store.iter_landing(TRANSACTIONS, date, TRANSACTIONS_SCHEMA, columns=SCORED_COLUMNS),
+            functions.transform,
+            prepare=functions.prepare,
+            quarantine=plan,
+            observe=observe,
+            observe_prepared=functions.observe_prepared,
+            side=(FLAGGED, FLAGGED_SCHEMA, flagged_details),
+            sample=sample,
+            **common,
+        )
 
     def checks(report):
         return score_check_results(
@@ -169,6 +164,109 @@ def day(run: SpotSafeRun, date: str, model: Model, config: FraudQualityConfig, l
         }
 
     return Day(work, checks, metadata)
+
+
+def scoring_functions(
+    scorer: TabularScorer, profile: PartitionProfile, version: str, model_rows: int
+) -> ShardFunctions:
+    """Featurise against ``profile``, clamp to the training ranges, score, observe: the same
+    functions for the whole day here and for one shard of accounts on a worker."""
+    threshold, ranges = np.float32(scorer.threshold), scorer.ranges
+
+    def prepare(batch: pa.RecordBatch) -> Guarded:
+        x = profile.features(batch, scorer.features)
+        if ranges is None:  # a model saved before ranges were recorded: nothing to clamp to
+            return Guarded(x, np.zeros(len(x), bool), {}, {})
+        return ranges.guard(x)
+
+    def transform(batch: pa.RecordBatch, guarded: Guarded) -> pa.RecordBatch:
+        scores = scorer.score(guarded.x, max_rows=model_rows)
+        return pa.record_batch(
+            [
+                batch["transaction_id"],
+                pa.array(scores, pa.float32()),
+                pa.array(scores >= threshold),
+                pa.array(guarded.review),
+                pa.repeat(pa.scalar(version, pa.string()), len(scores)),
+            ],
+            schema=SCORES_SCHEMA,
+        )
+
+    return ShardFunctions(
+        transform,
+        prepare,
+        observe=score_observer(float(threshold), version),
+        side=flagged_details,
+        observe_prepared=lambda guarded, stats: guarded.record(stats),
+    )
+
+
+@dataclass(frozen=True)
+class _ShardFunctions:
+    """``scoring_functions`` with the version and batch size bound (picklable for workers)."""
+
+    version: str
+    model_rows: int
+
+    def __call__(self, scorer: TabularScorer, profile: PartitionProfile) -> ShardFunctions:
+        return scoring_functions(scorer, profile, self.version, self.model_rows)
+
+
+@dataclass(frozen=True)
+class _LoadScorer:
+    """Loads the scorer in a worker process, on the device the worker has."""
+
+    store: DataStore
+    version: str
+    device: str
+    precision: str
+
+    def __call__(self) -> TabularScorer:
+        return load_scorer(self.store, self.version, make_runtime(self.device, self.precision))
+
+
+def _by_account(
+    run: SpotSafeRun, date: str, model: Model, config: FraudQualityConfig, limit: float, common
+) -> Work:
+    """The day cut into shards of whole accounts for workers elsewhere (assets/fraud/accounts):
+    no day-wide profile is built here, and each worker's profile holds its shard's accounts."""
+    store = run.store
+    plan = load_screen(store, date, config.amount_ceiling)
+    if plan is None:  # the landing checks did not run on these files: screen them (no profile)
+        plan = screen_transactions(store, date, amount_ceiling=config.amount_ceiling).plan
+    plan.check_rate(limit, f"{SCORES} {date}")
+    settings = run.inference
+    shards = AccountShards(
+        shard_count(plan.rows - plan.count, run.shard_rows(common["default_shard_rows"])), plan
+    )
+    figures = shards.write(
+        store.iter_landing(TRANSACTIONS, date, TRANSACTIONS_SCHEMA, columns=SCORED_COLUMNS)
+    )
+
+    def inputs() -> Iterator[ShardInput]:
+        try:
+            yield from shards.inputs()
+        finally:
+            shards.close()
+
+    program = AccountShardProgram(
+        model.key,
+        _LoadScorer(store, model.version, settings.device, settings.precision),
+        figures,
+        _ShardFunctions(model.version, settings.max_batch_size),
+    )
+    # The workers build the functions; these (without a profile) only fill Work's fields.
+    unused = scoring_functions(model.value.scorer, None, model.version, settings.max_batch_size)
+    layout = {"shard_layout": "account_hash", "account_shards": shards.shards}
+    return Work(
+        SCORES_SCHEMA,
+        (),
+        unused.transform,
+        quarantine=plan,
+        side=(FLAGGED, FLAGGED_SCHEMA, flagged_details),
+        shards=Shards(inputs, program, layout),
+        **common,
+    )
 
 
 FRAUD_SCORES = ScoringSpec(

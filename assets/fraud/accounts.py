@@ -1,0 +1,193 @@
+"""``fraud_scores`` cut by account for shard workers: each shard holds every row of its accounts.
+
+Per-account features (counts, usual amount, merchants and countries seen, bursts) need all of an
+account's rows. A shard that holds whole accounts builds its own profile from its rows alone, so a
+worker's memory follows its shard, not the day, and shards are independent of each other.
+
+Two figures are day-wide: each country's share of the day's transactions and each merchant's
+reach in accounts. Both are sums over shards (accounts never span two), so the driver adds them
+up before any shard is scored and sends them with the job; a shard's profile then gives every
+row exactly the features the whole-day profile gives it (rows keep their input order within an
+account, so even float sums are the same).
+
+The driver streams the day twice, both in bounded memory: once to write each row into its
+shard's file (``crc32(account_id) % shards``, stable across processes and machines), counting
+countries; once over the shard files, one at a time, for the merchants' reach.
+"""
+
+from __future__ import annotations
+
+import math
+import tempfile
+import zlib
+from collections import Counter
+from collections.abc import Iterable, Iterator
+from dataclasses import dataclass, replace
+from pathlib import Path
+
+import numpy as np
+import pyarrow as pa
+import pyarrow.compute as pc
+import pyarrow.parquet as pq
+
+from assets.fraud.profile import PROFILE_COLUMNS, PartitionProfile, ProfileBuilder
+from inference.distributed import ShardFunctions, ShardInput, worker_model
+from inference.quarantine import QuarantinePlan
+
+POSITION = "_position"
+
+
+def shard_count(rows: int, shard_rows: int) -> int:
+    """Shards for a day of ``rows`` transactions: about ``shard_rows`` rows each."""
+    return max(1, math.ceil(rows / shard_rows)) if shard_rows else 1
+
+
+def account_shards(accounts: pa.Array | pa.ChunkedArray, shards: int) -> np.ndarray:
+    """Each row's shard: crc32 of its account id modulo ``shards`` (null ids go to shard 0)."""
+    distinct = pc.unique(accounts)
+    codes = pc.index_in(accounts, value_set=distinct).to_numpy(zero_copy_only=False)
+    hashes = np.fromiter(
+        (zlib.crc32(v.encode()) if v is not None else 0 for v in distinct.to_pylist()),
+        np.int64,
+        len(distinct),
+    )
+    return (hashes % shards)[codes.astype(np.int64)]
+
+
+@dataclass(frozen=True)
+class DayFigures:
+    """The day-wide figures a shard's profile needs, summed over the day's clean rows."""
+
+    rows: int
+    countries: pa.Array
+    country_counts: np.ndarray
+    merchants: pa.Array
+    merchant_reach: np.ndarray
+
+    def complete(self, profile: PartitionProfile) -> PartitionProfile:
+        """A shard's profile with the day's country counts, row count and merchant reach."""
+        countries = pc.index_in(profile.countries, value_set=self.countries).to_numpy(
+            zero_copy_only=False
+        )
+        merchants = pc.index_in(profile.merchants, value_set=self.merchants).to_numpy(
+            zero_copy_only=False
+        )
+        return replace(
+            profile,
+            rows=self.rows,
+            country_counts=self.country_counts[countries.astype(np.int64)],
+            merchant_reach=self.merchant_reach[merchants.astype(np.int64)],
+        )
+
+
+class AccountShards:
+    """A day's rows written into one file per shard of accounts, in a temporary folder."""
+
+    def __init__(self, shards: int, plan: QuarantinePlan):
+        self.shards, self.plan = shards, plan
+        self._folder = tempfile.TemporaryDirectory(prefix="nightshift-account-shards-")
+        self.folder = Path(self._folder.name)
+        self.figures: DayFigures | None = None
+        self.schema: pa.Schema | None = None
+
+    def path(self, shard: int) -> Path:
+        return self.folder / f"shard-{shard:05d}.parquet"
+
+    def write(self, batches: Iterable[pa.RecordBatch]) -> DayFigures:
+        """Writes every row (quarantined ones too, they are set aside with their shard) into
+        its shard's file, with its input position; returns the day-wide figures."""
+        writers: dict[int, pq.ParquetWriter] = {}
+        countries: Counter = Counter()
+        offset = 0
+        try:
+            for batch in batches:
+                if self.schema is None:
+                    self.schema = batch.schema.append(pa.field(POSITION, pa.int64()))
+                positions = np.arange(offset, offset + batch.num_rows, dtype=np.int64)
+                offset += batch.num_rows
+                clean = self.plan.split(batch, int(positions[0]))[0] if batch.num_rows else batch
+                for value in pc.value_counts(clean["country"]).to_pylist():
+                    countries[value["values"]] += value["counts"]
+                table = pa.Table.from_batches([batch]).append_column(POSITION, pa.array(positions))
+                shard = account_shards(batch["account_id"], self.shards)
+                order = np.argsort(shard, kind="stable")
+                bounds = np.searchsorted(shard[order], np.arange(self.shards + 1))
+                for k in np.flatnonzero(np.diff(bounds)):
+                    part = table.take(pa.array(order[bounds[k] : bounds[k + 1]]))
+                    if k not in writers:
+                        writers[k] = pq.ParquetWriter(self.path(int(k)), part.schema)
+                    writers[k].write_table(part)
+        finally:
+            for writer in writers.values():
+                writer.close()
+        names = sorted(countries)
+        reach = self._merchant_reach()
+        self.figures = DayFigures(
+            rows=self.plan.rows - self.plan.count,
+            countries=pa.array(names, pa.string()),
+            country_counts=np.array([countries[n] for n in names], np.int64),
+            merchants=pa.array(sorted(reach), pa.string()),
+            merchant_reach=np.array([reach[m] for m in sorted(reach)], np.int64),
+        )
+        return self.figures
+
+    def _merchant_reach(self) -> Counter:
+        """Distinct accounts per merchant over clean rows, shard by shard (accounts never span
+        two shards, so the per-shard counts add up to the day's)."""
+        reach: Counter = Counter()
+        for shard in range(self.shards):
+            if not self.path(shard).exists():
+                continue
+            rows = pq.read_table(self.path(shard), columns=["account_id", "merchant_id", POSITION])
+            bad = np.isin(rows[POSITION].to_numpy(), self.plan.positions)
+            if bad.any():
+                rows = rows.filter(pa.array(~bad))
+            pairs = rows.select(["merchant_id", "account_id"]).group_by(
+                ["merchant_id", "account_id"]
+            )
+            per_merchant = pairs.aggregate([]).group_by("merchant_id").aggregate(
+                [("account_id", "count")]
+            )
+            for merchant, n in zip(
+                per_merchant["merchant_id"].to_pylist(),
+                per_merchant["account_id_count"].to_pylist(),
+                strict=True,
+            ):
+                reach[merchant] += n
+        return reach
+
+    def inputs(self) -> Iterator[ShardInput]:
+        """Each shard's rows in input order, read back one shard at a time (a shard no account
+        hashed to is an empty one: every shard index up to ``shards`` is published)."""
+        for shard in range(self.shards):
+            if self.path(shard).exists():
+                table = pq.read_table(self.path(shard))
+            else:
+                table = self.schema.empty_table()
+            yield ShardInput(shard, table.drop_columns([POSITION]), table[POSITION].to_numpy())
+
+    def close(self) -> None:
+        self._folder.cleanup()
+
+
+def shard_profile(rows: pa.Table, figures: DayFigures) -> PartitionProfile:
+    """The profile of one shard's clean rows, completed with the day-wide figures."""
+    builder = ProfileBuilder(rows.num_rows)
+    for batch in rows.select(PROFILE_COLUMNS).to_batches():
+        builder.add(batch)
+    return figures.complete(builder.finish())
+
+
+@dataclass(frozen=True)
+class AccountShardProgram:
+    """Builds a shard's scoring functions in the worker: its profile, and the model (loaded
+    once per worker process from the model store)."""
+
+    key: str
+    loader: object  # () -> the scorer, picklable
+    figures: DayFigures
+    functions: object  # (scorer, profile) -> ShardFunctions
+
+    def __call__(self, rows: pa.Table) -> ShardFunctions:
+        scorer = worker_model(self.key, self.loader)
+        return self.functions(scorer, shard_profile(rows, self.figures))

@@ -1,0 +1,273 @@
+"""The ray executor: one day's shards on Ray actors, recorded and committed by the driver.
+
+A real local Ray (two actors on this machine's cores) is started once for the module and stopped
+after it. The fraud day is cut by account; its output must equal the local engine's bit for bit.
+"""
+
+from __future__ import annotations
+
+import json
+import os
+import signal
+import subprocess
+import sys
+import threading
+import time
+from dataclasses import dataclass
+from pathlib import Path
+
+import numpy as np
+import pyarrow as pa
+import pyarrow.compute as pc
+import pytest
+from dagster import AssetKey, DagsterInstance, materialize
+
+from assets.fraud.assets import fraud_alerts, fraud_scores, transactions
+from assets.fraud.demo_data import generate_day
+from assets.fraud.schemas import TRANSACTIONS, TRANSACTIONS_SCHEMA
+from fraud_world import trained_fraud_world
+from inference.distributed import (
+    RUNNING_DIR,
+    ShardFunctions,
+    ShardJob,
+    WorkerFigures,
+    row_range_shards,
+    run_distributed,
+)
+from inference.ray_pool import RayPool, ray_session
+from inference.shard_writer import ShardedWriter
+from resources.inference import InferenceResource
+from resources.storage import DataStore
+
+TRAINED_ON = "2026-06-01"
+DAY = "2026-06-02"
+SCALE = 0.1  # 10,000 transactions
+SHARD_ROWS = 1_500  # about 7 shards of accounts
+
+
+@pytest.fixture(scope="module")
+def ray():
+    with ray_session("", num_cpus=2, num_gpus=0) as session:
+        yield session
+
+
+@pytest.fixture(scope="module")
+def fraud(tmp_path_factory) -> dict:
+    world = trained_fraud_world(tmp_path_factory.mktemp("ray") / "data", TRAINED_ON, SCALE)
+    store = world["store"]
+    generate_day(store, DAY, scale=SCALE)
+    table = store.read_landing(TRANSACTIONS, DAY, TRANSACTIONS_SCHEMA)
+    # A few rows the contract refuses, so quarantine travels with the shards too.
+    amount = table["amount"].to_numpy(zero_copy_only=False).copy()
+    amount[[5, 500, 5000]] = -1.0
+    table = table.set_column(table.schema.get_field_index("amount"), "amount", pa.array(amount))
+    store.write_landing(TRANSACTIONS, DAY, table)
+    return world
+
+
+def _resources(fraud: dict, **inference) -> dict:
+    return {
+        **fraud["resources"],
+        "inference": InferenceResource(
+            device="cpu", precision="fp32", max_batch_size=512, shard_rows=SHARD_ROWS, **inference
+        ),
+    }
+
+
+def _materialize(fraud: dict, **inference):
+    config = {"ops": {"fraud_scores": {"config": {"max_quarantine_rate": 0.01}}}}
+    with DagsterInstance.ephemeral() as instance:
+        result = materialize(
+            [transactions, fraud_scores, fraud_alerts],
+            partition_key=DAY,
+            resources=_resources(fraud, **inference),
+            instance=instance,
+            run_config=config,
+        )
+    assert result.success
+    return result
+
+
+def _metadata(result, asset: str) -> dict:
+    for event in result.get_asset_materialization_events():
+        mat = event.event_specific_data.materialization
+        if mat.asset_key == AssetKey(asset):
+            return {k: v.value for k, v in mat.metadata.items()}
+    raise AssertionError(f"no materialisation of {asset}")
+
+
+def _outputs(store) -> dict[str, pa.Table]:
+    keys = {
+        "fraud_scores": "transaction_id",
+        "fraud_scores_quarantine": "row_number",
+        "fraud_alerts": "transaction_id",
+    }
+    return {
+        asset: store.read_output(asset, DAY).sort_by(key).combine_chunks()
+        for asset, key in keys.items()
+    }
+
+
+def test_one_day_through_ray_equals_the_local_engine_bit_for_bit(fraud, ray) -> None:
+    store = fraud["store"]
+    _materialize(fraud)
+    local = _outputs(store)
+    result = _materialize(fraud, executor="ray")
+    distributed = _outputs(store)
+    for asset, table in local.items():
+        assert distributed[asset].equals(table), asset
+    scores = distributed["fraud_scores"]
+    assert scores.num_rows == 10_000 - 3 and distributed["fraud_scores_quarantine"].num_rows == 3
+    meta = _metadata(result, "fraud_scores")
+    assert meta["executor"] == "ray" and meta["shards"] == meta["account_shards"] == 7
+    assert meta["workers"] == 2 and meta["worker_model_loads"] == 2
+    assert meta["rows_in"] == 10_000 and meta["rows_redone"] == 0
+    assert pc.all(pc.equal(scores["model_version"], scores["model_version"][0])).as_py()
+    assert np.isfinite(scores["score"].to_numpy()).all()
+
+
+# The engine itself, on a toy model slow enough to be caught mid-shard.
+
+SCHEMA = pa.schema([("id", pa.int64()), ("y", pa.float64())])
+ROWS, ENGINE_SHARD_ROWS = 1_200, 200
+
+
+@dataclass(frozen=True)
+class SlowDouble:
+    """Doubles ids, ``seconds`` per model call of 50 rows: a shard takes 4 calls."""
+
+    seconds: float
+
+    def __call__(self, rows: pa.Table) -> ShardFunctions:
+        def transform(batch: pa.RecordBatch, prepared) -> pa.Table:
+            time.sleep(self.seconds)
+            ids = batch["id"].to_numpy()
+            return pa.table({"id": ids, "y": ids * 2.0})
+
+        return ShardFunctions(transform)
+
+
+def _engine_writer(store: DataStore, lineage: str = "run-a") -> ShardedWriter:
+    target = store.partition_target("out", "2026-03-01")
+    return ShardedWriter(target, SCHEMA, "fp", ENGINE_SHARD_ROWS, lineage)
+
+
+def _engine_input() -> list[pa.RecordBatch]:
+    ids = np.arange(ROWS)
+    return [pa.record_batch({"id": ids[i : i + 130]}) for i in range(0, ROWS, 130)]
+
+
+def _engine_job(writer: ShardedWriter, seconds: float) -> ShardJob:
+    return ShardJob(writer.files(), SlowDouble(seconds), batch_size=50)
+
+
+def _markers(store: DataStore) -> list[dict]:
+    staging = Path(store.partition_target("out", "2026-03-01").staging_dir) / RUNNING_DIR
+    found = []
+    for path in staging.glob("*.json") if staging.exists() else []:
+        try:
+            found.append(json.loads(path.read_text()))
+        except ValueError:  # being written
+            pass
+    return found
+
+
+def test_a_killed_ray_worker_costs_at_most_its_shard_and_is_counted(ray, store) -> None:
+    ray_module = pytest.importorskip("ray")
+    ray_module.cloudpickle.register_pickle_by_value(sys.modules[__name__])
+    pool = RayPool(ray, workers=2, cpus_per_worker=1, gpus_per_worker=0)
+    killed: list[int] = []
+
+    def kill_the_first_worker_seen() -> None:
+        deadline = time.monotonic() + 60
+        while not killed and time.monotonic() < deadline:
+            for marker in _markers(store):
+                pid = int(marker["worker"].rsplit(":", 1)[1])
+                os.kill(pid, signal.SIGKILL)  # a reclaimed spot node: no notice, no cleanup
+                killed.append(pid)
+                break
+            time.sleep(0.01)
+
+    killer = threading.Thread(target=kill_the_first_worker_seen)
+    killer.start()
+    try:
+        writer = _engine_writer(store)
+        figures = WorkerFigures()
+        report = run_distributed(
+            writer,
+            lambda: row_range_shards(_engine_input(), ENGINE_SHARD_ROWS),
+            _engine_job(writer, seconds=0.1),
+            pool,
+            figures=figures,
+        )
+    finally:
+        killer.join()
+        pool.close()
+    assert killed, "no worker was seen starting a shard"
+    out = store.read_output("out", "2026-03-01").sort_by("id")
+    assert out["id"].to_pylist() == list(range(ROWS))
+    assert out["y"].to_pylist() == [2.0 * i for i in range(ROWS)]
+    # Exactly the shard the killed worker was computing was redone, and it is counted.
+    assert report.rows_redone == ENGINE_SHARD_ROWS and figures.shards_redone == 1
+    assert report.shards == ROWS // ENGINE_SHARD_ROWS and report.rows_out == ROWS
+    assert str(killed[0]) not in {w.rsplit(":", 1)[1] for w in figures.shards}
+
+
+DRIVER = """
+import sys, time
+sys.path.insert(0, {tests!r})
+import ray
+import test_ray_executor as t
+from inference.distributed import row_range_shards, run_distributed
+from inference.ray_pool import RayPool, ray_session
+from resources.storage import DataStore
+
+with ray_session("", num_cpus=2, num_gpus=0) as session:
+    ray.cloudpickle.register_pickle_by_value(t)
+    store = DataStore({root!r})
+    writer = t._engine_writer(store)
+    pool = RayPool(session, workers=2, cpus_per_worker=1, gpus_per_worker=0)
+    run_distributed(
+        writer,
+        lambda: row_range_shards(t._engine_input(), t.ENGINE_SHARD_ROWS),
+        t._engine_job(writer, seconds=0.25),
+        pool,
+    )
+"""
+
+
+def test_a_killed_driver_is_resumed_from_its_finished_shards(ray, store, data_root) -> None:
+    ray_module = pytest.importorskip("ray")
+    ray_module.cloudpickle.register_pickle_by_value(sys.modules[__name__])
+    script = DRIVER.format(tests=str(Path(__file__).parent), root=str(data_root))
+    driver = subprocess.Popen([sys.executable, "-c", script], start_new_session=True)
+    progress = Path(store.partition_target("out", "2026-03-01").staging_dir) / "_progress.json"
+    deadline = time.monotonic() + 120
+    try:
+        while time.monotonic() < deadline and driver.poll() is None:
+            done = json.loads(progress.read_text())["shards"] if progress.exists() else {}
+            if len(done) >= 2:
+                break
+            time.sleep(0.05)
+        assert driver.poll() is None, "the driver finished before it could be killed"
+    finally:
+        os.killpg(driver.pid, signal.SIGKILL)  # the driver's node is gone, its Ray with it
+        driver.wait()
+    finished = len(json.loads(progress.read_text())["shards"])
+    assert 2 <= finished < ROWS // ENGINE_SHARD_ROWS
+    pool = RayPool(ray, workers=2, cpus_per_worker=1, gpus_per_worker=0)
+    try:
+        writer = _engine_writer(store)  # the retry: same lineage, takes its lease over at once
+        report = run_distributed(
+            writer,
+            lambda: row_range_shards(_engine_input(), ENGINE_SHARD_ROWS),
+            _engine_job(writer, seconds=0.0),
+            pool,
+        )
+    finally:
+        pool.close()
+    out = store.read_output("out", "2026-03-01").sort_by("id")
+    assert out["y"].to_pylist() == [2.0 * i for i in range(ROWS)]
+    assert report.shards_resumed == finished and report.attempt == 2
+    # The shards the dead driver's workers had started are counted as redone, no more.
+    assert 0 < report.rows_redone <= 2 * ENGINE_SHARD_ROWS
