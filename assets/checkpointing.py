@@ -246,7 +246,7 @@ class SpotSafeRun:
             )
             self._resources.callback(pool.close)
             self._pool = pool
-            where = settings.ray_address or "a local Ray started for this step"
+            where = settings.ray_address or "local Ray"
             self.context.log.info(
                 f"shards run on {settings.ray_workers} Ray workers ({where}), "
                 f"{settings.ray_cpus_per_worker:g} CPU and {settings.ray_gpus_per_worker:g} GPU each"

@@ -31,7 +31,7 @@ from __future__ import annotations
 import time
 import uuid
 from collections.abc import Iterable
-from dataclasses import dataclass, field
+from dataclasses import dataclass, field, replace
 
 import pyarrow as pa
 
@@ -247,8 +247,17 @@ class ShardedWriter:
 
     def files(self) -> ShardFileTargets:
         """Where shard files go: what a worker elsewhere needs to write them (picklable)."""
+        # The lease stays with the driver: workers get the locations without its
+        # compare-and-swap store (an S3 client does not pickle, and they must not renew it).
+        def files_only(target: PartitionTarget | None) -> PartitionTarget | None:
+            return replace(target, cas=None) if target is not None else None
+
         return ShardFileTargets(
-            self.target, self.schema, self.quarantine, self.side, self.side_schema
+            files_only(self.target),
+            self.schema,
+            files_only(self.quarantine),
+            files_only(self.side),
+            self.side_schema,
         )
 
     def record_shard(

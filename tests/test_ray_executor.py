@@ -19,11 +19,15 @@ from pathlib import Path
 import numpy as np
 import pyarrow as pa
 import pyarrow.compute as pc
+import pyarrow.fs as pafs
 import pytest
 from dagster import AssetKey, DagsterInstance, materialize
 
 from assets.fraud.assets import fraud_alerts, fraud_scores, transactions
+from assets.fraud.accounts import AccountShards, shard_count, shard_profile
 from assets.fraud.demo_data import generate_day
+from assets.fraud.pipeline import SCORED_COLUMNS
+from assets.fraud.quality import screen_transactions
 from assets.fraud.schemas import TRANSACTIONS, TRANSACTIONS_SCHEMA
 from fraud_world import trained_fraud_world
 from inference.distributed import (
@@ -34,7 +38,9 @@ from inference.distributed import (
     row_range_shards,
     run_distributed,
 )
+from inference.quarantine import RowConservationError
 from inference.ray_pool import RayPool, ray_session
+from inference.shards import Interrupted
 from inference.shard_writer import ShardedWriter
 from resources.inference import InferenceResource
 from resources.storage import DataStore
@@ -47,8 +53,18 @@ SHARD_ROWS = 1_500  # about 7 shards of accounts
 
 @pytest.fixture(scope="module")
 def ray():
-    with ray_session("", num_cpus=2, num_gpus=0) as session:
-        yield session
+    # Workers take their environment from the Ray start: the local S3 server's test
+    # credentials (the ones `any_store` sets) must be there already.
+    saved = dict(os.environ)
+    os.environ.update(
+        AWS_ACCESS_KEY_ID="test", AWS_SECRET_ACCESS_KEY="test", AWS_DEFAULT_REGION="us-east-1"
+    )
+    try:
+        with ray_session("", num_cpus=2, num_gpus=0) as session:
+            yield session
+    finally:
+        os.environ.clear()
+        os.environ.update(saved)
 
 
 @pytest.fixture(scope="module")
@@ -162,17 +178,20 @@ def _engine_job(writer: ShardedWriter, seconds: float) -> ShardJob:
 
 
 def _markers(store: DataStore) -> list[dict]:
-    staging = Path(store.partition_target("out", "2026-03-01").staging_dir) / RUNNING_DIR
+    target = store.partition_target("out", "2026-03-01")
+    selector = pafs.FileSelector(f"{target.staging_dir}/{RUNNING_DIR}", allow_not_found=True)
     found = []
-    for path in staging.glob("*.json") if staging.exists() else []:
+    for info in target.fs.get_file_info(selector):
         try:
-            found.append(json.loads(path.read_text()))
-        except ValueError:  # being written
+            with target.fs.open_input_stream(info.path) as stream:
+                found.append(json.loads(stream.read()))
+        except (OSError, ValueError):  # being written
             pass
     return found
 
 
-def test_a_killed_ray_worker_costs_at_most_its_shard_and_is_counted(ray, store) -> None:
+def test_a_killed_ray_worker_costs_at_most_its_shard_and_is_counted(ray, any_store) -> None:
+    store = any_store
     ray_module = pytest.importorskip("ray")
     ray_module.cloudpickle.register_pickle_by_value(sys.modules[__name__])
     pool = RayPool(ray, workers=2, cpus_per_worker=1, gpus_per_worker=0)
@@ -219,7 +238,9 @@ sys.path.insert(0, {tests!r})
 import ray
 import test_ray_executor as t
 from inference.distributed import row_range_shards, run_distributed
+from inference.quarantine import RowConservationError
 from inference.ray_pool import RayPool, ray_session
+from inference.shards import Interrupted
 from resources.storage import DataStore
 
 with ray_session("", num_cpus=2, num_gpus=0) as session:
@@ -271,3 +292,104 @@ def test_a_killed_driver_is_resumed_from_its_finished_shards(ray, store, data_ro
     assert report.shards_resumed == finished and report.attempt == 2
     # The shards the dead driver's workers had started are counted as redone, no more.
     assert 0 < report.rows_redone <= 2 * ENGINE_SHARD_ROWS
+
+
+def _profile_bytes(profile) -> int:
+    return sum(
+        value.nbytes
+        for value in vars(profile).values()
+        if isinstance(value, (np.ndarray, pa.Array))
+    )
+
+
+def test_a_shards_profile_stays_bounded_when_the_day_grows_tenfold_in_rows_and_accounts(
+    store,
+) -> None:
+    """The state a worker builds follows its shard: at 10x the rows and accounts (and the same
+    rows per shard) the largest shard profile stays about the same, the whole-day one grows 10x."""
+    sizes = {}
+    for date, scale in {"2026-03-01": 0.1, "2026-03-02": 1.0}.items():
+        generate_day(store, date, scale=scale)
+        screen = screen_transactions(store, date, build_profile=True)
+        whole = screen.profile()
+        day = AccountShards(shard_count(screen.plan.rows, 2_000), screen.plan)
+        try:
+            figures = day.write(
+                store.iter_landing(TRANSACTIONS, date, TRANSACTIONS_SCHEMA, columns=SCORED_COLUMNS)
+            )
+            shards = [shard_profile(s.rows, figures) for s in day.inputs()]
+        finally:
+            day.close()
+        sizes[scale] = {
+            "accounts": len(whole.accounts),
+            "whole": _profile_bytes(whole),
+            "largest_shard": max(_profile_bytes(p) for p in shards),
+            "largest_shard_accounts": max(len(p.accounts) for p in shards),
+            "shards": len(shards),
+        }
+    small, large = sizes[0.1], sizes[1.0]
+    print(sizes)
+    assert large["accounts"] >= 8 * small["accounts"] and large["shards"] >= 8 * small["shards"]
+    assert large["whole"] >= 8 * small["whole"]  # what one process held before
+    assert large["largest_shard"] <= 1.3 * small["largest_shard"]
+    assert large["largest_shard_accounts"] <= 1.3 * small["largest_shard_accounts"]
+
+
+@dataclass(frozen=True)
+class DropsARow:
+    """A model step that answers for one row fewer than it was given."""
+
+    def __call__(self, rows: pa.Table) -> ShardFunctions:
+        return ShardFunctions(lambda batch, prepared: pa.table({"id": batch["id"][1:], "y": [0.0] * (batch.num_rows - 1)}))
+
+
+def test_a_shards_own_error_reaches_the_driver_and_nothing_is_committed(ray, store) -> None:
+    ray_module = pytest.importorskip("ray")
+    ray_module.cloudpickle.register_pickle_by_value(sys.modules[__name__])
+    pool = RayPool(ray, workers=2, cpus_per_worker=1, gpus_per_worker=0)
+    writer = _engine_writer(store)
+    try:
+        with pytest.raises(RowConservationError, match="answered for 49 rows but was given 50"):
+            run_distributed(
+                writer,
+                lambda: row_range_shards(_engine_input(), ENGINE_SHARD_ROWS),
+                ShardJob(writer.files(), DropsARow(), batch_size=50),
+                pool,
+            )
+    finally:
+        pool.close()
+    assert not store.output_exists("out", "2026-03-01")
+
+
+def test_an_interrupted_driver_cancels_its_shards_and_the_retry_resumes(ray, store) -> None:
+    ray_module = pytest.importorskip("ray")
+    ray_module.cloudpickle.register_pickle_by_value(sys.modules[__name__])
+    pool = RayPool(ray, workers=2, cpus_per_worker=1, gpus_per_worker=0)
+    writer = _engine_writer(store)
+
+    def stop() -> str | None:  # SIGTERM once two shards are recorded
+        return "SIGTERM received" if len(writer.progress.shards) >= 2 else None
+
+    try:
+        with pytest.raises(Interrupted) as err:
+            run_distributed(
+                writer,
+                lambda: row_range_shards(_engine_input(), ENGINE_SHARD_ROWS),
+                _engine_job(writer, seconds=0.05),
+                pool,
+                stop=stop,
+            )
+        assert not store.output_exists("out", "2026-03-01")
+        retry = _engine_writer(store)
+        report = run_distributed(
+            retry,
+            lambda: row_range_shards(_engine_input(), ENGINE_SHARD_ROWS),
+            _engine_job(retry, seconds=0.0),
+            pool,
+        )
+    finally:
+        pool.close()
+    out = store.read_output("out", "2026-03-01").sort_by("id")
+    assert out["y"].to_pylist() == [2.0 * i for i in range(ROWS)]
+    assert report.shards_resumed == err.value.shards_done >= 2
+    assert report.interruptions == 1 and report.attempt == 2
