@@ -9,6 +9,7 @@ from __future__ import annotations
 import json
 import os
 import signal
+import socket
 import subprocess
 import sys
 import threading
@@ -393,3 +394,74 @@ def test_an_interrupted_driver_cancels_its_shards_and_the_retry_resumes(ray, sto
     assert out["y"].to_pylist() == [2.0 * i for i in range(ROWS)]
     assert report.shards_resumed == err.value.shards_done >= 2
     assert report.interruptions == 1 and report.attempt == 2
+
+
+CLIENT = """
+import sys
+sys.path.insert(0, {tests!r})
+import ray
+import test_ray_executor as t
+from inference.distributed import row_range_shards, run_distributed
+from inference.ray_pool import RayPool, ray_session
+from resources.storage import DataStore
+
+for n, address in enumerate(sys.argv[1:]):
+    with ray_session(address, num_cpus=2, num_gpus=0) as session:
+        ray.cloudpickle.register_pickle_by_value(t)
+        assert not session.get_runtime_context().get_node_id() is None
+        store = DataStore({root!r})
+        writer = t._engine_writer(store, lineage=f"run-{{n}}")
+        pool = RayPool(session, workers=2, cpus_per_worker=1, gpus_per_worker=0)
+        report = run_distributed(
+            writer,
+            lambda: row_range_shards(t._engine_input(), t.ENGINE_SHARD_ROWS),
+            t._engine_job(writer, seconds=0.0),
+            pool,
+        )
+        pool.close()
+        out = store.read_output("out", "2026-03-01").sort_by("id")
+        assert out["y"].to_pylist() == [2.0 * i for i in range(t.ROWS)]
+        print(address, "shards", report.shards, flush=True)
+    assert not ray.is_initialized()  # disconnected; the cluster itself keeps running
+"""
+
+
+def _free_port() -> int:
+    with socket.socket() as s:
+        s.bind(("127.0.0.1", 0))
+        return s.getsockname()[1]
+
+
+def test_a_run_joins_an_existing_cluster_by_its_address(data_root) -> None:
+    """A Ray cluster started apart from nightshift (`ray start --head`, as on a head node):
+    the driver connects to it by its GCS address (what `auto` resolves to on a cluster node),
+    runs a day's shards there, and disconnects, leaving the cluster running. (Ray Client,
+    `ray://`, is the same code path through `ray.init`; it is slower to start and was checked
+    by hand, see deploy/ray/README.md.)"""
+    gcs, client = _free_port(), _free_port()
+    ray_cli = Path(sys.executable).parent / "ray"
+    head = subprocess.Popen(
+        [str(ray_cli), "start", "--head", f"--port={gcs}", f"--ray-client-server-port={client}",
+         "--num-cpus=2", "--include-dashboard=false", "--disable-usage-stats", "--block"],
+        stdout=subprocess.DEVNULL, stderr=subprocess.DEVNULL, start_new_session=True,
+    )
+    try:
+        script = CLIENT.format(tests=str(Path(__file__).parent), root=str(data_root))
+        # Ray 2.60 clusters require their token; a driver sends it when told to (here the
+        # head's ~/.ray/auth_token, on this machine; see deploy/ray/README.md).
+        env = {**os.environ, "RAY_AUTH_MODE": "token"}
+        done = subprocess.run(
+            [sys.executable, "-c", script, f"127.0.0.1:{gcs}"],
+            capture_output=True, text=True, timeout=240, env=env,
+        )
+        assert done.returncode == 0, done.stderr[-3000:]
+        assert f"127.0.0.1:{gcs} shards 6" in done.stdout
+        # The cluster outlived the driver's session.
+        assert head.poll() is None
+    finally:
+        os.killpg(head.pid, signal.SIGTERM)  # the head and its processes
+        try:
+            head.wait(timeout=20)
+        except subprocess.TimeoutExpired:
+            os.killpg(head.pid, signal.SIGKILL)
+            head.wait()
