@@ -44,6 +44,11 @@ def _ray():
 def ray_session(address: str, num_cpus: float, num_gpus: float) -> Iterator[Any]:
     """Ray for one step: started here (empty ``address``) and stopped after, or connected to."""
     ray = _ray()
+    # Ray's serialiser imports pydantic.v1 lazily on its first use; once, in a Dagster step,
+    # that import failed with KeyError('pydantic.v1'). Imported here first, before any thread
+    # of Ray's exists.
+    import pydantic.v1.fields  # noqa: F401
+
     if ray.is_initialized():  # someone else's session (a test, a notebook): use it, keep it
         yield ray
         return
@@ -53,6 +58,9 @@ def ray_session(address: str, num_cpus: float, num_gpus: float) -> Iterator[Any]
         # A laptop or test Ray: no dashboard, no usage report (nothing may leave the machine).
         os.environ.setdefault("RAY_USAGE_STATS_ENABLED", "0")
         ray.init(
+            # "local": always a new Ray of our own, even where a cluster runs on this machine
+            # (a bare init would join the one `ray start` last recorded in /tmp/ray).
+            address="local",
             num_cpus=max(1, int(round(num_cpus))),
             num_gpus=num_gpus,
             include_dashboard=False,
