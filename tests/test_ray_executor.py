@@ -22,7 +22,9 @@ import pyarrow as pa
 import pyarrow.compute as pc
 import pyarrow.fs as pafs
 import pytest
+import torch
 from dagster import AssetKey, DagsterInstance, materialize
+from safetensors.torch import save_file
 
 from assets.fraud.assets import fraud_alerts, fraud_scores, transactions
 from assets.fraud.accounts import AccountShards, shard_count, shard_profile
@@ -44,7 +46,7 @@ from inference.ray_pool import RayPool, ray_session
 from inference.shards import Interrupted
 from inference.shard_writer import ShardedWriter
 from resources.inference import InferenceResource
-from resources.storage import DataStore
+from resources.storage import DataStore, StorageResource
 
 TRAINED_ON = "2026-06-01"
 DAY = "2026-06-02"
@@ -242,7 +244,7 @@ from inference.distributed import row_range_shards, run_distributed
 from inference.quarantine import RowConservationError
 from inference.ray_pool import RayPool, ray_session
 from inference.shards import Interrupted
-from resources.storage import DataStore
+from resources.storage import DataStore, StorageResource
 
 with ray_session("", num_cpus=2, num_gpus=0) as session:
     ray.cloudpickle.register_pickle_by_value(t)
@@ -403,7 +405,7 @@ import ray
 import test_ray_executor as t
 from inference.distributed import row_range_shards, run_distributed
 from inference.ray_pool import RayPool, ray_session
-from resources.storage import DataStore
+from resources.storage import DataStore, StorageResource
 
 for n, address in enumerate(sys.argv[1:]):
     with ray_session(address, num_cpus=2, num_gpus=0) as session:
@@ -465,3 +467,33 @@ def test_a_run_joins_an_existing_cluster_by_its_address(data_root) -> None:
         except subprocess.TimeoutExpired:
             os.killpg(head.pid, signal.SIGKILL)
             head.wait()
+
+
+def test_the_own_model_example_runs_unchanged_on_ray(ray, store, tmp_path) -> None:
+    """docs/your-own-model.md's example under the ray executor: its functions are shipped to
+    the actors as they are, and the day is the same as on the local engine."""
+    import test_your_own_model as doc
+
+    landed = {date: doc._land(store, date, seed) for seed, date in enumerate(doc.DAYS)}
+    torch.manual_seed(0)
+    weights = tmp_path / "churn_mlp.safetensors"
+    save_file(doc.churn_mlp().state_dict(), weights)
+    day = doc.DAYS[0]
+    storage = {"storage": StorageResource(data_root=str(store.root))}
+    outputs = {}
+    for executor in ("local", "ray"):
+        resources = {
+            **storage,
+            "inference": InferenceResource(
+                device="cpu", precision="fp32", executor=executor, shard_rows=200
+            ),
+        }
+        with DagsterInstance.ephemeral() as instance:
+            result = doc._run(resources, instance, weights, day)
+        assert result.success
+        doc._assert_day(store, result, day, landed[day], weights)
+        outputs[executor] = store.read_output(doc.ASSET, day).sort_by("customer_id")
+        meta = doc._metadata(result, day)
+    assert outputs["ray"].equals(outputs["local"])
+    assert meta["executor"] == "ray" and meta["shard_layout"] == "row_ranges"
+    assert meta["shards"] == 4 and meta["workers"] == 2
