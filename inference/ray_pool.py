@@ -108,7 +108,8 @@ class RayPool:
         threads = max(1, int(cpus_per_worker))
         self.actors = [actor.remote(threads) for _ in range(workers)]
         self.slots = QUEUED_PER_WORKER * workers
-        self._jobs: dict[int, Any] = {}
+        self._job: ShardJob | None = None  # the partition being computed, and its object
+        self._job_ref: Any = None
         self._load: dict[Any, int] = {}
         self._busy = [0] * workers
 
@@ -117,11 +118,11 @@ class RayPool:
         return self.ray.get([a.pid.remote() for a in self.actors])
 
     def submit(self, job: ShardJob, shard: ShardInput) -> Any:
-        if id(job) not in self._jobs:
-            self._jobs = {id(job): self.ray.put(job)}
+        if job is not self._job:  # the job itself is held, so the comparison is by identity
+            self._job, self._job_ref = job, self.ray.put(job)
         slot = min(range(len(self.actors)), key=self._busy.__getitem__)
         handle = self.actors[slot].run.remote(
-            [self._jobs[id(job)]], shard.index, self.ray.put(shard.rows), shard.positions
+            [self._job_ref], shard.index, self.ray.put(shard.rows), shard.positions
         )
         self._busy[slot] += 1
         self._load[handle] = slot

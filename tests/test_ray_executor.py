@@ -497,3 +497,39 @@ def test_the_own_model_example_runs_unchanged_on_ray(ray, store, tmp_path) -> No
     assert outputs["ray"].equals(outputs["local"])
     assert meta["executor"] == "ray" and meta["shard_layout"] == "row_ranges"
     assert meta["shards"] == 4 and meta["workers"] == 2
+
+
+@dataclass(frozen=True)
+class Times:
+    factor: float
+
+    def __call__(self, rows: pa.Table) -> ShardFunctions:
+        def transform(batch: pa.RecordBatch, prepared) -> pa.Table:
+            ids = batch["id"].to_numpy()
+            return pa.table({"id": ids, "y": ids * self.factor})
+
+        return ShardFunctions(transform)
+
+
+def test_one_pool_computes_each_day_of_a_range_with_that_days_job(ray, store) -> None:
+    """A range backfill drives several days through the same actors: each day's shards are
+    computed with its own job, never with the day before's."""
+    ray_module = pytest.importorskip("ray")
+    ray_module.cloudpickle.register_pickle_by_value(sys.modules[__name__])
+    pool = RayPool(ray, workers=2, cpus_per_worker=1, gpus_per_worker=0)
+    days = {"2026-03-01": 2.0, "2026-03-02": 3.0, "2026-03-03": 5.0}
+    try:
+        for day, factor in days.items():
+            target = store.partition_target("out", day)
+            writer = ShardedWriter(target, SCHEMA, f"fp-{day}", ENGINE_SHARD_ROWS, "run-a")
+            run_distributed(
+                writer,
+                lambda: row_range_shards(_engine_input(), ENGINE_SHARD_ROWS),
+                ShardJob(writer.files(), Times(factor), batch_size=50),
+                pool,
+            )
+    finally:
+        pool.close()
+    for day, factor in days.items():
+        out = store.read_output("out", day).sort_by("id")
+        assert out["y"].to_pylist() == [factor * i for i in range(ROWS)], day
