@@ -1,11 +1,17 @@
-"""``document_embeddings``: a search vector for every document of the day."""
+"""``document_embeddings``: a search vector for every document of the day.
+
+Each document is embedded alone, so shards are row ranges of the day under both executors; with
+``ray`` the encoder is loaded by each worker (:class:`EmbeddingProgram`), not sent from the step.
+"""
+
+from dataclasses import dataclass
 
 import numpy as np
 import pyarrow as pa
 from dagster import AssetExecutionContext
 from pydantic import Field
 
-from assets.checkpointing import SpotSafeRun, Work
+from assets.checkpointing import DEFAULT_SHARD_ROWS, Shards, SpotSafeRun, Work
 from assets.common import PartitionReport
 from assets.embeddings.checks import (
     EMBEDDING_SUITES,
@@ -20,13 +26,23 @@ from assets.summaries.documents import documents
 from assets.summaries.models import encoder_key, sentence_encoder
 from assets.summaries.quality import SCREEN_COLUMNS, screen_documents
 from assets.summaries.schemas import DATASET, DOCUMENTS_SCHEMA
+from assets.summaries.workers import (
+    LoadEncoder,
+    ShardFigures,
+    worker_batch_tokens,
+    worker_metadata,
+)
 from inference.checkpoints import CheckpointError
+from inference.distributed import ShardFunctions, row_range_shards, worker_model
 from inference.embeddings import encode
 from inference.encoder import SentenceEncoder
 from inference.normalise import normalise_text
 from resources.inference import InferenceResource
 from resources.quality import QualityConfig, StreamedSample
 from resources.storage import DataStore, StorageResource
+
+# The encoder's padded-token budget per call, as the metadata names it.
+BUDGET = "model_batch_tokens"
 
 
 class EmbeddingsConfig(QualityConfig):
@@ -72,6 +88,32 @@ def _embed_batch(
     return transform
 
 
+@dataclass(frozen=True)
+class EmbeddingProgram:
+    """A shard's functions, built in the worker: the encoder loaded once per worker process
+    on its device, model calls sized for that device, model figures in the shard's statistics."""
+
+    key: str
+    loader: LoadEncoder
+    version: str
+    max_batch_tokens: int | None
+    max_batch_size: int
+
+    def __call__(self, rows: pa.Table) -> ShardFunctions:
+        encoder = worker_model(self.key, self.loader)
+        tokens = worker_batch_tokens(self.max_batch_tokens, encoder.runtime.device)
+        metrics = ModelMetrics()
+        figures = ShardFigures(metrics, lambda: encoder.token_budget(tokens), BUDGET)
+        observer = embedding_observer(self.version)
+
+        def observe(scored: pa.RecordBatch, out: pa.Table, stats) -> None:
+            observer(scored, out, stats)
+            figures.record(stats)
+
+        transform = _embed_batch(encoder, self.version, metrics, tokens, self.max_batch_size)
+        return ShardFunctions(transform, _texts, observe)
+
+
 def load(store: DataStore, inference: InferenceResource, config: EmbeddingsConfig) -> Model:
     encoder = sentence_encoder(inference)
     width = encoder.model.config.hidden_size
@@ -96,9 +138,24 @@ def day(run: SpotSafeRun, date: str, model: Model, config: EmbeddingsConfig, lim
         observer(scored, out, stats)
         sample.add(out.select(SAMPLE_COLUMNS))
 
+    def batches():
+        return store.iter_landing(DATASET, date, DOCUMENTS_SCHEMA, SCREEN_COLUMNS)
+
+    shards = None
+    if run.distributed:
+        shard_rows = run.shard_rows(DEFAULT_SHARD_ROWS, config.docs_per_shard)
+        program = EmbeddingProgram(
+            model.key,
+            LoadEncoder(inference.device, inference.precision),
+            version,
+            inference.max_batch_tokens,
+            inference.max_batch_size,
+        )
+        layout = {"shard_layout": "row_ranges"}
+        shards = Shards(lambda: row_range_shards(batches(), shard_rows), program, layout)
     work = Work(
         EMBEDDINGS_SCHEMA,
-        store.iter_landing(DATASET, date, DOCUMENTS_SCHEMA, SCREEN_COLUMNS),
+        batches(),
         _embed_batch(encoder, version, metrics, inference.batch_tokens, inference.max_batch_size),
         inputs=store.landing_files(DATASET, date),
         depends_on={"model": version},
@@ -109,6 +166,7 @@ def day(run: SpotSafeRun, date: str, model: Model, config: EmbeddingsConfig, lim
         quarantine=plan,
         observe=observe,
         sample=sample,
+        shards=shards,
     )
 
     def checks(report: PartitionReport):
@@ -123,7 +181,10 @@ def day(run: SpotSafeRun, date: str, model: Model, config: EmbeddingsConfig, lim
 
     def metadata(report: PartitionReport) -> dict:
         budget = encoder.token_budget(inference.batch_tokens)
-        return {"model_calls": metrics.model_calls, **budget.describe("model_batch_tokens")}
+        figures = {"model_calls": metrics.model_calls, **budget.describe(BUDGET)}
+        if shards is not None:  # embedded on the workers: their figures came with the shards
+            figures.update(worker_metadata(report.shards.stats, BUDGET))
+        return figures
 
     return Day(work, checks, metadata)
 

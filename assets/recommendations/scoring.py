@@ -3,19 +3,19 @@ rank the day's audience.
 
 The audience is every user seen within the trailing window (or ever); each user's history is
 every landed day up to and including the scored one, so re-running an old day does not exclude
-items the user only found later. Users are scored in checkpointed shards.
+items the user only found later. Users are scored in checkpointed shards; with the ``ray``
+executor each shard carries its users' history to a worker (assets/recommendations/user_shards).
 """
 
 from __future__ import annotations
 
 from collections import Counter
-from collections.abc import Iterator
 
 import numpy as np
 import pyarrow as pa
 from pydantic import Field
 
-from assets.checkpointing import SpotSafeRun, Work
+from assets.checkpointing import DEFAULT_SHARD_ROWS, Shards, SpotSafeRun, Work
 from assets.common import PartitionReport
 from assets.recommendations.audience import (
     DEFAULT_AUDIENCE_DAYS,
@@ -33,8 +33,17 @@ from assets.recommendations.schemas import (
     USER_RECOMMENDATIONS,
 )
 from assets.recommendations.training import current_recommender_version, load_recommender
+from assets.recommendations.user_shards import (
+    LoadRecommender,
+    UserShardProgram,
+    rank_block,
+    ranking_counts,
+    shard_counts,
+    user_shards,
+)
 from assets.runner import Day, Model, ScoringSpec
-from inference.recommend import RecommendationBatch, block_size_for, recommend
+from inference.quarantine import QuarantinePlan
+from inference.recommend import block_size_for
 from resources.inference import InferenceResource
 from resources.quality import QualityConfig
 from resources.storage import DataStore
@@ -102,20 +111,16 @@ def day(
     )
 
     def transform(batch: pa.RecordBatch, block_users: np.ndarray) -> pa.Table:
-        if not len(block_users):
-            return RECOMMENDATIONS_SCHEMA.empty_table()
-        lo = np.searchsorted(seen_users, block_users[0], "left")
-        hi = np.searchsorted(seen_users, block_users[-1], "right")
-        mine = (seen_users[lo:hi], seen_items[lo:hi])
-        blocks = recommend(recommender, block_users, mine, config.k, block)
-        return pa.Table.from_batches(
-            list(_record_batches(blocks, version, counts)), RECOMMENDATIONS_SCHEMA
-        )
+        seen = (seen_users, seen_items)
+        return rank_block(recommender, seen, block_users, config.k, block, version, counts)
 
     everything = np.ones(len(seen_items), bool)
     eligible = eligible_items(users, (seen_users, seen_items), len(recommender.items), everything)
     plan = user_plan(users, eligible)
     plan.check_rate(limit, f"{USER_RECOMMENDATIONS} {date}")
+    shards = None
+    if run.distributed:
+        shards = _by_user(run, model, config, users, (seen_users, seen_items), plan)
     work = Work(
         RECOMMENDATIONS_SCHEMA,
         [pa.record_batch({"user_id": pa.array(users, pa.int64())})],
@@ -132,6 +137,7 @@ def day(
         quarantine=plan,
         observe=list_observer(users, eligible, config.k),
         count_out=users_answered,
+        shards=shards,
     )
 
     def checks(report: PartitionReport):
@@ -148,33 +154,45 @@ def day(
         )
 
     def metadata(report: PartitionReport) -> dict:
+        figures = {"oom_backoffs": recommender.block_sizings.ooms, **counts}
+        if shards is not None:  # ranked on the workers: their figures came with the shards
+            figures.update(ranking_counts(report.shards.stats))
         return {
             "audience_users": len(users),
             "unknown_item_share": round(activity.unknown_item_share, 6),
-            "oom_backoffs": recommender.block_sizings.ooms,
-            **counts,
+            **figures,
         }
 
     return Day(work, checks, metadata, on_commit=lambda report: save_audience(store, audience))
 
 
-def _record_batches(
-    batches: Iterator[RecommendationBatch], version: str, counts: Counter
-) -> Iterator[pa.RecordBatch]:
-    for b in batches:
-        counts["users_short_of_k"] += b.users_short_of_k
-        if b.cold_start:
-            counts["popularity_ranked_users"] += b.users
-        yield pa.record_batch(
-            [
-                pa.array(b.user_ids, pa.int64()),
-                pa.array(b.ranks.astype(np.int16)),
-                pa.array(b.item_ids, pa.int64()),
-                pa.array(b.scores.astype(np.float32)),
-                pa.array(np.full(len(b.user_ids), version, dtype=object), pa.string()),
-            ],
-            schema=RECOMMENDATIONS_SCHEMA,
-        )
+def _by_user(
+    run: SpotSafeRun,
+    model: Model,
+    config: UserRecommendationsConfig,
+    users: np.ndarray,
+    seen: tuple[np.ndarray, np.ndarray],
+    plan: QuarantinePlan,
+) -> Shards:
+    """The audience cut for workers elsewhere (assets/recommendations/user_shards): ranges of
+    users carrying their history, the model loaded once per worker."""
+    settings = run.inference
+    shard_rows = run.shard_rows(DEFAULT_SHARD_ROWS)
+    held = np.zeros(len(users), bool)  # users with nothing left to recommend: no history
+    held[plan.positions] = True
+
+    def inputs():
+        return user_shards(users, seen, held, shard_rows)
+
+    program = UserShardProgram(
+        model.key,
+        LoadRecommender(run.store, model.version, settings.device, settings.precision),
+        model.version,
+        config.k,
+        model.metadata["block_users"],
+    )
+    layout = {"shard_layout": "user_ranges", **shard_counts(len(users), plan.count, shard_rows)}
+    return Shards(inputs, program, layout)
 
 
 USER_RECOMMENDATIONS_SPEC = ScoringSpec(

@@ -1,4 +1,9 @@
-"""``document_summaries``: a short summary of every document of the day."""
+"""``document_summaries``: a short summary of every document of the day.
+
+Each document is summarised alone, so shards are row ranges of the day under both executors;
+with ``ray`` the summariser's model is loaded by each worker (:class:`SummaryProgram`), not sent
+from the step.
+"""
 
 from collections.abc import Callable
 from dataclasses import dataclass
@@ -8,7 +13,7 @@ import pyarrow as pa
 from dagster import AssetExecutionContext
 from pydantic import Field
 
-from assets.checkpointing import SpotSafeRun, Work
+from assets.checkpointing import DEFAULT_SHARD_ROWS, Shards, SpotSafeRun, Work
 from assets.common import PartitionReport
 from assets.runner import Day, Model, ScoringSpec, score, scoring_asset
 from assets.summaries.documents import documents
@@ -26,13 +31,21 @@ from assets.summaries.quality import (
     summary_observer,
 )
 from assets.summaries.schemas import DATASET, DOCUMENTS_SCHEMA, SUMMARIES
+from assets.summaries.workers import (
+    LoadEncoder,
+    LoadGenerator,
+    ShardFigures,
+    worker_batch_tokens,
+    worker_metadata,
+)
 from inference.adaptive import AdaptiveBatchSize
 from inference.decoding import static_sizing
-from inference.generate import generate_summaries
+from inference.distributed import ShardFunctions, row_range_shards, worker_model
+from inference.generate import Generator, generate_summaries
 from inference.metrics import BatchMetrics
 from inference.rank import RankerSettings
 from inference.segment import LengthCap, fit_summary
-from inference.text import extractive_summaries
+from inference.text import SentenceEncoder, extractive_summaries
 from resources.inference import InferenceResource
 from resources.quality import (
     QualityConfig,
@@ -40,6 +53,8 @@ from resources.quality import (
 from resources.storage import DataStore, StorageResource
 
 ASSET = SUMMARIES
+# The model's padded-token budget per call, as the metadata names it.
+BUDGET = "model_batch_tokens"
 
 SUMMARIES_SCHEMA = pa.schema(
     [
@@ -116,13 +131,26 @@ def _summariser(
 ) -> tuple[Summarise, str, str, Callable[[], AdaptiveBatchSize]]:
     """The configured summariser, its model version, its cache key and its batch sizing (what
     out-of-memory back-off did); fails before any I/O."""
-    cap = length_cap(config)
-    limits = {
-        "max_batch_tokens": inference.batch_tokens,
-        "max_batch_size": inference.max_batch_size,
-    }
     if config.mode == "abstractive":
-        generator = abstractive_generator(inference, config.checkpoint_path)
+        model = abstractive_generator(inference, config.checkpoint_path)
+        key = generator_key(config.checkpoint_path)
+    else:
+        model, key = sentence_encoder(inference), encoder_key()
+    summarise, sizing = _summarise_with(
+        config, model, inference.batch_tokens, inference.max_batch_size
+    )
+    return summarise, model.version, key, sizing
+
+
+def _summarise_with(
+    config: SummariesConfig, model: Generator | SentenceEncoder, tokens: int, rows: int
+) -> tuple[Summarise, Callable[[], AdaptiveBatchSize]]:
+    """Summarises with a loaded model (the step's, or a worker's) in calls of at most
+    ``tokens`` padded tokens and ``rows`` texts; and the sizing those calls run under."""
+    cap = length_cap(config)
+    limits = {"max_batch_tokens": tokens, "max_batch_size": rows}
+    if config.mode == "abstractive":
+        generator = model
 
         def abstractive(texts: list[str]) -> tuple[list[str], int]:
             out = generate_summaries(
@@ -136,13 +164,8 @@ def _summariser(
             # A model may write past any token budget's intent: the cap applies to its text.
             return [fit_summary(t, cap) for t in out.texts], len(out.batch_sizes)
 
-        return (
-            abstractive,
-            generator.version,
-            generator_key(config.checkpoint_path),
-            lambda: static_sizing(generator.model, inference.batch_tokens),
-        )
-    encoder = sentence_encoder(inference)
+        return abstractive, lambda: static_sizing(generator.model, tokens)
+    encoder = model
 
     def extractive(texts: list[str]) -> tuple[list[str], int]:
         summaries, embedded = extractive_summaries(
@@ -155,11 +178,54 @@ def _summariser(
         )
         return summaries, embedded.model_calls
 
-    return (
-        extractive,
-        encoder.version,
-        encoder_key(),
-        lambda: encoder.token_budget(inference.batch_tokens),
+    return extractive, lambda: encoder.token_budget(tokens)
+
+
+@dataclass(frozen=True)
+class SummaryProgram:
+    """A shard's functions, built in the worker: the summariser's model loaded once per worker
+    process on its device, model calls sized for that device, model figures in the shard's
+    statistics (assets/summaries/workers)."""
+
+    config: SummariesConfig
+    key: str
+    loader: LoadEncoder | LoadGenerator
+    version: str
+    max_batch_tokens: int | None
+    max_batch_size: int
+
+    def __call__(self, rows: pa.Table) -> ShardFunctions:
+        model = worker_model(self.key, self.loader)
+        tokens = worker_batch_tokens(self.max_batch_tokens, model.runtime.device)
+        summarise, sizing = _summarise_with(self.config, model, tokens, self.max_batch_size)
+        metrics = ModelMetrics()
+        figures = ShardFigures(metrics, sizing, BUDGET)
+        extractive = self.config.mode == "extractive"
+        observer = summary_observer(
+            self.version, extractive=extractive, cap=length_cap(self.config)
+        )
+
+        def observe(scored: pa.RecordBatch, out: pa.Table, stats) -> None:
+            observer(scored, out, stats)
+            figures.record(stats)
+
+        transform = _summarise_batch(summarise, self.version, metrics)
+        return ShardFunctions(transform, _texts, observe)
+
+
+def _program(run: SpotSafeRun, model: Model, config: SummariesConfig) -> SummaryProgram:
+    settings = run.inference
+    if config.mode == "abstractive":
+        loader = LoadGenerator(config.checkpoint_path, settings.device, settings.precision)
+    else:
+        loader = LoadEncoder(settings.device, settings.precision)
+    return SummaryProgram(
+        config,
+        model.key,
+        loader,
+        model.version,
+        settings.max_batch_tokens,
+        settings.max_batch_size,
     )
 
 
@@ -194,9 +260,20 @@ def day(run: SpotSafeRun, date: str, model: Model, config: SummariesConfig, limi
     screen.plan.check_rate(limit, f"{ASSET} {date}")
     metrics = ModelMetrics()
     extractive, cap = config.mode == "extractive", length_cap(config)
+
+    def batches():
+        return store.iter_landing(DATASET, date, DOCUMENTS_SCHEMA, SCREEN_COLUMNS)
+
+    shards = None
+    if run.distributed:  # each document alone: row ranges, the model loaded by each worker
+        shard_rows = run.shard_rows(DEFAULT_SHARD_ROWS, config.docs_per_shard)
+        layout = {"shard_layout": "row_ranges"}
+        shards = Shards(
+            lambda: row_range_shards(batches(), shard_rows), _program(run, model, config), layout
+        )
     work = Work(
         SUMMARIES_SCHEMA,
-        store.iter_landing(DATASET, date, DOCUMENTS_SCHEMA, SCREEN_COLUMNS),
+        batches(),
         _summarise_batch(summarise, model.version, metrics),
         inputs=store.landing_files(DATASET, date),
         depends_on={"model": model.version, "config": _output_settings(config)},
@@ -206,6 +283,7 @@ def day(run: SpotSafeRun, date: str, model: Model, config: SummariesConfig, limi
         metrics=metrics,
         quarantine=screen.plan,
         observe=summary_observer(model.version, extractive=extractive, cap=cap),
+        shards=shards,
     )
 
     def checks(report: PartitionReport):
@@ -220,7 +298,10 @@ def day(run: SpotSafeRun, date: str, model: Model, config: SummariesConfig, limi
         )
 
     def metadata(report: PartitionReport) -> dict:
-        return {"model_calls": metrics.model_calls, **sizing().describe("model_batch_tokens")}
+        figures = {"model_calls": metrics.model_calls, **sizing().describe(BUDGET)}
+        if shards is not None:  # summarised on the workers: their figures came with the shards
+            figures.update(worker_metadata(report.shards.stats, BUDGET))
+        return figures
 
     return Day(work, checks, metadata)
 

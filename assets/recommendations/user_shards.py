@@ -1,0 +1,193 @@
+"""``user_recommendations`` for shard workers: each shard of users carries their history.
+
+A user's list depends on every item they ever interacted with (those are never recommended),
+over every landed day up to the scored one. The driver reads that history once (the quarantine
+plan needs it anyway) and cuts the sorted audience into row ranges of ``shard_rows`` users, as
+the local engine does; each shard's rows carry their users' seen items as a list column, so a
+worker needs only its shard and the model, which it loads once from the model store.
+
+Users with nothing left to recommend (quarantined, ``no_unseen_items``) need no history: they
+travel in shards of their own after the ranges, as ``user_id`` alone, so their quarantined rows
+are published exactly as the local engine publishes them.
+
+The figures the local engine keeps on the driver while ranking (users ranked by popularity,
+users short of k, out-of-memory back-offs) are recorded into each shard's statistics instead,
+so they come back with the shard and the driver sums them.
+"""
+
+from __future__ import annotations
+
+from collections import Counter
+from collections.abc import Iterator
+from dataclasses import dataclass
+
+import numpy as np
+import pyarrow as pa
+import pyarrow.compute as pc
+
+from assets.recommendations.quality import eligible_items, list_observer, users_answered
+from assets.recommendations.schemas import RECOMMENDATIONS_SCHEMA
+from assets.recommendations.training import load_recommender
+from inference.device import make_runtime
+from inference.distributed import ShardFunctions, ShardInput, worker_model
+from inference.invariants import StreamStats
+from inference.recommend import RecommendationBatch, recommend
+from resources.storage import DataStore
+
+SEEN = "seen_items"
+# Shard statistics of the ranking itself, apart from the list observer's own counts.
+RANKING_PREFIX = "ranking."
+RANKING_COUNTS = ("popularity_ranked_users", "users_short_of_k", "oom_backoffs")
+
+Seen = tuple[np.ndarray, np.ndarray]  # (user_ids, item_ids), sorted by user
+
+
+def rank_block(
+    recommender,
+    seen: Seen,
+    block_users: np.ndarray,
+    k: int,
+    block: int,
+    version: str,
+    counts: Counter,
+) -> pa.Table:
+    """The lists of one model call's users (sorted), adding to ``counts`` as it ranks."""
+    if not len(block_users):
+        return RECOMMENDATIONS_SCHEMA.empty_table()
+    seen_users, seen_items = seen
+    lo = np.searchsorted(seen_users, block_users[0], "left")
+    hi = np.searchsorted(seen_users, block_users[-1], "right")
+    mine = (seen_users[lo:hi], seen_items[lo:hi])
+    blocks = recommend(recommender, block_users, mine, k, block)
+    return pa.Table.from_batches(
+        list(record_batches(blocks, version, counts)), RECOMMENDATIONS_SCHEMA
+    )
+
+
+def record_batches(
+    batches: Iterator[RecommendationBatch], version: str, counts: Counter
+) -> Iterator[pa.RecordBatch]:
+    for b in batches:
+        counts["users_short_of_k"] += b.users_short_of_k
+        if b.cold_start:
+            counts["popularity_ranked_users"] += b.users
+        yield pa.record_batch(
+            [
+                pa.array(b.user_ids, pa.int64()),
+                pa.array(b.ranks.astype(np.int16)),
+                pa.array(b.item_ids, pa.int64()),
+                pa.array(b.scores.astype(np.float32)),
+                pa.array(np.full(len(b.user_ids), version, dtype=object), pa.string()),
+            ],
+            schema=RECOMMENDATIONS_SCHEMA,
+        )
+
+
+def user_shards(
+    users: np.ndarray, seen: Seen, held: np.ndarray, shard_rows: int
+) -> Iterator[ShardInput]:
+    """The audience (sorted) in ranges of ``shard_rows`` users with their seen items, then
+    the ``held`` (quarantined) users in shards of their own without history.
+
+    A user's position is its place in ``users``, the local engine's input order.
+    """
+    size = shard_rows or max(1, len(users))
+    index = 0
+    for start in range(0, len(users), size):
+        positions = np.arange(start, min(start + size, len(users)), dtype=np.int64)
+        positions = positions[~held[positions]]
+        yield ShardInput(index, _with_history(users[positions], seen), positions)
+        index += 1
+    apart = np.flatnonzero(held).astype(np.int64)
+    for start in range(0, len(apart), size):
+        positions = apart[start : start + size]
+        rows = pa.table({"user_id": pa.array(users[positions], pa.int64())})
+        yield ShardInput(index, rows, positions)
+        index += 1
+
+
+def shard_counts(users: int, held: int, shard_rows: int) -> dict[str, int]:
+    """How many shards :func:`user_shards` cuts: ranges of users, and shards of held users."""
+    size = shard_rows or max(1, users)
+    return {"user_shards": -(-users // size), "held_user_shards": -(-held // size)}
+
+
+def _with_history(users: np.ndarray, seen: Seen) -> pa.Table:
+    """``user_id`` and each user's seen items, in the order the history holds them."""
+    seen_users, seen_items = seen
+    starts = np.searchsorted(seen_users, users, "left")
+    lengths = np.searchsorted(seen_users, users, "right") - starts
+    offsets = np.zeros(len(users) + 1, np.int64)
+    np.cumsum(lengths, out=offsets[1:])
+    within = np.arange(offsets[-1], dtype=np.int64) - np.repeat(offsets[:-1], lengths)
+    items = seen_items[np.repeat(starts, lengths) + within]
+    lists = pa.LargeListArray.from_arrays(pa.array(offsets), pa.array(items, pa.int64()))
+    return pa.table({"user_id": pa.array(users, pa.int64()), SEEN: lists})
+
+
+def _shard_seen(rows: pa.Table) -> Seen:
+    users = rows["user_id"].to_numpy()
+    lists = rows[SEEN].combine_chunks()
+    lengths = pc.list_value_length(lists).to_numpy(zero_copy_only=False)
+    items = lists.flatten().to_numpy(zero_copy_only=False).astype(np.int64, copy=False)
+    return np.repeat(users, lengths), items
+
+
+def ranking_counts(stats: StreamStats) -> dict[str, int]:
+    """The ranking figures of a partition's shards, summed by the driver."""
+    return {name: stats.counts.get(f"{RANKING_PREFIX}{name}", 0) for name in RANKING_COUNTS}
+
+
+def _user_ids(batch: pa.RecordBatch) -> np.ndarray:
+    return batch["user_id"].to_numpy()
+
+
+@dataclass(frozen=True)
+class LoadRecommender:
+    """Loads the recommender in a worker process, on the device the worker has."""
+
+    store: DataStore
+    version: str
+    device: str
+    precision: str
+
+    def __call__(self):
+        return load_recommender(self.store, self.version, make_runtime(self.device, self.precision))
+
+
+@dataclass(frozen=True)
+class UserShardProgram:
+    """Builds a shard's functions in the worker from its users and their history; the model
+    is loaded once per worker process."""
+
+    key: str
+    loader: LoadRecommender
+    version: str
+    k: int
+    block: int
+
+    def __call__(self, rows: pa.Table) -> ShardFunctions:
+        recommender = worker_model(self.key, self.loader)
+        users = rows["user_id"].to_numpy()
+        seen = _shard_seen(rows)
+        everything = np.ones(len(seen[1]), bool)
+        # Per user, as the driver's plan counts it: the same for a shard's users alone.
+        eligible = eligible_items(users, seen, len(recommender.items), everything)
+        observer = list_observer(users, eligible, self.k)
+        counts: Counter = Counter()  # this model call's ranking figures, until observed
+
+        def transform(batch: pa.RecordBatch, block_users: np.ndarray) -> pa.Table:
+            ooms = recommender.block_sizings.ooms
+            out = rank_block(
+                recommender, seen, block_users, self.k, self.block, self.version, counts
+            )
+            counts["oom_backoffs"] += recommender.block_sizings.ooms - ooms
+            return out
+
+        def observe(scored: pa.RecordBatch, out: pa.Table, stats: StreamStats) -> None:
+            observer(scored, out, stats)
+            for name in RANKING_COUNTS:
+                stats.count(f"{RANKING_PREFIX}{name}", counts[name])
+            counts.clear()
+
+        return ShardFunctions(transform, _user_ids, observe, users_answered)
