@@ -173,7 +173,7 @@ def compute_shard(job: ShardJob, shard: ShardInput) -> ShardResult:
     outputs: list[pa.Table] = []
     side: list[pa.Table] = []
     functions = job.program(good) if good.num_rows else None
-    for batch in rebatch(good.to_batches(), job.batch_size) if functions else ():
+    for batch in _model_calls(job, shard) if functions else ():
         started = time.perf_counter()
         prepared = functions.prepare(batch) if functions.prepare else batch
         metrics.add_phase("preprocess", time.perf_counter() - started)
@@ -202,6 +202,17 @@ def compute_shard(job: ShardJob, shard: ShardInput) -> ShardResult:
         peak_rss_mib(),
         worker_loads(),
     )
+
+
+def _model_calls(job: ShardJob, shard: ShardInput) -> Iterator[pa.RecordBatch]:
+    """The shard's rows to score, in model calls cut before quarantined rows are set aside (as
+    the local engine cuts them), so the same rows share a call under both executors."""
+    size = job.batch_size
+    for start in range(0, shard.rows.num_rows, size):
+        rows = shard.rows.slice(start, size)
+        good, _ = split_positions(job.quarantine, rows, shard.positions[start : start + size])
+        if good.num_rows:
+            yield from good.combine_chunks().to_batches()
 
 
 def _worker_name() -> str:
