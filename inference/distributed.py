@@ -324,7 +324,10 @@ def run_distributed(
                     raise Interrupted(
                         reason, len(writer.progress.shards), rows, writer.progress.interruptions
                     )
-                done = pool.wait(list(pending), WAIT_SECONDS)
+                # Wait only when every slot is taken (or at the end); otherwise take what is
+                # ready and go back to hand out the next shard.
+                full = block or len(pending) >= pool.slots
+                done = pool.wait(list(pending), WAIT_SECONDS if full else 0.0)
                 for handle in done:
                     shard = pending.pop(handle)
                     result = pool.result(handle)

@@ -47,7 +47,10 @@ def ray_session(address: str, num_cpus: float, num_gpus: float) -> Iterator[Any]
     # Ray's serialiser imports pydantic.v1 lazily on its first use; once, in a Dagster step,
     # that import failed with KeyError('pydantic.v1'). Imported here first, before any thread
     # of Ray's exists.
-    import pydantic.v1.fields  # noqa: F401
+    try:
+        import pydantic.v1.fields  # noqa: F401
+    except ImportError:  # no pydantic (a bare GPU image): Ray's serialiser skips it too
+        pass
 
     if ray.is_initialized():  # someone else's session (a test, a notebook): use it, keep it
         yield ray
@@ -129,7 +132,10 @@ class RayPool:
         return handle
 
     def wait(self, handles: list[Any], timeout: float) -> list[Any]:
-        done, _ = self.ray.wait(handles, num_returns=len(handles), timeout=timeout)
+        """The shards finished: waits up to ``timeout`` for the first, then takes all ready."""
+        done, _ = self.ray.wait(handles, num_returns=1, timeout=timeout)
+        if done and len(handles) > 1:
+            done, _ = self.ray.wait(handles, num_returns=len(handles), timeout=0)
         return done
 
     def result(self, handle: Any) -> ShardResult:
