@@ -45,7 +45,15 @@ from inference.shard_writer import (
     shard_file_name,
     write_shard_files,
 )
-from inference.shards import CountOut, Interrupted, Observe, ObservePrepared, Side, score_batch
+from inference.shards import (
+    CountOut,
+    Interrupted,
+    Observe,
+    ObservePrepared,
+    Side,
+    publish,
+    score_batch,
+)
 
 RUNNING_DIR = "_running"
 # Seconds between stop checks while the driver waits for workers.
@@ -164,7 +172,9 @@ def compute_shard(job: ShardJob, shard: ShardInput) -> ShardResult:
     # A marker left by an earlier start means a worker (or driver) was lost with this shard.
     redone = shard.rows.num_rows if io.exists(marker) else 0
     io.mkdir(f"{job.files.target.staging_dir}/{RUNNING_DIR}")
-    io.write_json(marker, {"rows": shard.rows.num_rows, "worker": _worker_name()})
+    io.write_json(
+        marker, {"shard": shard.index, "rows": shard.rows.num_rows, "worker": _worker_name()}
+    )
     metrics, stats = BatchMetrics(), StreamStats()
     good, held = split_positions(job.quarantine, shard.rows, shard.positions)
     if held is not None:
@@ -178,7 +188,13 @@ def compute_shard(job: ShardJob, shard: ShardInput) -> ShardResult:
         prepared = functions.prepare(batch) if functions.prepare else batch
         metrics.add_phase("preprocess", time.perf_counter() - started)
         out = score_batch(
-            batch, prepared, functions.transform, metrics, functions.count_out, job.where, shard.index
+            batch,
+            prepared,
+            functions.transform,
+            metrics,
+            functions.count_out,
+            job.where,
+            shard.index,
         )
         if functions.observe is not None:
             functions.observe(batch, out, stats)
@@ -360,20 +376,12 @@ def run_distributed(
         if reason:
             writer.record_interruption(None, 0)
             raise Interrupted(reason, len(writer.progress.shards), 0, writer.progress.interruptions)
-        if count == 0:  # an empty partition is still published, as an empty file
-            writer.write_shard(0, [], 0)
-            count = 1
-        started = time.perf_counter()
-        writer.commit(count)
-        metrics.add_phase("write", time.perf_counter() - started)
-        return writer.report
+        return publish(writer, count, metrics)
     finally:
         writer.close()
 
 
-def row_range_shards(
-    batches: Iterable[pa.RecordBatch], shard_rows: int
-) -> Iterator[ShardInput]:
+def row_range_shards(batches: Iterable[pa.RecordBatch], shard_rows: int) -> Iterator[ShardInput]:
     """The input cut into shards of ``shard_rows`` rows in input order (as the local engine)."""
     offset = 0
     for index, rows in enumerate(rebatch(batches, shard_rows or (1 << 62))):

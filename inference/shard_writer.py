@@ -247,6 +247,7 @@ class ShardedWriter:
 
     def files(self) -> ShardFileTargets:
         """Where shard files go: what a worker elsewhere needs to write them (picklable)."""
+
         # The lease stays with the driver: workers get the locations without its
         # compare-and-swap store (an S3 client does not pickle, and they must not renew it).
         def files_only(target: PartitionTarget | None) -> PartitionTarget | None:

@@ -54,6 +54,7 @@ __all__ = [
     "ShardedWriter",
     "fingerprint",
     "input_fingerprint",
+    "publish",
     "run_sharded",
     "score_batch",
 ]
@@ -219,7 +220,9 @@ def run_sharded(
                 for why, n in Counter(held.column(REASON).to_pylist()).items():
                     current.stats.count(f"{QUARANTINED_PREFIX}{why}", n)
             if good.num_rows:
-                _score(current, good, prepared, transform, metrics, writer, observe, count_out, side)
+                _score(
+                    current, good, prepared, transform, metrics, writer, observe, count_out, side
+                )
                 if observe_prepared is not None:
                     observe_prepared(prepared, current.stats)
             current.rows_in += batch.num_rows
@@ -230,16 +233,21 @@ def run_sharded(
         reason = stop()
         if reason:
             raise interrupt(reason, None, 0)
-        if shards == 0:  # an empty partition is still published, as an empty file
-            writer.write_shard(0, [], 0)
-            shards = 1
-        started = time.perf_counter()
-        writer.commit(shards)
-        metrics.add_phase("write", time.perf_counter() - started)
-        return writer.report
+        return publish(writer, shards, metrics)
     finally:
         workers.shutdown(wait=True, cancel_futures=True)
         writer.close()
+
+
+def publish(writer: ShardedWriter, shards: int, metrics: BatchMetrics) -> ShardReport:
+    """Commits shards 0..shards-1; a partition with no rows is published as one empty file."""
+    if shards == 0:
+        writer.write_shard(0, [], 0)
+        shards = 1
+    started = time.perf_counter()
+    writer.commit(shards)
+    metrics.add_phase("write", time.perf_counter() - started)
+    return writer.report
 
 
 def _timed(prepare: Prepare, good: pa.RecordBatch, seconds: float) -> tuple[Any, float]:

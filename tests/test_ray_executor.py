@@ -24,15 +24,15 @@ import pyarrow.fs as pafs
 import pytest
 import torch
 from dagster import AssetKey, DagsterInstance, materialize
+from fraud_world import trained_fraud_world
 from safetensors.torch import save_file
 
-from assets.fraud.assets import fraud_alerts, fraud_scores, transactions
 from assets.fraud.accounts import AccountShards, shard_count, shard_profile
+from assets.fraud.assets import fraud_alerts, fraud_scores, transactions
 from assets.fraud.demo_data import generate_day
 from assets.fraud.pipeline import SCORED_COLUMNS
 from assets.fraud.quality import screen_transactions
 from assets.fraud.schemas import TRANSACTIONS, TRANSACTIONS_SCHEMA
-from fraud_world import trained_fraud_world
 from inference.distributed import (
     RUNNING_DIR,
     ShardFunctions,
@@ -43,8 +43,8 @@ from inference.distributed import (
 )
 from inference.quarantine import RowConservationError
 from inference.ray_pool import RayPool, ray_session
-from inference.shards import Interrupted
 from inference.shard_writer import ShardedWriter
+from inference.shards import Interrupted
 from resources.inference import InferenceResource
 from resources.storage import DataStore, StorageResource
 
@@ -201,24 +201,29 @@ def test_a_killed_ray_worker_costs_at_most_its_shard_and_is_counted(ray, any_sto
     killed: list[int] = []
 
     def kill_the_first_worker_seen() -> None:
+        """Kills the worker of the first shard seen started and not yet recorded."""
         deadline = time.monotonic() + 60
         while not killed and time.monotonic() < deadline:
+            recorded = writer.progress.shards
             for marker in _markers(store):
+                if str(marker["shard"]) in recorded:
+                    continue
                 pid = int(marker["worker"].rsplit(":", 1)[1])
                 os.kill(pid, signal.SIGKILL)  # a reclaimed spot node: no notice, no cleanup
                 killed.append(pid)
                 break
             time.sleep(0.01)
 
+    writer = _engine_writer(store)
     killer = threading.Thread(target=kill_the_first_worker_seen)
     killer.start()
     try:
-        writer = _engine_writer(store)
         figures = WorkerFigures()
         report = run_distributed(
             writer,
             lambda: row_range_shards(_engine_input(), ENGINE_SHARD_ROWS),
-            _engine_job(writer, seconds=0.1),
+            # 0.8 s a shard: the kill lands inside the shard it was aimed at
+            _engine_job(writer, seconds=0.2),
             pool,
             figures=figures,
         )
@@ -343,7 +348,11 @@ class DropsARow:
     """A model step that answers for one row fewer than it was given."""
 
     def __call__(self, rows: pa.Table) -> ShardFunctions:
-        return ShardFunctions(lambda batch, prepared: pa.table({"id": batch["id"][1:], "y": [0.0] * (batch.num_rows - 1)}))
+        return ShardFunctions(
+            lambda batch, prepared: pa.table(
+                {"id": batch["id"][1:], "y": [0.0] * (batch.num_rows - 1)}
+            )
+        )
 
 
 def test_a_shards_own_error_reaches_the_driver_and_nothing_is_committed(ray, store) -> None:
@@ -443,9 +452,20 @@ def test_a_run_joins_an_existing_cluster_by_its_address(data_root) -> None:
     gcs, client = _free_port(), _free_port()
     ray_cli = Path(sys.executable).parent / "ray"
     head = subprocess.Popen(
-        [str(ray_cli), "start", "--head", f"--port={gcs}", f"--ray-client-server-port={client}",
-         "--num-cpus=2", "--include-dashboard=false", "--disable-usage-stats", "--block"],
-        stdout=subprocess.DEVNULL, stderr=subprocess.DEVNULL, start_new_session=True,
+        [
+            str(ray_cli),
+            "start",
+            "--head",
+            f"--port={gcs}",
+            f"--ray-client-server-port={client}",
+            "--num-cpus=2",
+            "--include-dashboard=false",
+            "--disable-usage-stats",
+            "--block",
+        ],
+        stdout=subprocess.DEVNULL,
+        stderr=subprocess.DEVNULL,
+        start_new_session=True,
     )
     try:
         script = CLIENT.format(tests=str(Path(__file__).parent), root=str(data_root))
@@ -454,7 +474,10 @@ def test_a_run_joins_an_existing_cluster_by_its_address(data_root) -> None:
         env = {**os.environ, "RAY_AUTH_MODE": "token"}
         done = subprocess.run(
             [sys.executable, "-c", script, f"127.0.0.1:{gcs}"],
-            capture_output=True, text=True, timeout=240, env=env,
+            capture_output=True,
+            text=True,
+            timeout=240,
+            env=env,
         )
         assert done.returncode == 0, done.stderr[-3000:]
         assert f"127.0.0.1:{gcs} shards 6" in done.stdout

@@ -169,8 +169,8 @@ class AccountShards:
             pairs = rows.select(["merchant_id", "account_id"]).group_by(
                 ["merchant_id", "account_id"]
             )
-            per_merchant = pairs.aggregate([]).group_by("merchant_id").aggregate(
-                [("account_id", "count")]
+            per_merchant = (
+                pairs.aggregate([]).group_by("merchant_id").aggregate([("account_id", "count")])
             )
             for merchant, n in zip(
                 per_merchant["merchant_id"].to_pylist(),

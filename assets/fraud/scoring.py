@@ -20,6 +20,7 @@ from assets.checkpointing import Shards, SpotSafeRun, Work
 from assets.fraud.accounts import AccountShardProgram, AccountShards, shard_count
 from assets.fraud.gates import SCORE_SUITES, score_check_results
 from assets.fraud.pipeline import SCORED_COLUMNS, flagged_details, load_scorer, score_reference
+from assets.fraud.profile import PartitionProfile
 from assets.fraud.quality import load_screen, score_observer, screen_transactions
 from assets.fraud.schemas import (
     AMOUNT_CEILING,
@@ -32,7 +33,6 @@ from assets.fraud.schemas import (
     TRANSACTIONS_SCHEMA,
 )
 from assets.runner import Day, Model, ScoringSpec
-from assets.fraud.profile import PartitionProfile
 from inference.device import make_runtime
 from inference.distributed import ShardFunctions, ShardInput
 from inference.modelstore import current_version
