@@ -19,7 +19,17 @@ from pathlib import Path
 from benchmarks.common import Workload, environment, quiet_logs, set_threads
 
 HERE = Path(__file__).resolve().parent
-WORKLOADS = ("fraud", "recs", "embeddings", "generation", "memory", "backfill", "small_files")
+WORKLOADS = (
+    "fraud",
+    "recs",
+    "embeddings",
+    "generation",
+    "memory",
+    "backfill",
+    "small_files",
+    "executor",
+    "memory_keys",
+)
 
 SIZES = {
     "full": {
@@ -40,6 +50,12 @@ SIZES = {
         "partition_rows": 50_000,
         "small_files_rows": 100_000,
         "small_files": 500,
+        "executor_rows": 1_000_000,
+        "executor_shard_rows": 250_000,
+        "executor_repeats": 3,
+        "memory_keys_scale": 5.0,
+        "memory_keys_factor": 10,
+        "memory_keys_shard_rows": 250_000,
     },
     # benchmarks/gpu.sh: a CUDA box with many cores, all of it in under 8 minutes.
     "large": {
@@ -60,6 +76,12 @@ SIZES = {
         "partition_rows": 100_000,
         "small_files_rows": 100_000,
         "small_files": 500,
+        "executor_rows": 4_000_000,
+        "executor_shard_rows": 250_000,
+        "executor_repeats": 3,
+        "memory_keys_scale": 5.0,
+        "memory_keys_factor": 10,
+        "memory_keys_shard_rows": 250_000,
     },
     "quick": {
         "fraud_rows": 100_000,
@@ -79,6 +101,12 @@ SIZES = {
         "partition_rows": 5_000,
         "small_files_rows": 20_000,
         "small_files": 100,
+        "executor_rows": 100_000,
+        "executor_shard_rows": 25_000,
+        "executor_repeats": 1,
+        "memory_keys_scale": 0.2,
+        "memory_keys_factor": 10,
+        "memory_keys_shard_rows": 10_000,
     },
 }
 
@@ -159,6 +187,28 @@ def run_workload(name: str, args: argparse.Namespace, sizes: dict, work: Path) -
 
         rows = int(sizes["small_files_rows"] * scale)
         return small_files.run(work, rows, sizes["small_files"], threads, args.fraud_batch)
+    if name == "executor":
+        from benchmarks import executor
+
+        rows = int(sizes["executor_rows"] * scale)
+        return executor.run(
+            work,
+            rows,
+            threads,
+            args.fraud_batch,
+            sizes["executor_shard_rows"],
+            sizes["executor_repeats"],
+        )
+    if name == "memory_keys":
+        from benchmarks import memory_keys
+
+        return memory_keys.run(
+            work,
+            sizes["memory_keys_scale"] * scale,
+            sizes["memory_keys_factor"],
+            threads,
+            sizes["memory_keys_shard_rows"],
+        )
     from benchmarks import backfill
 
     return backfill.run(work, sizes["partitions"], sizes["partition_rows"], threads)
