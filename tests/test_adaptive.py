@@ -146,13 +146,15 @@ def test_scores_back_off_on_out_of_memory_and_equal_scores_in_one_batch() -> Non
     # The next call (the partition's next batch) starts at the size that fitted: no new OOM.
     device.calls.clear()
     np.testing.assert_allclose(scorer.score(x[:700], max_rows=2048), expected[:700], rtol=1e-6)
-    assert device.calls == [256, 256, 188]
+    # Every call has the size's shape: the last 188 rows go out padded to 256 (so a row's
+    # score does not depend on the rows it shares a call with).
+    assert device.calls == [256, 256, 256]
     # A single row that does not fit is a real error, raised once, not retried forever.
     device.capacity = 0
     device.calls.clear()
     with pytest.raises(BatchTooLargeError, match="minimum batch size 1"):
         scorer.score(x[:10], max_rows=2048)
-    assert device.calls == [10, 5, 2, 1]
+    assert device.calls == [256, 5, 2, 1]  # 10 rows padded to 256, then halved from 10
 
 
 @pytest.mark.skipif(not torch.cuda.is_available(), reason="needs a CUDA device")
