@@ -130,19 +130,21 @@ def run_lineage(context: AssetExecutionContext) -> str:
 
 @dataclass
 class Shards:
-    """How a partition is cut for workers elsewhere, when rows depend on other rows.
+    """How the ``ray`` executor cuts a partition and builds each shard's functions.
 
     Args:
+        program: builds a shard's functions in the worker from the rows it scores (the model
+            loaded there once per worker, per-shard state built there).
         inputs: the shards, each carrying all the rows its state depends on (fraud: every row
-            of a set of accounts); called once staging is settled.
-        program: builds a shard's functions in the worker from the rows it scores.
+            of a set of accounts); called once staging is settled. None: the local engine's
+            row ranges of the Work's ``batches``.
         layout: what decides which rows a shard holds; part of the checkpoint's fingerprint,
             so progress of another layout is never mixed in.
     """
 
-    inputs: Callable[[], Iterable[ShardInput]]
     program: ShardProgram
-    layout: dict
+    inputs: Callable[[], Iterable[ShardInput]] | None = None
+    layout: dict = field(default_factory=lambda: {"shard_layout": "row_ranges"})
 
 
 @dataclass
@@ -349,17 +351,12 @@ class SpotSafeRun:
         self, writer: ShardedWriter, work: Work, progress: ProgressLog, pool: ShardPool
     ) -> tuple:
         """Runs a partition's shards on ``pool``; the driver records and commits them."""
-        if work.shards is not None:
-            inputs, program = work.shards.inputs, work.shards.program
-        else:  # rows independent of each other: the local engine's row ranges
-
-            def inputs() -> Iterable[ShardInput]:
-                return row_range_shards(work.batches, writer.shard_rows)
-
-            program = FixedProgram(work.functions())
+        # Without Shards the Work's own functions are shipped to the workers as they are.
+        shards = work.shards or Shards(FixedProgram(work.functions()))
+        inputs = shards.inputs or (lambda: row_range_shards(work.batches, writer.shard_rows))
         job = ShardJob(
             writer.files(),
-            program,
+            shards.program,
             work.batch_size or self.inference.max_batch_size,
             work.quarantine,
             writer.target.uri(writer.target.final_dir),
@@ -375,9 +372,8 @@ class SpotSafeRun:
             progress=progress,
             figures=figures,
         )
-        layout = work.shards.layout if work.shards is not None else {"shard_layout": "row_ranges"}
         executor = {"executor": "ray", "worker_device": self.inference.device, **figures.as_dict()}
-        return report, {**executor, **layout}
+        return report, {**executor, **shards.layout}
 
 
 @contextmanager

@@ -147,24 +147,6 @@ def peak_rss_mib() -> float:
     return resource.getrusage(resource.RUSAGE_SELF).ru_maxrss / 1024
 
 
-def split_positions(
-    plan: QuarantinePlan | None, rows: pa.Table, positions: np.ndarray
-) -> tuple[pa.Table, pa.Table | None]:
-    """Splits a shard's rows into (rows to score, quarantined rows with number and reason)."""
-    if plan is None or not plan.count:
-        return rows, None
-    found = np.searchsorted(plan.positions, positions)
-    found = np.minimum(found, len(plan.positions) - 1)
-    bad = plan.positions[found] == positions
-    if not bad.any():
-        return rows, None
-    where = np.flatnonzero(bad)
-    held = rows.take(pa.array(where))
-    held = held.append_column("row_number", pa.array(positions[where], pa.int64()))
-    held = held.append_column(REASON, pa.array(plan.reasons[found[where]].tolist(), pa.string()))
-    return rows.filter(pa.array(~bad)), held
-
-
 def compute_shard(job: ShardJob, shard: ShardInput) -> ShardResult:
     """Computes one shard and writes its files to staging (runs in the worker)."""
     io = PartitionIO(job.files.target)
@@ -176,7 +158,7 @@ def compute_shard(job: ShardJob, shard: ShardInput) -> ShardResult:
         marker, {"shard": shard.index, "rows": shard.rows.num_rows, "worker": _worker_name()}
     )
     metrics, stats = BatchMetrics(), StreamStats()
-    good, held = split_positions(job.quarantine, shard.rows, shard.positions)
+    good, held = _split(job.quarantine, shard.rows, shard.positions)
     if held is not None:
         for why, n in Counter(held.column(REASON).to_pylist()).items():
             stats.count(f"{QUARANTINED_PREFIX}{why}", n)
@@ -226,9 +208,15 @@ def _model_calls(job: ShardJob, shard: ShardInput) -> Iterator[pa.RecordBatch]:
     size = job.batch_size
     for start in range(0, shard.rows.num_rows, size):
         rows = shard.rows.slice(start, size)
-        good, _ = split_positions(job.quarantine, rows, shard.positions[start : start + size])
+        good, _ = _split(job.quarantine, rows, shard.positions[start : start + size])
         if good.num_rows:
             yield from good.combine_chunks().to_batches()
+
+
+def _split(
+    plan: QuarantinePlan | None, rows: pa.Table, positions: np.ndarray
+) -> tuple[pa.Table, pa.Table | None]:
+    return plan.split_at(rows, positions) if plan is not None else (rows, None)
 
 
 def _worker_name() -> str:

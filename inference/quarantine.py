@@ -103,6 +103,23 @@ class QuarantinePlan:
         bad = bad.append_column(REASON, pa.array(self.reasons[lo:hi].tolist(), pa.string()))
         return batch.filter(pa.array(keep)), bad
 
+    def split_at(
+        self, rows: pa.Table, positions: np.ndarray
+    ) -> tuple[pa.Table, pa.Table | None]:
+        """:meth:`split` for rows at any input ``positions`` (one per row, e.g. a shard of
+        accounts gathered from the whole day), not only a contiguous run."""
+        if not self.count:
+            return rows, None
+        found = np.minimum(np.searchsorted(self.positions, positions), len(self.positions) - 1)
+        bad = self.positions[found] == positions
+        if not bad.any():
+            return rows, None
+        where = np.flatnonzero(bad)
+        held = rows.take(pa.array(where))
+        held = held.append_column(ROW_NUMBER, pa.array(positions[where], pa.int64()))
+        held = held.append_column(REASON, pa.array(self.reasons[found[where]].tolist(), pa.string()))
+        return rows.filter(pa.array(~bad)), held
+
 
 class Screener:
     """Builds a :class:`QuarantinePlan` while a partition streams past, batch by batch.

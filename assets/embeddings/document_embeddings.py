@@ -11,7 +11,7 @@ import pyarrow as pa
 from dagster import AssetExecutionContext
 from pydantic import Field
 
-from assets.checkpointing import DEFAULT_SHARD_ROWS, Shards, SpotSafeRun, Work
+from assets.checkpointing import Shards, SpotSafeRun, Work
 from assets.common import PartitionReport
 from assets.embeddings.checks import (
     EMBEDDING_SUITES,
@@ -33,7 +33,7 @@ from assets.summaries.workers import (
     worker_metadata,
 )
 from inference.checkpoints import CheckpointError
-from inference.distributed import ShardFunctions, row_range_shards, worker_model
+from inference.distributed import ShardFunctions, worker_model
 from inference.embeddings import encode
 from inference.encoder import SentenceEncoder
 from inference.normalise import normalise_text
@@ -138,12 +138,8 @@ def day(run: SpotSafeRun, date: str, model: Model, config: EmbeddingsConfig, lim
         observer(scored, out, stats)
         sample.add(out.select(SAMPLE_COLUMNS))
 
-    def batches():
-        return store.iter_landing(DATASET, date, DOCUMENTS_SCHEMA, SCREEN_COLUMNS)
-
     shards = None
-    if run.distributed:
-        shard_rows = run.shard_rows(DEFAULT_SHARD_ROWS, config.docs_per_shard)
+    if run.distributed:  # row ranges, as locally; the encoder loaded by each worker
         program = EmbeddingProgram(
             model.key,
             LoadEncoder(inference.device, inference.precision),
@@ -151,11 +147,10 @@ def day(run: SpotSafeRun, date: str, model: Model, config: EmbeddingsConfig, lim
             inference.max_batch_tokens,
             inference.max_batch_size,
         )
-        layout = {"shard_layout": "row_ranges"}
-        shards = Shards(lambda: row_range_shards(batches(), shard_rows), program, layout)
+        shards = Shards(program)
     work = Work(
         EMBEDDINGS_SCHEMA,
-        batches(),
+        store.iter_landing(DATASET, date, DOCUMENTS_SCHEMA, SCREEN_COLUMNS),
         _embed_batch(encoder, version, metrics, inference.batch_tokens, inference.max_batch_size),
         inputs=store.landing_files(DATASET, date),
         depends_on={"model": version},

@@ -167,9 +167,7 @@ class AccountShards:
             if not self.path(shard).exists():
                 continue
             rows = _read(self.path(shard)).select(["account_id", "merchant_id", POSITION])
-            bad = np.isin(rows[POSITION].to_numpy(), self.plan.positions)
-            if bad.any():
-                rows = rows.filter(pa.array(~bad))
+            rows = self.plan.split_at(rows, rows[POSITION].to_numpy())[0]
             pairs = rows.select(["merchant_id", "account_id"]).group_by(
                 ["merchant_id", "account_id"]
             )

@@ -225,6 +225,11 @@ class _LoadScorer:
         return load_scorer(self.store, self.version, make_runtime(self.device, self.precision))
 
 
+def _scored_by_shards(batch: pa.RecordBatch, prepared) -> pa.Table:
+    """The Work's own model step when its shards' program builds the real one on workers."""
+    raise RuntimeError("fraud_scores cut by account is scored by its shards' program")
+
+
 def _by_account(
     run: SpotSafeRun, date: str, model: Model, config: FraudQualityConfig, limit: float, common
 ) -> Work:
@@ -255,16 +260,14 @@ def _by_account(
         figures,
         _ShardFunctions(model.version, settings.max_batch_size),
     )
-    # The workers build the functions; these (without a profile) only fill Work's fields.
-    unused = scoring_functions(model.value.scorer, None, model.version, settings.max_batch_size)
     layout = {"shard_layout": "account_hash", "account_shards": shards.shards}
     return Work(
         SCORES_SCHEMA,
-        (),
-        unused.transform,
+        (),  # the shards carry the rows
+        _scored_by_shards,
         quarantine=plan,
         side=(FLAGGED, FLAGGED_SCHEMA, flagged_details),
-        shards=Shards(inputs, program, layout),
+        shards=Shards(program, inputs, layout),
         **common,
     )
 

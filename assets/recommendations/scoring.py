@@ -192,7 +192,7 @@ def _by_user(
         model.metadata["block_users"],
     )
     layout = {"shard_layout": "user_ranges", **shard_counts(len(users), plan.count, shard_rows)}
-    return Shards(inputs, program, layout)
+    return Shards(program, inputs, layout)
 
 
 USER_RECOMMENDATIONS_SPEC = ScoringSpec(

@@ -13,7 +13,7 @@ import pyarrow as pa
 from dagster import AssetExecutionContext
 from pydantic import Field
 
-from assets.checkpointing import DEFAULT_SHARD_ROWS, Shards, SpotSafeRun, Work
+from assets.checkpointing import Shards, SpotSafeRun, Work
 from assets.common import PartitionReport
 from assets.runner import Day, Model, ScoringSpec, score, scoring_asset
 from assets.summaries.documents import documents
@@ -40,7 +40,7 @@ from assets.summaries.workers import (
 )
 from inference.adaptive import AdaptiveBatchSize
 from inference.decoding import static_sizing
-from inference.distributed import ShardFunctions, row_range_shards, worker_model
+from inference.distributed import ShardFunctions, worker_model
 from inference.generate import Generator, generate_summaries
 from inference.metrics import BatchMetrics
 from inference.rank import RankerSettings
@@ -261,19 +261,11 @@ def day(run: SpotSafeRun, date: str, model: Model, config: SummariesConfig, limi
     metrics = ModelMetrics()
     extractive, cap = config.mode == "extractive", length_cap(config)
 
-    def batches():
-        return store.iter_landing(DATASET, date, DOCUMENTS_SCHEMA, SCREEN_COLUMNS)
-
-    shards = None
-    if run.distributed:  # each document alone: row ranges, the model loaded by each worker
-        shard_rows = run.shard_rows(DEFAULT_SHARD_ROWS, config.docs_per_shard)
-        layout = {"shard_layout": "row_ranges"}
-        shards = Shards(
-            lambda: row_range_shards(batches(), shard_rows), _program(run, model, config), layout
-        )
+    # Each document alone: under ray, row ranges as locally, the model loaded by each worker.
+    shards = Shards(_program(run, model, config)) if run.distributed else None
     work = Work(
         SUMMARIES_SCHEMA,
-        batches(),
+        store.iter_landing(DATASET, date, DOCUMENTS_SCHEMA, SCREEN_COLUMNS),
         _summarise_batch(summarise, model.version, metrics),
         inputs=store.landing_files(DATASET, date),
         depends_on={"model": model.version, "config": _output_settings(config)},
