@@ -2,7 +2,8 @@
 
 Everything downstream (sentence splitting, ranking, the checks that a summary is drawn from its
 document) works on the text :func:`normalise_text` returns, never on the raw body, so markup
-can never reach a summary.
+can never reach a summary. Nor can a link target: a summary is prose that a digest or a page
+renders, and a target (``javascript:``, ``data:``) is where script rides along.
 """
 
 from __future__ import annotations
@@ -35,6 +36,19 @@ _BLOCKS = {
 _INVISIBLE = dict.fromkeys(map(ord, "\u200b\u200c\u2060\ufeff\u00ad"), None)
 _CONTROL = re.compile(r"[\x00-\x08\x0b\x0c\x0e-\x1f\x7f-\x9f]")
 _PARAGRAPH_BREAK = re.compile(r"\n[ \t]*\n\s*")
+# A markdown inline link or image, `[text](target "title")`: the text stays, the target goes.
+# The target may hold one level of parentheses, as `javascript:alert(1)` does.
+_MARKDOWN_LINK = re.compile(
+    r"!?\[([^\[\]\n]*)\]\(\s*(?:<[^<>\n]*>|[^()\s]*(?:\([^()\s]*\)[^()\s]*)*)"
+    r"(?:\s+(?:\"[^\"\n]*\"|'[^'\n]*'|\([^()\n]*\)))?\s*\)"
+)
+# An autolink, `<scheme:...>`: a web address stays as text, any other scheme goes.
+_AUTOLINK = re.compile(r"<([A-Za-z][A-Za-z0-9+.-]{1,31}):([^<>\s]*)>")
+_WEB_SCHEMES = {"http", "https"}
+# A URL in a scheme that runs code, or a data URL. What follows the colon tells a URL from
+# prose ("JavaScript: a language", "data: 5 rows"): no space, and a data URL's comma. Matched
+# after invisible characters are gone, so `java\u200bscript:` cannot slip through.
+_UNSAFE_URL = re.compile(r"\b(?:(?:java|vb|live)script:\S+|data:[^\s,]*,\S*)", re.IGNORECASE)
 
 
 class _TextExtractor(HTMLParser):
@@ -80,12 +94,24 @@ def html_to_text(markup: str) -> str:
     return re.sub(r"<[^<>]{0,200}>", " ", "".join(parser.parts))
 
 
+def strip_link_targets(text: str) -> str:
+    """``text`` with markdown link and image targets dropped (their text and alt text kept),
+    autolinks kept only as http(s) addresses, and ``javascript:``/``vbscript:``/``data:`` URLs
+    removed wherever they stand."""
+    text = _MARKDOWN_LINK.sub(lambda m: m.group(1), text)
+    text = _AUTOLINK.sub(
+        lambda m: m.group(0)[1:-1] if m.group(1).lower() in _WEB_SCHEMES else " ", text
+    )
+    return _UNSAFE_URL.sub(" ", text)
+
+
 def normalise_text(text: str | None) -> str:
     """The plain text a document is summarised from.
 
-    HTML becomes its visible text; entities are decoded; the text is Unicode NFC; invisible
-    and control characters go; runs of spaces and single line breaks become one space; blank
-    lines (and HTML blocks) become paragraph breaks, written as one blank line.
+    HTML becomes its visible text (an ``<a href>`` keeps its text, never its target);
+    entities are decoded; the text is Unicode NFC; invisible and control characters go; link
+    targets go (:func:`strip_link_targets`); runs of spaces and single line breaks become one
+    space; blank lines (and HTML blocks) become paragraph breaks, written as one blank line.
 
     Args:
         text: a document body as landed; None is treated as empty.
@@ -102,5 +128,6 @@ def normalise_text(text: str | None) -> str:
         text = _ENTITY.sub(lambda m: html.unescape(m.group(0)), text)
     text = unicodedata.normalize("NFC", text).translate(_INVISIBLE)
     text = _CONTROL.sub(" ", text.replace("\r\n", "\n").replace("\r", "\n"))
+    text = strip_link_targets(text)
     paragraphs = (" ".join(p.split()) for p in _PARAGRAPH_BREAK.split(text))
     return "\n\n".join(p for p in paragraphs if p)
