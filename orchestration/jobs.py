@@ -23,13 +23,22 @@ PIPELINES: dict[str, list[str]] = {
     "document_embeddings_job": ["documents", "document_embeddings"],
 }
 
-# Which landing dataset feeds which job: the landing sensor and the CLI share this. One job per
-# dataset: a late or re-delivered day of documents re-runs the summaries, not the embeddings.
-LANDING_TRIGGERS: dict[str, str] = {
-    "transactions": "fraud_scoring_job",
-    "interactions": "recommendations_job",
-    "documents": "daily_summaries_job",
+# Which landing dataset feeds which jobs: the landing sensor and the CLI share this. Every job
+# that reads a dataset is listed: a late or re-delivered day of documents gets its summaries
+# and its embeddings.
+LANDING_TRIGGERS: dict[str, tuple[str, ...]] = {
+    "transactions": ("fraud_scoring_job",),
+    "interactions": ("recommendations_job",),
+    "documents": ("daily_summaries_job", "document_embeddings_job"),
 }
+assert all(d in PIPELINES[j] for d, jobs in LANDING_TRIGGERS.items() for j in jobs)
+assert all(any(j in jobs for jobs in LANDING_TRIGGERS.values()) for j in PIPELINES)
+
+
+def landing_inputs(job_name: str) -> list[str]:
+    """The landing datasets a pipeline job reads for its partition."""
+    return [dataset for dataset, jobs in LANDING_TRIGGERS.items() if job_name in jobs]
+
 
 pipeline_jobs = [
     define_asset_job(

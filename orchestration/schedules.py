@@ -17,12 +17,26 @@ HOURS_UTC = {
     "document_embeddings_job": 6,
 }
 
+
+def schedule_description(job_name: str) -> str:
+    """What the schedule's page says a tick does. The page's "Partition set" row reads None for
+    every schedule on this Dagster (it fills that row only for legacy partition sets, never for
+    a partitioned asset job), so the partition a tick requests is said here."""
+    return (
+        f"Every day at {HOURS_UTC[job_name]:02d}:00 UTC, runs {job_name} for the previous UTC "
+        "day: a tick on day D requests partition D-1, the day that just ended (the daily "
+        "partitions are UTC days). The run key is that date, so each day is launched once; "
+        "an earlier day is re-scored from a backfill."
+    )
+
+
 # RUNNING by default: a laptop running `make ui` really scores last night's partition, with no
 # click in the UI. Nightly runs go ahead of backfills waiting in the queue.
 schedules = [
     build_schedule_from_partitioned_job(
         job,
         name=f"{job.name}_schedule",
+        description=schedule_description(job.name),
         hour_of_day=HOURS_UTC[job.name],
         minute_of_hour=0,
         default_status=DefaultScheduleStatus.RUNNING,

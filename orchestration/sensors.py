@@ -1,4 +1,4 @@
-"""The landing sensor: a landing partition that no run has read yet launches the job scoring it."""
+"""The landing sensor: a landing partition that no run has read yet launches each job reading it."""
 
 from __future__ import annotations
 
@@ -23,13 +23,14 @@ from resources.storage import StorageResource
 
 JOBS = {job.name: job for job in pipeline_jobs}
 
-# The asset whose materialisation means "the pipeline scored that day", per landing dataset.
+# The asset whose materialisation means "the job scored that day", per triggered job.
 SCORING_ASSETS: dict[str, str] = {
-    "transactions": "fraud_scores",
-    "interactions": "user_recommendations",
-    "documents": "document_summaries",
+    "fraud_scoring_job": "fraud_scores",
+    "recommendations_job": "user_recommendations",
+    "daily_summaries_job": "document_summaries",
+    "document_embeddings_job": "document_embeddings",
 }
-assert all(SCORING_ASSETS[d] in PIPELINES[j] for d, j in LANDING_TRIGGERS.items())
+assert all(SCORING_ASSETS[j] in PIPELINES[j] for jobs in LANDING_TRIGGERS.values() for j in jobs)
 
 # Observations of a landing partition: one per read (a few per run) and the failure sensor's
 # one per failed run; a read of the current files is among the latest few.
@@ -41,11 +42,12 @@ _OBSERVATIONS_TO_SEARCH = 20
     jobs=list(JOBS.values()),
     minimum_interval_seconds=60,
     description="Off by default: the nightly schedules score each day that ended, so this is "
-    "for landings that arrive late or are re-delivered. When on, it launches the pipeline for "
-    "a landing partition (transactions, interactions, documents) only if no run has read its "
-    "files as they are now: a day already scored, or one whose last run failed (bad input, a "
-    "bug), is not relaunched until a landing file is added, replaced or removed. Re-run "
-    "such a day from its run page or a backfill. A date in its cursor counts as handled.",
+    "for landings that arrive late or are re-delivered. When on, it launches each pipeline "
+    "that reads a landing partition (transactions: fraud scoring; interactions: "
+    "recommendations; documents: summaries and embeddings) only if no run of that pipeline has "
+    "read its files as they are now: a day already scored, or one whose last run failed (bad "
+    "input, a bug), is not relaunched until a landing file is added, replaced or removed. "
+    "Re-run such a day from its run page or a backfill. A date in its cursor counts as handled.",
 )
 def landing_sensor(context: SensorEvaluationContext, storage: StorageResource) -> SensorResult:
     store = storage.store()
@@ -56,12 +58,12 @@ def landing_sensor(context: SensorEvaluationContext, storage: StorageResource) -
     # record_landing_read), before reading, so a failed run counts as having read the files.
     # The cursor remembers, per dataset and date, the fingerprint of the files a run was asked
     # for or found to have read, so each evaluation only asks the instance about changed days.
-    # The run key carries the fingerprint: a lost cursor cannot launch the same files twice,
-    # and changed files get a run of their own.
+    # The run key carries the job and the fingerprint: a lost cursor cannot launch the same
+    # files twice for one job, and changed files get a run of their own.
     handled = _load_cursor(context.cursor)
     valid = set(daily_partitions.get_partition_keys())
     requests: list[RunRequest] = []
-    for dataset, job_name in LANDING_TRIGGERS.items():
+    for dataset, job_names in LANDING_TRIGGERS.items():
         seen = handled.setdefault(dataset, {})
         # A folder for today is not a partition yet (the day is not over); it is picked up later.
         for date in (d for d in store.landing_dates(dataset) if d in valid):
@@ -71,20 +73,10 @@ def landing_sensor(context: SensorEvaluationContext, storage: StorageResource) -
                     seen[date] = fingerprint
                 continue
             seen[date] = fingerprint
-            if _already_read(context.instance, dataset, date, fingerprint):
-                continue
-            requests.append(
-                RunRequest(
-                    job_name=job_name,
-                    partition_key=date,
-                    run_key=f"{dataset}:{date}:{fingerprint}",
-                    tags={
-                        TRIGGER_TAG: "landing_sensor",
-                        DATASET_TAG: dataset,
-                        LANDING_FINGERPRINT_TAG: fingerprint,
-                        **SENSOR_PRIORITY,
-                    },
-                )
+            requests.extend(
+                _run_request(job_name, dataset, date, fingerprint)
+                for job_name in job_names
+                if not _already_read(context.instance, job_name, dataset, date, fingerprint)
             )
     cursor = json.dumps(handled, sort_keys=True)
     if not requests:
@@ -93,6 +85,21 @@ def landing_sensor(context: SensorEvaluationContext, storage: StorageResource) -
             cursor=cursor,
         )
     return SensorResult(run_requests=requests, cursor=cursor)
+
+
+def _run_request(job_name: str, dataset: str, date: str, fingerprint: str) -> RunRequest:
+    """The run of ``job_name`` for one landing partition's files as they are now."""
+    return RunRequest(
+        job_name=job_name,
+        partition_key=date,
+        run_key=f"{job_name}:{dataset}:{date}:{fingerprint}",
+        tags={
+            TRIGGER_TAG: "landing_sensor",
+            DATASET_TAG: dataset,
+            LANDING_FINGERPRINT_TAG: fingerprint,
+            **SENSOR_PRIORITY,
+        },
+    )
 
 
 def _load_cursor(cursor: str | None) -> dict[str, dict[str, str]]:
@@ -112,16 +119,18 @@ _OWN_ASSETS: dict[str, set[str]] = {
 }
 
 
-def _already_read(instance: DagsterInstance, dataset: str, date: str, fingerprint: str) -> bool:
-    """Whether a run of the job this dataset triggers already read these landing files (it
-    scored them, failed on them, or is reading them), or the day was scored before reads were
-    recorded. Only reads by the triggered job's own assets count: `documents` is read by the
-    embeddings job too, which says nothing of whether the summaries saw these files."""
+def _already_read(
+    instance: DagsterInstance, job_name: str, dataset: str, date: str, fingerprint: str
+) -> bool:
+    """Whether a run of ``job_name`` already read these landing files (it scored them, failed
+    on them, or is reading them), or the day was scored before reads were recorded. Only reads
+    by the job's own assets count: `documents` is read by the summaries and the embeddings, and
+    one having seen these files says nothing of whether the other did."""
     observations = instance.fetch_observations(
         AssetRecordsFilter(asset_key=AssetKey(dataset), asset_partitions=[date]),
         limit=_OBSERVATIONS_TO_SEARCH,
     ).records
-    job_assets = _OWN_ASSETS[LANDING_TRIGGERS[dataset]]
+    job_assets = _OWN_ASSETS[job_name]
     read = [
         meta[LANDING_FINGERPRINT].value
         for o in observations
@@ -131,5 +140,5 @@ def _already_read(instance: DagsterInstance, dataset: str, date: str, fingerprin
     ]
     if read:
         return read[0] == fingerprint
-    scored = instance.get_materialized_partitions(AssetKey(SCORING_ASSETS[dataset]))
+    scored = instance.get_materialized_partitions(AssetKey(SCORING_ASSETS[job_name]))
     return date in scored

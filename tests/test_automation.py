@@ -16,6 +16,7 @@ from dagster import (
     asset,
     build_run_status_sensor_context,
     build_schedule_context,
+    build_sensor_context,
     materialize,
 )
 
@@ -201,3 +202,77 @@ def test_an_unpartitioned_parent_failing_reports_itself_once_and_the_skipped_par
     assert report.detail == "RuntimeError: no GPU memory left"
     observed = {(o.asset_key.to_user_string(), o.partition) for o in failure_observations(report)}
     assert observed == {("broken_model", None), ("scores_from_model", DAY)}
+
+
+@pytest.mark.parametrize(
+    ("job", "hour"),
+    [
+        ("fraud_scoring_job", 2),
+        ("recommendations_job", 3),
+        ("daily_summaries_job", 5),
+        ("document_embeddings_job", 6),
+    ],
+)
+def test_each_schedule_says_which_day_a_tick_scores_and_its_tick_asks_for_that_day(
+    job: str, hour: int
+) -> None:
+    """The schedule page shows the description (its "Partition set" row reads None on this
+    Dagster for every schedule): it names the job, the hour and the day a tick requests, and a
+    tick does request that day, with the date as its run key."""
+    schedule = defs.get_repository_def().get_schedule_def(f"{job}_schedule")
+    description = schedule.description or ""
+    assert f"at {hour:02d}:00 UTC, runs {job} for the previous UTC day" in description
+    assert "a tick on day D requests partition D-1" in description
+    for when, day in [
+        (dt.datetime(2026, 3, 5, hour, tzinfo=dt.UTC), "2026-03-04"),
+        (dt.datetime(2026, 3, 1, hour, tzinfo=dt.UTC), "2026-02-28"),
+    ]:
+        with DagsterInstance.ephemeral() as instance:
+            context = build_schedule_context(instance=instance, scheduled_execution_time=when)
+            [request] = schedule.evaluate_tick(context).run_requests
+        assert (request.partition_key, request.run_key) == (day, day)
+
+
+def test_new_documents_get_their_embeddings_through_the_landing_sensor(
+    store, data_root, resources, instance
+) -> None:
+    """`landing_sensor` targets document_embeddings_job: a day of new documents asks for it
+    (beside the summaries); the run it asks for materialises the day's embeddings, after which
+    the sensor asks the embeddings job for nothing more, even with a lost cursor."""
+    from assets.embeddings import document_embeddings
+    from assets.summaries.demo_data import generate_day
+    from assets.summaries.documents import DOCUMENTS_SCHEMA, documents
+    from orchestration.sensors import landing_sensor
+    from resources.storage import StorageResource
+
+    sensor = defs.get_repository_def().get_sensor_def("landing_sensor")
+    assert "document_embeddings_job" in {t.job_name for t in sensor.targets}
+    generate_day(store, DAY, scale=0.02)
+
+    def tick() -> list:
+        context = build_sensor_context(
+            instance=instance,
+            resources={"storage": StorageResource(data_root=str(data_root))},
+            repository_def=defs.get_repository_def(),
+        )
+        return list(landing_sensor(context).run_requests)
+
+    requests = {r.job_name: r for r in tick()}
+    assert set(requests) == {"daily_summaries_job", "document_embeddings_job"}
+    request = requests["document_embeddings_job"]
+    assert request.partition_key == DAY and request.tags["nightshift/dataset"] == "documents"
+    # What the daemon launches for this request: the job's assets, for its partition and tags.
+    job = defs.resolve_job_def(request.job_name)
+    selected = {k.to_user_string() for k in job.asset_layer.selected_asset_keys}
+    assert selected == {"documents", "document_embeddings"}
+    result = materialize(
+        [documents, document_embeddings],
+        partition_key=request.partition_key,
+        tags=request.tags,
+        resources=resources,
+        instance=instance,
+    )
+    assert result.success
+    embedded = store.read_output("document_embeddings", DAY)
+    assert embedded.num_rows == store.count_landing("documents", DAY, DOCUMENTS_SCHEMA) > 0
+    assert [r.job_name for r in tick()] == ["daily_summaries_job"]

@@ -110,13 +110,16 @@ def test_landing_sensor_launches_each_new_partition_once(store, data_root) -> No
 
     first = _sensor_tick(None, str(data_root))
     launched = sorted((r.job_name, r.partition_key, r.run_key) for r in first.run_requests)
-    # Today's folder is not a partition until the day is over. The run key carries the files'
-    # fingerprint, so changed files get a run of their own.
+    # Today's folder is not a partition until the day is over. The run key carries the job and
+    # the files' fingerprint, so changed files get a run of their own. New documents get their
+    # summaries and their embeddings.
     fp = store.landing_fingerprint
+    docs, fraud = f"documents:{days[1]}:{fp('documents', days[1])}", "fraud_scoring_job"
     assert launched == [
-        ("daily_summaries_job", days[1], f"documents:{days[1]}:{fp('documents', days[1])}"),
-        ("fraud_scoring_job", days[0], f"transactions:{days[0]}:{fp('transactions', days[0])}"),
-        ("fraud_scoring_job", days[1], f"transactions:{days[1]}:{fp('transactions', days[1])}"),
+        ("daily_summaries_job", days[1], f"daily_summaries_job:{docs}"),
+        ("document_embeddings_job", days[1], f"document_embeddings_job:{docs}"),
+        (fraud, days[0], f"{fraud}:transactions:{days[0]}:{fp('transactions', days[0])}"),
+        (fraud, days[1], f"{fraud}:transactions:{days[1]}:{fp('transactions', days[1])}"),
     ]
     assert set(json.loads(first.cursor)) == set(LANDING_TRIGGERS)
 
@@ -163,7 +166,8 @@ def test_landing_sensor_skips_days_a_run_already_read_until_their_files_change(
         return [(r.partition_key, r.run_key) for r in result.run_requests]
 
     def key(day: str) -> str:
-        return f"{TRANSACTIONS}:{day}:{store.landing_fingerprint(TRANSACTIONS, day)}"
+        fingerprint = store.landing_fingerprint(TRANSACTIONS, day)
+        return f"fraud_scoring_job:{TRANSACTIONS}:{day}:{fingerprint}"
 
     ticks: list[str] = []
     assert tick(None) == [(new, key(new))]
@@ -179,11 +183,12 @@ def test_landing_sensor_skips_days_a_run_already_read_until_their_files_change(
     assert tick(None) == [(scored, key(scored)), (failed, key(failed)), (new, key(new))]
 
 
-def test_landing_sensor_asks_for_documents_the_summaries_have_not_read(
+def test_landing_sensor_asks_each_job_for_documents_it_has_not_read(
     store, data_root, resources, instance
 ) -> None:
-    """Documents re-delivered after the summaries ran, then read by the embeddings job: the
-    embeddings' read does not count for the summaries, so the sensor asks for the day again."""
+    """Documents read by the summaries only, then re-delivered and read by the embeddings job:
+    one job's read does not count for the other, so the sensor asks for the day for each job
+    that has not read these files."""
     from dagster import materialize
 
     from assets.embeddings import document_embeddings
@@ -196,17 +201,18 @@ def test_landing_sensor_asks_for_documents_the_summaries_have_not_read(
     run = dict(partition_key=day, resources=resources, instance=instance)
     assert materialize([documents, document_summaries], **run).success
 
-    def requested() -> list[str]:
+    def requested() -> list[tuple[str, str]]:
         context = build_sensor_context(
             instance=instance,
             resources={"storage": StorageResource(data_root=str(data_root))},
             repository_def=defs.get_repository_def(),
         )
-        return [r.partition_key for r in landing_sensor(context).run_requests]
+        return [(r.job_name, r.partition_key) for r in landing_sensor(context).run_requests]
 
-    assert day not in requested()  # the summaries read these files
+    # The summaries read these files; the embeddings did not.
+    assert requested() == [("document_embeddings_job", day)]
     generate_day(store, day, scale=0.02, seed=1)  # re-delivered
     assert materialize([documents, document_embeddings], **run).success
-    assert requested().count(day) == 1
+    assert requested() == [("daily_summaries_job", day)]
     assert materialize([documents, document_summaries], **run).success
-    assert day not in requested()
+    assert requested() == []

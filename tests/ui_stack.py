@@ -296,9 +296,9 @@ def start_operating(stack: DagsterStack) -> None:
     set_sensor_cursor(stack, "landing_sensor", seen)
     store = DataStore(str(stack.data_root))
     generate_day(store, landed, scale=float(SCALE), seed=1)
-    # The sensor's run key names the landed files' fingerprint.
+    # The sensor's run key names the job and the landed files' fingerprint.
     fingerprint = store.landing_fingerprint("transactions", landed)
-    stack.facts["landed_run_key"] = f"transactions:{landed}:{fingerprint}"
+    stack.facts["landed_run_key"] = f"fraud_scoring_job:transactions:{landed}:{fingerprint}"
     result = stack.graphql(START_SENSOR, selector=stack.selector("sensor", "landing_sensor"))
     assert result["startSensor"]["sensorState"]["status"] == "RUNNING", result
     stack.facts.update(landed=landed, cursor_before_landing=seen)
