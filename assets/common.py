@@ -23,6 +23,7 @@ from inference.modelstore import ModelNotFoundError
 from inference.shards import ShardReport
 from policy.partitions import partition_key_error
 from policy.training import MODELS
+from resources.landing_files import NOT_PARQUET_ENV, LandingListing
 from resources.storage import DataStore, LandingDataError, Published
 
 # Problems that will be the same on a retry: missing or malformed landing data, no trained
@@ -160,9 +161,11 @@ def landing_day(
     """Validates one day of a landing dataset against its contract and counts its rows.
 
     Every source asset materialises through this, so a missing day or a malformed file fails
-    before any model runs, naming the dataset, date, file and column. Files below a partition
-    folder that are not data (``_SUCCESS``, ``_temporary/``, ``.crc``: names starting with
-    ``_`` or ``.``) are never read; how many were skipped is logged and recorded.
+    before any model runs, naming the dataset, date, file and column. Every file below the
+    partition folder is read as parquet (by its bytes, whatever its name), or skipped and
+    named in the log and counted in ``landing_files_skipped``: names starting with ``_`` or
+    ``.`` (``_SUCCESS``, ``_temporary/``, ``.crc``), and files that are not parquet when
+    ``NIGHTSHIFT_LANDING_NOT_PARQUET=skip`` (else such a file fails the day, naming it).
 
     Returns:
         the day's materialisation metadata.
@@ -170,20 +173,39 @@ def landing_day(
     with fail_fast_on_bad_input():
         rows = store.count_landing(dataset, date, schema)
     folder = store.landing_path(dataset, date)
-    context.log.info(f"{dataset} {date}: {rows} rows at {store.uri(folder)}")
-    not_data = store.landing_listing(dataset, date).skipped
-    if not_data:
-        names = ", ".join(path[len(folder) + 1 :] for path in not_data)
-        context.log.info(
-            f"{dataset} {date}: skipped {len(not_data)} file(s) that are not data "
-            f"(names starting with '_' or '.'): {names}"
-        )
+    listing = store.landing_listing(dataset, date)
+    context.log.info(
+        f"{dataset} {date}: {rows} rows in {len(listing.files)} parquet file(s) at "
+        f"{store.uri(folder)}"
+    )
+    _log_skipped(context, f"{dataset} {date}", folder, listing)
     return {
         "dagster/row_count": rows,
         **landing_timezone_metadata(store, dataset),
-        "landing_files_skipped": len(not_data),
+        "landing_files_skipped": len(listing.skipped),
         "output": MetadataValue.path(store.uri(folder)),
     }
+
+
+def _log_skipped(
+    context: AssetExecutionContext, day: str, folder: str, listing: LandingListing
+) -> None:
+    """Names every skipped file: not-data names at INFO, files that are not parquet (skipped
+    by the ``skip`` policy: rows a writer may have meant to land) at WARNING."""
+    foreign = listing.not_parquet if listing.policy == "skip" else {}
+    not_data = [path for path in listing.skipped if path not in foreign]
+    if not_data:
+        names = ", ".join(path[len(folder) + 1 :] for path in not_data)
+        context.log.info(
+            f"{day}: skipped {len(not_data)} file(s) that are not data "
+            f"(names starting with '_' or '.'): {names}"
+        )
+    if foreign:
+        names = ", ".join(f"{path[len(folder) + 1 :]} ({what})" for path, what in foreign.items())
+        context.log.warning(
+            f"{day}: skipped {len(foreign)} file(s) that are not parquet "
+            f"({NOT_PARQUET_ENV} / landing_not_parquet: skip): {names}"
+        )
 
 
 def landing_timezone_metadata(store: DataStore, dataset: str) -> dict[str, str]:

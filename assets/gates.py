@@ -60,11 +60,26 @@ def landed_rows(
     """
     rows = store.count_landing(dataset, date, schema)
     if rows == 0:
-        where = store.uri(store.landing_path(dataset, date))
-        raise LandingDataError(
-            f"landing partition empty: dataset '{dataset}', date {date}: no {noun} under {where}"
-        )
+        raise empty_landing_error(store, dataset, date, noun)
     return rows
+
+
+def empty_landing_error(
+    store: DataStore, dataset: str, date: str, noun: str = "rows"
+) -> LandingDataError:
+    """The error for a partition whose parquet files hold no rows, saying which files were
+    read and which were skipped (a day whose rows came as CSV, skipped, reads as empty)."""
+    folder = store.landing_path(dataset, date)
+    listing = store.landing_listing(dataset, date)
+    read = ", ".join(f.path[len(folder) + 1 :] for f in listing.files)
+    found = f"{len(listing.files)} parquet file(s) with no rows ({read})"
+    if listing.skipped:
+        names = [path[len(folder) + 1 :] for path in listing.skipped]
+        found += f"; {len(names)} file(s) skipped, not read: {', '.join(names)}"
+    return LandingDataError(
+        f"landing partition empty: dataset '{dataset}', date {date}: no {noun} under "
+        f"{store.uri(folder)}: {found}"
+    )
 
 
 class SuiteRun:

@@ -14,9 +14,18 @@ import pyarrow.parquet as pq
 from inference.batching import coalesce
 from inference.streaming import READ_AHEAD_THREADS, iter_parquet_files
 from inference.timestamps import LandingTimezones, NonexistentTimeError
-from resources.filestore import Listing, is_data
+from resources.filestore import is_data
 from resources.landing_cache import REMOTE_READ_THREADS, Checked, CheckedFiles, DecodedPartitions
 from resources.landing_checks import LandingDataError, locate_damage
+from resources.landing_files import (
+    NOT_PARQUET_ENV,
+    LandingListing,
+    Sniffer,
+    claims_parquet,
+    classify,
+    list_landing,
+    not_parquet_policy,
+)
 from resources.outputs import OutputStore
 
 
@@ -30,6 +39,9 @@ class DataStore(OutputStore):
         landing_timezone: whose wall-clock time landing timestamps without a time zone are:
             ``America/New_York`` (every dataset), ``transactions=America/New_York`` (one), or
             both, comma-separated; None rejects them (see inference/timestamps).
+        landing_not_parquet: ``fail`` or ``skip`` a landing file that is not parquet; None
+            reads ``$NIGHTSHIFT_LANDING_NOT_PARQUET``, else ``fail`` (see
+            resources/landing_files).
     """
 
     def __init__(
@@ -38,46 +50,88 @@ class DataStore(OutputStore):
         s3_endpoint: str | None = None,
         s3_region: str | None = None,
         landing_timezone: str | None = None,
+        landing_not_parquet: str | None = None,
     ):
         # Parsed first, so a bad setting fails before a local data root is created.
         self.landing_timezones = LandingTimezones.parse(landing_timezone)
+        self.not_parquet = not_parquet_policy(landing_not_parquet)
         super().__init__(root, s3_endpoint, s3_region)
+        self._sniffer = Sniffer(self.fs)
         self._checked = CheckedFiles(self.fs, self.uri)
         # The decoded rows of the last partition of small files read whole (see
         # iter_landing_files).
         self._decoded = DecodedPartitions()
 
-    def landing_listing(self, dataset: str, date: str) -> Listing:
-        """The partition's data files, and the not-data files below it that are skipped."""
-        return self._listing(self.landing_path(dataset, date))
+    def landing_listing(self, dataset: str, date: str) -> LandingListing:
+        """Every file below the partition folder, placed once: read as parquet data, skipped
+        (not-data names; not-parquet files under the ``skip`` policy), or not parquet. Every
+        reader of the partition (counting, screening, scoring, fingerprints) reads its files."""
+        return list_landing(
+            self.fs, self.landing_path(dataset, date), self.not_parquet, self._sniffer
+        )
 
     def landing_files(self, dataset: str, date: str) -> list[str]:
         """The partition's parquet files; raises LandingDataError if there are none."""
         return [f.path for f in self._landing_infos(dataset, date)]
 
     def landing_fingerprint(self, dataset: str, date: str) -> str | None:
-        """A short hash of the partition's data files (path, size, modification time), or None
-        when it has none yet: any file added, replaced, rewritten or removed changes it."""
+        """A short hash of the partition's data files (path, size, modification time) and of
+        the files that fail it for not being parquet, or None when it has neither yet: any data
+        file added, replaced, rewritten or removed changes it, and so does removing or
+        converting a file that failed the day."""
         path = self.landing_path(dataset, date)
-        files = self.landing_listing(dataset, date).files
-        if not files:
+        listing = self.landing_listing(dataset, date)
+        if not listing.files and not listing.rejected:
             return None
         digest = hashlib.sha256()
-        for f in files:
+        for f in listing.files:
             digest.update(f"{f.path[len(path) :]}\t{f.size}\t{f.mtime_ns}\n".encode())
+        for file, what in listing.rejected.items():
+            digest.update(f"{file[len(path) :]}\t{what}\n".encode())
         return digest.hexdigest()[:16]
 
     def _landing_infos(self, dataset: str, date: str) -> list[pafs.FileInfo]:
+        """The partition's parquet files, as :meth:`landing_listing` places them.
+
+        Raises:
+            LandingDataError: a file is not parquet (under the ``fail`` policy), naming it and
+                what it looks like; or the partition has no parquet file.
+        """
         path = self.landing_path(dataset, date)
-        listing = self._listing(path)
+        listing = self.landing_listing(dataset, date)
+        if listing.rejected:
+            raise self._not_parquet_error(dataset, date, listing.rejected)
         if not listing.files:
-            n = len(listing.skipped)
-            skipped = f" ({n} not-data file(s) skipped)" if n else ""
             raise LandingDataError(
                 f"landing partition missing: dataset '{dataset}', date {date}: "
-                f"no parquet files under {self.uri(path)}{skipped}"
+                f"no parquet files under {self.uri(path)}{self._skipped_note(path, listing)}"
             )
         return listing.files
+
+    def _not_parquet_error(
+        self, dataset: str, date: str, rejected: dict[str, str], shown: int = 5
+    ) -> LandingDataError:
+        named = "; ".join(f"{self.uri(f)} ({what})" for f, what in list(rejected.items())[:shown])
+        more = f"; and {len(rejected) - shown} more" if len(rejected) > shown else ""
+        return LandingDataError(
+            f"landing file(s) not parquet: dataset '{dataset}', date {date}: {len(rejected)} "
+            f"file(s) that are not parquet: {named}{more}. The landing contract is parquet: "
+            f"convert the file(s) to parquet or move them out of the partition folder, or set "
+            f"{NOT_PARQUET_ENV}=skip (the storage resource's landing_not_parquet) to skip "
+            "files that are not parquet, counted in landing_files_skipped"
+        )
+
+    @staticmethod
+    def _skipped_note(path: str, listing: LandingListing) -> str:
+        """ " (3 not-data file(s) skipped; 1 not-parquet file(s) skipped: a.csv (...))", or ""."""
+        foreign = listing.not_parquet if listing.policy == "skip" else {}
+        notes = []
+        if hive := len(listing.skipped) - len(foreign):
+            notes.append(f"{hive} not-data file(s) skipped")
+        if foreign:
+            named = ", ".join(f"{f[len(path) + 1 :]} ({what})" for f, what in foreign.items())
+            notes.append(f"{len(foreign)} not-parquet file(s) skipped: {named}")
+        return f" ({'; '.join(notes)})" if notes else ""
 
     def _checked_landing(self, dataset: str, date: str, required: pa.Schema) -> Checked:
         """The partition's files with their rows (and footers when kept), each file's schema
@@ -206,19 +260,23 @@ class DataStore(OutputStore):
         """Dates that have a landing partition with data for the dataset, oldest first.
 
         A date folder holding only files that are not data (a Spark write still under
-        ``_temporary/``) is not a partition yet.
+        ``_temporary/``) is not a partition yet. One holding a file that is not parquet is
+        one under the ``fail`` policy (its run fails naming the file), and not under ``skip``
+        unless it holds parquet too: the same placing as :meth:`landing_listing`.
         """
         path = self.path("landing", dataset)
         if not self.exists(path):
             return []
-        dates = set()
+        folders: dict[str, list[pafs.FileInfo]] = {}
         for entry in self.fs.get_file_info(pafs.FileSelector(path, recursive=True)):
             folder, _, rest = entry.path[len(path) :].lstrip("/").partition("/")
-            if (
-                entry.type == pafs.FileType.File
-                and folder.startswith("date=")
-                and rest.endswith(".parquet")
-                and is_data(rest)
-            ):
-                dates.add(folder[len("date=") :])
-        return sorted(dates)
+            if entry.type == pafs.FileType.File and folder.startswith("date=") and is_data(rest):
+                folders.setdefault(folder[len("date=") :], []).append(entry)
+        return sorted(d for d, files in folders.items() if self._has_data(dataset, d, files))
+
+    def _has_data(self, dataset: str, date: str, files: list[pafs.FileInfo]) -> bool:
+        """Whether a date folder's data-named files make it a partition (see landing_dates)."""
+        if self.not_parquet == "fail" or any(claims_parquet(f.path) for f in files):
+            return True
+        start = len(self.landing_path(dataset, date)) + 1
+        return bool(classify(files, start, self.not_parquet, self._sniffer).files)

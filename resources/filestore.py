@@ -5,7 +5,9 @@ Layout (Hive-style, readable by pyarrow, Spark, DuckDB, Athena):
 ``<root>/landing/<dataset>/date=YYYY-MM-DD/*.parquet`` for inputs and
 ``<root>/outputs/<asset>/date=YYYY-MM-DD/`` for published outputs. As in Hive and Spark, a file
 or folder whose name starts with ``_`` or ``.`` is not data (``_SUCCESS``, ``_temporary/`` of
-an unfinished write, ``.crc`` checksums, ``_committed_*``): it is never read as input.
+an unfinished write, ``.crc`` checksums, ``_committed_*``): it is never read as input. Which
+files of a landing partition are parquet is decided by their bytes (``resources.landing_files``);
+the listing here serves the published outputs, whose files nightshift names itself.
 """
 
 from __future__ import annotations

@@ -16,6 +16,7 @@ import pyarrow.parquet as pq
 
 from inference.streaming import THREADED_ROWS
 from resources.landing_checks import LandingDataError, check_schema
+from resources.landing_files import HEAD_BYTES, MAGICS, looks_like
 
 # Footers and small files fetched at once from an object store, where each read is a round
 # trip; a local disk reads footers faster on the calling thread (500 footers: 0.03-0.05 s in
@@ -80,7 +81,7 @@ class CheckedFiles:
                 if isinstance(footer, Exception):
                     raise LandingDataError(
                         f"unreadable parquet file {self.uri(keys[i][0])} in dataset "
-                        f"'{dataset}', date {date}: {footer}"
+                        f"'{dataset}', date {date}{self._not_parquet(files[i])}: {footer}"
                     ) from footer
                 check_schema(footer.schema.to_arrow_schema(), required, where, timezone=timezone)
                 rows[i] = self._checked[(keys[i], contract)] = footer.num_rows
@@ -88,6 +89,16 @@ class CheckedFiles:
                     footers[i] = self._footer_cache[keys[i]] = footer
         checked = [(key[0], n, footer) for key, n, footer in zip(keys, rows, footers, strict=True)]
         return (dataset, date, tuple(keys), contract), checked
+
+    def _not_parquet(self, info: pafs.FileInfo) -> str:
+        """ " (it looks like CSV text, not parquet)" for a file named parquet that does not
+        start as parquet, else "": says what a damaged file is, where its reader cannot."""
+        try:
+            with self.fs.open_input_file(info.path) as f:
+                head = f.read_at(min(HEAD_BYTES, info.size or 0), 0)
+        except OSError:
+            return ""
+        return "" if head[:4] in MAGICS else f" (it {looks_like(head, len(head))})"
 
     def _read_footers(self, files: list[str]) -> list[pq.FileMetaData | Exception]:
         def read(file: str) -> pq.FileMetaData | Exception:

@@ -57,6 +57,14 @@ class StorageResource(ConfigurableResource):
         "documents=Europe/Paris), or both; unset rejects them.",
     )
 
+    landing_not_parquet: str | None = Field(
+        default=None,
+        description="What a landing file that is not parquet (by its bytes: CSV, JSON, a stray "
+        "manifest) does to its day: 'fail' (the day fails naming the file and what it looks "
+        "like) or 'skip' (it is skipped, named in the log and counted in landing_files_skipped); "
+        "default $NIGHTSHIFT_LANDING_NOT_PARQUET, else 'fail'.",
+    )
+
     # One store for the resource's life: the steps of a run (one process, in-process executor)
     # then check each landing file's footer once, not once per step.
     _store: DataStore | None = PrivateAttr(default=None)
@@ -68,5 +76,6 @@ class StorageResource(ConfigurableResource):
                 self.s3_endpoint,
                 self.s3_region,
                 landing_timezone=self.landing_timezone,
+                landing_not_parquet=self.landing_not_parquet,
             )
         return self._store

@@ -25,7 +25,7 @@ from assets.fraud.features import (
     ProfileBuilder,
 )
 from assets.fraud.schemas import AMOUNT_CEILING, SCORES, SCREENS, TRANSACTIONS, TRANSACTIONS_SCHEMA
-from assets.gates import day_bounds
+from assets.gates import day_bounds, empty_landing_error
 from inference.batching import prefetch
 from inference.invariants import StreamStats
 from inference.quarantine import (
@@ -39,7 +39,7 @@ from inference.quarantine import (
 )
 from inference.shard_writer import input_fingerprint
 from resources.quality import PositionCursor, sample_positions
-from resources.storage import DataStore, LandingDataError
+from resources.storage import DataStore
 
 SCREEN_COLUMNS = ["transaction_id", *FEATURE_COLUMNS]
 # Currency is carried to alerts but not scored: a missing one is no reason to skip a transaction.
@@ -117,11 +117,7 @@ def screen_transactions(
     start, end = day_bounds(date, TRANSACTIONS_SCHEMA.field("ts").type)
     rows = store.count_landing(TRANSACTIONS, date, TRANSACTIONS_SCHEMA)
     if rows == 0:
-        files = store.landing_files(TRANSACTIONS, date)
-        raise LandingDataError(
-            f"landing partition empty: dataset '{TRANSACTIONS}', date {date}: "
-            f"{len(files)} file(s) with no rows under {store.uri(store.landing_path(TRANSACTIONS, date))}"
-        )
+        raise empty_landing_error(store, TRANSACTIONS, date)
 
     def stream(columns: list[str]):
         # The next batch is read and decoded in the background while this one is screened.

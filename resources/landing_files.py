@@ -1,0 +1,223 @@
+"""Which files below a landing partition folder are data, by their names and their first bytes.
+
+The landing contract is parquet, and a file is parquet by its content, not its name: Hive and
+Impala write ``000000_0``, other writers ``.parq`` or ``.PARQUET``. Every file below the folder
+ends in exactly one of three places, so none is dropped without a word:
+
+- **data**: a ``*.parquet`` name, or any other name whose bytes start or end with parquet's
+  magic ``PAR1`` (a damaged one is still data: its footer read fails naming it);
+- **skipped**: a Hive/Spark name that is not data (a part starting with ``_`` or ``.``:
+  ``_SUCCESS``, ``_temporary/``, ``.crc``), and, when the policy is ``skip``, a file that is
+  not parquet;
+- **not parquet**: any other file (CSV, JSON, a stray manifest), with what it looks like. Under
+  the ``fail`` policy (the default) it fails the day, naming it.
+
+A file named ``*.parquet`` is not sniffed: the name claims parquet, so a file that is not is
+damaged and fails as unreadable, whatever the policy; this keeps a normal day free of extra
+reads. Other names cost two small reads each, once per file version (see :class:`Sniffer`).
+"""
+
+from __future__ import annotations
+
+import os
+from collections.abc import Iterable
+from concurrent.futures import ThreadPoolExecutor
+from dataclasses import dataclass, field
+
+import pyarrow.fs as pafs
+
+from resources.filestore import is_data
+
+NOT_PARQUET_ENV = "NIGHTSHIFT_LANDING_NOT_PARQUET"
+NOT_PARQUET_POLICIES = ("fail", "skip")
+# Parquet's magic (``PARE``: an encrypted footer, still parquet to be judged by its reader).
+MAGICS = (b"PAR1", b"PARE")
+# Enough of a file's start to tell CSV from JSON from binary.
+HEAD_BYTES = 4096
+# Each sniff of an object store is two round trips: run them side by side.
+SNIFF_THREADS = 16
+# File versions whose verdict a store remembers (a short string each).
+SNIFFED_KEPT = 200_000
+
+
+def not_parquet_policy(value: str | None) -> str:
+    """The policy for landing files that are not parquet: ``value`` (the storage resource's
+    ``landing_not_parquet``), else ``$NIGHTSHIFT_LANDING_NOT_PARQUET``, else ``fail``.
+
+    Raises:
+        ValueError: any other value, naming the setting.
+    """
+    given = value or os.environ.get(NOT_PARQUET_ENV) or "fail"
+    policy = given.strip().lower()
+    if policy not in NOT_PARQUET_POLICIES:
+        where = "the storage resource's landing_not_parquet" if value else NOT_PARQUET_ENV
+        raise ValueError(
+            f"{where} is {given!r}; expected one of {', '.join(NOT_PARQUET_POLICIES)} (what to "
+            "do with a landing file that is not parquet)"
+        )
+    return policy
+
+
+@dataclass(frozen=True)
+class LandingListing:
+    """A landing partition's files, each placed once: read, skipped, or not parquet.
+
+    Attributes:
+        files: the parquet files read as data, in path order.
+        skipped: files never read, in path order: not-data names, and not-parquet files when
+            the policy is ``skip``.
+        not_parquet: every file that is not parquet, with what it looks like.
+        policy: ``fail`` or ``skip``.
+    """
+
+    files: list[pafs.FileInfo] = field(default_factory=list)
+    skipped: list[str] = field(default_factory=list)
+    not_parquet: dict[str, str] = field(default_factory=dict)
+    policy: str = "fail"
+
+    @property
+    def paths(self) -> list[str]:
+        return [f.path for f in self.files]
+
+    @property
+    def rejected(self) -> dict[str, str]:
+        """The files that fail the day: not parquet, under the ``fail`` policy."""
+        return self.not_parquet if self.policy == "fail" else {}
+
+
+def looks_like(head: bytes, size: int) -> str:
+    """What a file that is not parquet looks like, from its first bytes, for an error or log."""
+    if size == 0:
+        return "looks like an empty file (0 bytes), not parquet"
+    for magic, kind in _BINARY_KINDS:
+        if head.startswith(magic):
+            return f"looks like {kind}, not parquet"
+    text = _as_text(head)
+    if text is None:
+        return f"looks like binary data, not parquet (starts with 0x{head[:8].hex()})"
+    stripped = text.lstrip()
+    if stripped[:1] in ("{", "["):
+        lines = [line for line in stripped.splitlines() if line.strip()]
+        if len(lines) > 1 and all(line.lstrip().startswith("{") for line in lines[:-1]):
+            return "looks like JSON lines text, not parquet"
+        return "looks like JSON, not parquet"
+    if _delimited(text):
+        return "looks like CSV text, not parquet"
+    return "looks like plain text, not parquet"
+
+
+_BINARY_KINDS = (
+    (b"\x1f\x8b", "gzip-compressed data"),
+    (b"PK\x03\x04", "a ZIP archive"),
+    (b"ORC", "ORC"),
+    (b"Obj\x01", "Avro"),
+    (b"ARROW1", "an Arrow IPC file"),
+    (b"\x28\xb5\x2f\xfd", "zstd-compressed data"),
+    (b"BZh", "bzip2-compressed data"),
+)
+
+
+def _as_text(head: bytes) -> str | None:
+    """The bytes as text when they are printable UTF-8 (a multi-byte character cut at the end
+    of the head allowed)."""
+    try:
+        text = head.decode("utf-8")
+    except UnicodeDecodeError as exc:
+        if exc.start < len(head) - 3:
+            return None
+        text = head[: exc.start].decode("utf-8")
+    text = text.removeprefix("\ufeff")
+    printable = sum(c.isprintable() or c in "\r\n\t" for c in text)
+    return text if text and printable >= 0.95 * len(text) else None
+
+
+def _delimited(text: str) -> bool:
+    """Whether the text's first lines split on one delimiter into the same number of fields."""
+    lines = [line for line in text.splitlines()[:6] if line.strip()]
+    if len(lines) > 2:
+        lines = lines[:-1]  # the last line may be cut at HEAD_BYTES
+    for delimiter in (",", "\t", ";", "|"):
+        counts = {line.count(delimiter) for line in lines}
+        if len(counts) == 1 and counts.pop() > 0:
+            return True
+    return False
+
+
+class Sniffer:
+    """Tells parquet from other files by their first and last bytes, remembering each file
+    version's verdict (keyed on path, size and modification time) for the store's life: the
+    steps of a run list the same partition several times.
+
+    Args:
+        fs: the files' filesystem.
+    """
+
+    def __init__(self, fs: pafs.FileSystem):
+        self.fs = fs
+        self._verdicts: dict[tuple, str | None] = {}
+
+    def verdicts(self, files: list[pafs.FileInfo]) -> list[str | None]:
+        """For each file, None when it is parquet, else what it looks like."""
+        keys = [(f.path, f.size, f.mtime_ns) for f in files]
+        todo = [f for f, key in zip(files, keys, strict=True) if key not in self._verdicts]
+        if len(self._verdicts) + len(todo) > SNIFFED_KEPT:
+            self._verdicts.clear()
+        remote = not isinstance(self.fs, pafs.LocalFileSystem)
+        if remote and len(todo) > 1:
+            with ThreadPoolExecutor(min(SNIFF_THREADS, len(todo))) as pool:
+                found = list(pool.map(self._sniff, todo))
+        else:
+            found = [self._sniff(f) for f in todo]
+        for f, verdict in zip(todo, found, strict=True):
+            self._verdicts[(f.path, f.size, f.mtime_ns)] = verdict
+        return [self._verdicts[key] for key in keys]
+
+    def _sniff(self, info: pafs.FileInfo) -> str | None:
+        size = info.size or 0
+        if size == 0:
+            return looks_like(b"", 0)
+        with self.fs.open_input_file(info.path) as f:
+            head = f.read_at(min(HEAD_BYTES, size), 0)
+            tail = head[-4:] if size <= HEAD_BYTES else f.read_at(4, size - 4)
+        if head[:4] in MAGICS or tail in MAGICS:
+            return None
+        return looks_like(head, size)
+
+
+def claims_parquet(name: str) -> bool:
+    """Whether a file's name says it is parquet (then its content is not sniffed)."""
+    return name.lower().endswith(".parquet")
+
+
+def list_landing(fs: pafs.FileSystem, path: str, policy: str, sniffer: Sniffer) -> LandingListing:
+    """Places every file below a landing partition folder (see the module docstring)."""
+    if fs.get_file_info(path).type == pafs.FileType.NotFound:
+        return LandingListing(policy=policy)
+    entries = fs.get_file_info(pafs.FileSelector(path, recursive=True))
+    return classify(
+        [e for e in entries if e.type == pafs.FileType.File], len(path) + 1, policy, sniffer
+    )
+
+
+def classify(
+    entries: Iterable[pafs.FileInfo], start: int, policy: str, sniffer: Sniffer
+) -> LandingListing:
+    """Places files of one partition folder; ``start`` is where their path below it begins."""
+    named, unknown, skipped = [], [], []
+    for f in sorted(entries, key=lambda e: e.path):
+        relative = f.path[start:]
+        if not is_data(relative):
+            skipped.append(f.path)
+        elif claims_parquet(relative):
+            named.append(f)
+        else:
+            unknown.append(f)
+    data, not_parquet = list(named), {}
+    for f, verdict in zip(unknown, sniffer.verdicts(unknown), strict=True):
+        if verdict is None:
+            data.append(f)
+        else:
+            not_parquet[f.path] = verdict
+    if policy == "skip":
+        skipped.extend(not_parquet)
+    return LandingListing(sorted(data, key=lambda f: f.path), sorted(skipped), not_parquet, policy)
