@@ -17,7 +17,7 @@ import pyarrow as pa
 from dagster import AssetCheckResult
 
 from assets.checkpointing import quarantine_asset
-from inference.quarantine import QuarantinePlan
+from inference.quarantine import QuarantineLimit, QuarantinePlan
 from inference.shards import ShardReport
 from resources.quality import (
     CheckSuite,
@@ -138,7 +138,7 @@ class LandingGate:
         store: DataStore,
         screens: Mapping[str, Screen],
         *,
-        max_quarantine_rate: float,
+        max_quarantine_rate: QuarantineLimit | float,
         deadline_hours: float,
         sample_rows: int,
         seed: int,
@@ -149,6 +149,7 @@ class LandingGate:
         limit (scoring sets them aside) and ERROR above it, which blocks scoring before
         inference; its description says which, with the rate and the reasons.
         """
+        limit = QuarantineLimit.of(max_quarantine_rate)
         run = SuiteRun(self.suites)
         judged = []
         for date, screen in screens.items():
@@ -164,12 +165,14 @@ class LandingGate:
             "rows": sum(s.plan.rows for s in screens.values()),
             "rows_to_quarantine": sum(s.plan.count for s in screens.values()),
             "worst_quarantine_rate": round(worst, 6),
-            "max_quarantine_rate": max_quarantine_rate,
+            "max_quarantine_rate": limit.rate,
+            "quarantine_floor_rows": limit.floor_rows,
             "sample_rows": sample_rows,
             "sample_seed": seed,
             "deadline_hours": deadline_hours,
             "freshness_judged_partitions": len(judged),
         }
+        within = not any(limit.exceeded(s.plan.count, s.plan.rows) for s in screens.values())
         results = []
         for name, suite in self.suites.items():
             failed = run.failed(name)
@@ -177,13 +180,10 @@ class LandingGate:
                 r: sum(int(s.figures.get(r, 0)) for s in screens.values())
                 for r in self.reasons_by_check.get(name, ())
             }
-            within = worst <= max_quarantine_rate
             # Rows the contract rejects are quarantined while they stay within the limit.
             severity = "WARN" if suite.blocking and failed and within else None
             why = (
-                _verdict(counts, shared, max_quarantine_rate)
-                if failed and any(counts.values())
-                else None
+                _verdict(counts, shared, limit, within) if failed and any(counts.values()) else None
             )
             results.append(
                 check_result(suite, run.evidence[name], {**shared, **counts}, severity, why)
@@ -198,18 +198,18 @@ def _recent(date: str) -> bool:
     return datetime.now(UTC) - day_end <= FRESHNESS_HORIZON
 
 
-def _verdict(counts: dict[str, int], shared: dict, limit: float) -> str:
+def _verdict(counts: dict[str, int], shared: dict, limit: QuarantineLimit, within: bool) -> str:
     """Says what a failed contract check means for scoring: quarantine, or a blocked day."""
     rate = shared["worst_quarantine_rate"]
     reasons = ", ".join(f"{r} {n}" for r, n in sorted(counts.items(), key=lambda x: -x[1]) if n)
     outcome = (
         "they will be quarantined, not scored"
-        if rate <= limit
+        if within
         else "above the quarantine limit: scoring is blocked and nothing will be published"
     )
     return (
         f"{shared['rows_to_quarantine']} of {shared['rows']} rows cannot be scored "
-        f"({rate:.2%}, limit {limit:.2%}): {reasons}; {outcome}"
+        f"({rate:.2%}, limit {limit.describe(shared['rows'])}): {reasons}; {outcome}"
     )
 
 

@@ -82,7 +82,7 @@ def land(
     """
     preload_great_expectations()
     store, days = storage.store(), DayRecorder(context)
-    limit = quarantine_limit(config.max_quarantine_rate)
+    limit = quarantine_limit(config.max_quarantine_rate, config.quarantine_floor_rows)
     dates = partition_dates(context)
     record_landing_read(context, store, spec.dataset, dates)
     for date in dates:
@@ -93,7 +93,7 @@ def land(
         if plan.count:
             context.log.warning(
                 f"{spec.dataset} {date}: {plan.count} of {plan.rows} rows to quarantine "
-                f"({plan.rate:.2%}, limit {limit:.2%}): {plan.describe()}"
+                f"({plan.rate:.2%}, limit {limit.describe(plan.rows)}): {plan.describe()}"
             )
         checks = spec.gate.check_results(
             store,

@@ -159,7 +159,7 @@ def score(
     record_landing_read(context, store, spec.dataset, dates)
     with fail_fast_on_bad_input():
         model = spec.load(store, inference, config)
-    limit = quarantine_limit(config.max_quarantine_rate)
+    limit = quarantine_limit(config.max_quarantine_rate, config.quarantine_floor_rows)
     days = DayRecorder(context)
     with spot_safe(context, store, inference) as run:
         for date in dates:

@@ -22,16 +22,67 @@ ROW_NUMBER = "row_number"
 REASON = "reason"
 
 
+@dataclass(frozen=True)
+class QuarantineLimit:
+    """How many of a day's rows may be quarantined before the day fails and publishes nothing.
+
+    The day fails when more rows are quarantined than the larger of ``rate`` x rows and
+    ``floor_rows``. The share alone would fail a small day on a single row (1 of 29 is 3.45%);
+    the floor lets a few bad rows be set aside whatever the day's size. The floor never covers
+    more than half a day: when most of a day cannot be scored the feed is broken, and
+    publishing what is left would hide it.
+
+    Attributes:
+        rate: the share of a day's rows that may be quarantined, in [0, 1].
+        floor_rows: rows any day may quarantine, however few it has (up to half of them).
+    """
+
+    rate: float
+    floor_rows: int = 0
+
+    @classmethod
+    def of(cls, limit: QuarantineLimit | float) -> QuarantineLimit:
+        """A limit as given, or a bare share as a limit without a floor."""
+        return limit if isinstance(limit, QuarantineLimit) else cls(limit)
+
+    def floor(self, rows: int) -> int:
+        """The floor as it applies to a day of ``rows`` rows: never more than half of them."""
+        return min(self.floor_rows, rows // 2)
+
+    def allowed(self, rows: int) -> float:
+        """The most rows a day of ``rows`` rows may quarantine."""
+        return max(self.rate * rows, self.floor(rows))
+
+    def exceeded(self, count: int, rows: int) -> bool:
+        """Whether quarantining ``count`` of ``rows`` rows fails the day."""
+        # The share is compared as a rate, exactly as a share-only limit always was.
+        rate = count / rows if rows else 0.0
+        return rate > self.rate and count > self.floor(rows)
+
+    def describe(self, rows: int) -> str:
+        """The limit for a day of ``rows`` rows: the share, or the floor where it is larger."""
+        if self.floor(rows) <= self.rate * rows:
+            return f"{self.rate:.2%}"
+        return f"{self.floor(rows)} rows ({self.rate:.2%} of {rows} is fewer)"
+
+
 class QuarantineRateExceeded(ValueError):
     """More of a partition would be quarantined than the configured limit allows."""
 
-    def __init__(self, what: str, plan: QuarantinePlan, limit: float):
+    def __init__(self, what: str, plan: QuarantinePlan, limit: QuarantineLimit):
+        if limit.floor(plan.rows) <= limit.rate * plan.rows:
+            within = f"above the {limit.rate:.2%} quarantine limit"
+        else:
+            within = (
+                f"above the quarantine limit of {limit.floor(plan.rows)} rows for a day this "
+                f"small (the {limit.rate:.2%} share allows fewer)"
+            )
         super().__init__(
             f"{what}: {plan.rate:.2%} of rows ({plan.count} of {plan.rows}) cannot be scored, "
-            f"above the {limit:.2%} quarantine limit; nothing was published. "
-            f"Top reasons: {plan.describe()}"
+            f"{within}; nothing was published. Top reasons: {plan.describe()}"
         )
-        self.rate, self.limit, self.reasons = plan.rate, limit, plan.counts()
+        self.rate, self.limit, self.reasons = plan.rate, limit.rate, plan.counts()
+        self.allowed_rows = int(limit.allowed(plan.rows))
 
 
 class RowConservationError(RuntimeError):
@@ -81,9 +132,15 @@ class QuarantinePlan:
         h.update("\n".join(self.reasons.tolist()).encode())
         return h.hexdigest()[:16]
 
-    def check_rate(self, limit: float, what: str) -> None:
-        """Raises QuarantineRateExceeded when more than ``limit`` of the rows are quarantined."""
-        if self.rate > limit:
+    def check_rate(self, limit: QuarantineLimit | float, what: str) -> None:
+        """Raises QuarantineRateExceeded when more rows are quarantined than ``limit`` allows.
+
+        Args:
+            limit: the day's limit (see :class:`QuarantineLimit`); a bare share means no floor.
+            what: the asset and date, for the message.
+        """
+        limit = QuarantineLimit.of(limit)
+        if limit.exceeded(self.count, self.rows):
             raise QuarantineRateExceeded(what, self, limit)
 
     def split(self, batch: pa.RecordBatch, offset: int) -> tuple[pa.RecordBatch, pa.Table | None]:
@@ -103,9 +160,7 @@ class QuarantinePlan:
         bad = bad.append_column(REASON, pa.array(self.reasons[lo:hi].tolist(), pa.string()))
         return batch.filter(pa.array(keep)), bad
 
-    def split_at(
-        self, rows: pa.Table, positions: np.ndarray
-    ) -> tuple[pa.Table, pa.Table | None]:
+    def split_at(self, rows: pa.Table, positions: np.ndarray) -> tuple[pa.Table, pa.Table | None]:
         """:meth:`split` for rows at any input ``positions`` (one per row, e.g. a shard of
         accounts gathered from the whole day), not only a contiguous run."""
         if not self.count:
@@ -117,7 +172,9 @@ class QuarantinePlan:
         where = np.flatnonzero(bad)
         held = rows.take(pa.array(where))
         held = held.append_column(ROW_NUMBER, pa.array(positions[where], pa.int64()))
-        held = held.append_column(REASON, pa.array(self.reasons[found[where]].tolist(), pa.string()))
+        held = held.append_column(
+            REASON, pa.array(self.reasons[found[where]].tolist(), pa.string())
+        )
         return rows.filter(pa.array(~bad)), held
 
 

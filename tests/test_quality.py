@@ -92,9 +92,9 @@ def test_text_rules_find_broken_utf8_and_blank_text() -> None:
 
 def test_quarantine_limit_comes_from_config_then_environment(monkeypatch) -> None:
     monkeypatch.delenv("NIGHTSHIFT_MAX_QUARANTINE_RATE", raising=False)
-    assert quarantine_limit() == 0.01 and quarantine_limit(0.2) == 0.2
+    assert quarantine_limit().rate == 0.01 and quarantine_limit(0.2).rate == 0.2
     monkeypatch.setenv("NIGHTSHIFT_MAX_QUARANTINE_RATE", "0.05")
-    assert quarantine_limit() == 0.05
+    assert quarantine_limit().rate == 0.05
     monkeypatch.setenv("NIGHTSHIFT_MAX_QUARANTINE_RATE", "5")
     with pytest.raises(ValueError, match="not a rate"):
         quarantine_limit()

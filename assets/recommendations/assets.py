@@ -82,7 +82,7 @@ def _publish_quarantine(store: DataStore, date: str, screen, config, limit: floa
         "rows_quarantined": plan.count,
         "quarantine_rate": round(plan.count / max(1, plan.rows), 6),
     }
-    if screen.quarantined is not None and plan.rate <= limit:
+    if screen.quarantined is not None and not limit.exceeded(plan.count, plan.rows):
         # Published even when empty, so a re-run after a fix replaces yesterday's rows.
         held = store.publish(INTERACTIONS_QUARANTINE, date, [screen.quarantined], QUARANTINE_SCHEMA)
         metadata["quarantine"] = MetadataValue.path(held.uri)

@@ -25,7 +25,14 @@ from assets.gates import day_bounds, landed_rows
 from assets.recommendations.history import QUARANTINE_REASONS, unusable_rules
 from assets.recommendations.schemas import INTERACTIONS, INTERACTIONS_SCHEMA
 from inference.invariants import StreamStats
-from inference.quarantine import REASON, ROW_NUMBER, QuarantinePlan, Screener, outside
+from inference.quarantine import (
+    REASON,
+    ROW_NUMBER,
+    QuarantineLimit,
+    QuarantinePlan,
+    Screener,
+    outside,
+)
 from resources.quality import PositionCursor, sample_positions
 from resources.storage import DataStore, LandingDataError
 
@@ -48,7 +55,11 @@ class InteractionScreen:
 
 
 def screen_interactions(
-    store: DataStore, date: str, sample_rows: int = 0, seed: int = 0, max_rate: float = 1.0
+    store: DataStore,
+    date: str,
+    sample_rows: int = 0,
+    seed: int = 0,
+    max_rate: QuarantineLimit | float = 1.0,
 ) -> InteractionScreen:
     """Finds the rows of one day of interactions that cannot be used, counts them by reason,
     and samples the rows.
@@ -67,7 +78,7 @@ def screen_interactions(
     day = day_bounds(date, INTERACTIONS_SCHEMA.field("ts").type)
     rows = landed_rows(store, INTERACTIONS, date, INTERACTIONS_SCHEMA)
     sampler = PositionCursor(sample_positions(rows, sample_rows, seed))
-    keep_at_most = int(max_rate * rows)
+    keep_at_most = int(QuarantineLimit.of(max_rate).allowed(rows))
     screener, sampled, held = Screener(), [], []
     outside_day = used = 0
     for file, batch in store.iter_landing_files(INTERACTIONS, date, INTERACTIONS_SCHEMA):

@@ -26,6 +26,7 @@ def fail_fast_on_bad_rows() -> Iterator[None]:
             metadata={
                 "quarantine_rate": round(exc.rate, 6),
                 "quarantine_limit": exc.limit,
+                "quarantine_limit_rows": exc.allowed_rows,
                 "quarantine_reasons": MetadataValue.json(exc.reasons),
             },
             allow_retries=False,
