@@ -12,6 +12,7 @@ from dagster import EnvVar
 
 from inference.timestamps import LandingTimezones
 from resources.inference import InferenceResource
+from resources.landing_files import not_parquet_policy
 from resources.storage import StorageResource
 
 ENVIRONMENTS = ("local", "aws")
@@ -40,6 +41,7 @@ ENGINE_SETTINGS = {
 # environment takes them; a zone name is checked when the code location loads.
 STORAGE_SETTINGS = {
     "NIGHTSHIFT_LANDING_TIMEZONE": ("landing_timezone", str),
+    "NIGHTSHIFT_LANDING_NOT_PARQUET": ("landing_not_parquet", str),
 }
 
 
@@ -56,6 +58,8 @@ def storage_overrides() -> dict:
             LandingTimezones.parse(overrides["landing_timezone"])
         except ValueError as exc:
             raise ValueError(f"NIGHTSHIFT_LANDING_TIMEZONE: {exc}") from exc
+    if "landing_not_parquet" in overrides:  # a typo fails when the code location loads
+        not_parquet_policy(overrides["landing_not_parquet"])
     return overrides
 
 
