@@ -12,6 +12,7 @@ import time
 from collections.abc import Sequence
 from pathlib import Path
 
+from orchestration.simulate.cli import add_parser as _add_simulate
 from resources.storage import REPO_ROOT, DataStore, default_data_root
 
 DEFAULT_DAGSTER_HOME = REPO_ROOT / ".nightshift" / "dagster_home"
@@ -206,6 +207,7 @@ def main(argv: Sequence[str] | None = None) -> int:
     run.add_argument("--jobs", nargs="*", help="default: every pipeline job")
     run.add_argument("--data-root", help="default $NIGHTSHIFT_DATA_ROOT or .nightshift/data")
     run.set_defaults(func=_cmd_run)
+    _add_simulate(sub)
 
     args = parser.parse_args(argv)
     if getattr(args, "days", 1) < 1:
