@@ -31,9 +31,7 @@ NUMBER_ABBREVIATIONS = frozenset({"no", "nos", "fig", "vol", "pp", "art", "nr"})
 _CJK_END = re.compile(r"[。！？｡]+[”’」』）〕】》\"')\]]*")
 # A run of sentence-final punctuation, its closing quotes or brackets, then a space.
 _END = re.compile(r"([.!?…؟।॥۔։።]+)([\"'”’»)\]]*)(?=\s)")
-_CLOSING_TOKENS = frozenset(
-    {"''", "'", '"', "”", "’", "»", ")", "]", "-rrb-", "-rsb-", "-rcb-"}
-)
+_CLOSING_TOKENS = frozenset({"''", "'", '"', "”", "’", "»", ")", "]", "-rrb-", "-rsb-", "-rcb-"})
 _OPENERS = "\"'“‘«([{¿¡-—–*•"
 # Scripts written without spaces between words.
 _UNSPACED = re.compile(
@@ -66,17 +64,48 @@ def split_sentences(
 
     The text is normalised first (HTML to text, NFC, whitespace; see
     :func:`inference.normalise.normalise_text`); blank lines always end a sentence. Every
-    sentence returned is a substring of the normalised text.
+    sentence returned is a substring of the normalised text (:func:`sentence_spans` says where).
     """
-    sentences: list[str] = []
-    for paragraph in normalise_text(text).split("\n\n"):
+    flat = normalise_text(text)
+    return [flat[start:end] for start, end in _spans(flat, window_words, window_chars)]
+
+
+def sentence_spans(
+    normalised: str, *, window_words: int = WINDOW_WORDS, window_chars: int = WINDOW_CHARS
+) -> list[tuple[int, int]]:
+    """Where each of :func:`split_sentences`' sentences lies in already normalised text:
+    ``(start, end)`` character offsets, in order, so ``normalised[start:end]`` is the sentence.
+
+    Args:
+        normalised: text as :func:`inference.normalise.normalise_text` returns it.
+        window_words: as for :func:`split_sentences`.
+        window_chars: as for :func:`split_sentences`.
+    """
+    return _spans(normalised, window_words, window_chars)
+
+
+def _spans(flat: str, window_words: int, window_chars: int) -> list[tuple[int, int]]:
+    spans: list[tuple[int, int]] = []
+    offset = 0
+    for paragraph in flat.split("\n\n"):
         lower_case = not any(c.isupper() for c in paragraph)
         # Tokenised corpora detach every sentence-final period (" . "): a period still attached
         # to a word there ("mr.", "u.s.", "no.") is an abbreviation.
         tokenised = lower_case and " . " in f" {paragraph} "
+        cursor = 0
         for piece in _split_paragraph(paragraph, lower_case, tokenised):
-            sentences.extend(_windows(piece, window_words, window_chars))
-    return [s for s in sentences if s]
+            for sentence in _windows(piece, window_words, window_chars):
+                if not sentence:
+                    continue
+                # Pieces and windows are stripped substrings, in order: the next occurrence
+                # from the cursor is the one the splitter cut.
+                start = paragraph.find(sentence, cursor)
+                if start < 0:
+                    raise AssertionError(f"sentence {sentence[:60]!r} is not text of its paragraph")
+                cursor = start + len(sentence)
+                spans.append((offset + start, offset + cursor))
+        offset += len(paragraph) + 2
+    return spans
 
 
 def _split_paragraph(paragraph: str, lower_case: bool, tokenised: bool) -> list[str]:

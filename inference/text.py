@@ -14,8 +14,9 @@ import torch
 
 from inference.embeddings import Embeddings, encode
 from inference.encoder import SentenceEncoder, encoder_version, load_sentence_encoder
+from inference.normalise import normalise_text
 from inference.rank import RankerSettings, encoder_can_read, rank_sentences
-from inference.segment import LengthCap, fit_to_cap, join_sentences, split_sentences, truncate
+from inference.segment import LengthCap, fit_to_cap, join_sentences, sentence_spans, truncate
 from inference.topics import Topic, build_digest
 
 __all__ = [
@@ -25,16 +26,45 @@ __all__ = [
     "build_digest",
     "encode",
     "encoder_version",
+    "ExtractiveSummary",
     "extractive_summaries",
     "load_sentence_encoder",
     "summarise_sentences",
     "summary_length",
+    "summary_spans",
 ]
 
 
-def summary_length(sentences: int, ratio: float = 0.2, max_sentences: int = 3) -> int:
-    """How many sentences to keep: about ``ratio`` of the text, at least one, at most ``max``."""
-    return max(1, min(max_sentences, round(sentences * ratio)))
+def summary_length(sentences: int, max_sentences: int = 3) -> int:
+    """How many sentences to keep: the cap's count, or every sentence of a shorter text.
+
+    A share of the text (a fifth, say) would leave a six-sentence page with one sentence, often
+    its heading; the cap is what a reader is promised, so a text that has that many sentences
+    gets that many, while they fit the cap's words.
+    """
+    return max(0, min(max_sentences, sentences))
+
+
+class ExtractiveSummary(str):
+    """A summary made of its document's sentences, with where each lies in the document.
+
+    It is the summary text itself; ``spans`` are the selected sentences' ``(start, end)``
+    character offsets into the normalised document text (:func:`inference.normalise.
+    normalise_text`), in document order, recorded as they are chosen, so a check can verify
+    what the summariser did rather than segment the summary again.
+    """
+
+    spans: tuple[tuple[int, int], ...]
+
+    def __new__(cls, text: str, spans: Sequence[tuple[int, int]]) -> ExtractiveSummary:
+        summary = super().__new__(cls, text)
+        summary.spans = tuple((int(a), int(b)) for a, b in spans)
+        return summary
+
+
+def summary_spans(summary: str) -> tuple[tuple[int, int], ...] | None:
+    """The recorded sentence offsets of an extractive summary; None for any other text."""
+    return summary.spans if isinstance(summary, ExtractiveSummary) else None
 
 
 def extractive_summaries(
@@ -46,7 +76,7 @@ def extractive_summaries(
     max_batch_size: int,
     cap: LengthCap | None = None,
     ranking: RankerSettings | None = None,
-) -> tuple[list[str], Embeddings]:
+) -> tuple[list[ExtractiveSummary], Embeddings]:
     """Summarises documents by their best-ranked sentences, kept in their original order.
 
     Bodies are normalised (HTML to text, NFC, whitespace) and split into bounded sentences;
@@ -63,19 +93,23 @@ def extractive_summaries(
         ranking: how sentences are ranked; default :class:`RankerSettings`.
 
     Returns:
-        one summary per body ("" when a body has no text) and the sentence embeddings.
+        one summary per body ("" when a body has no text), each with the offsets of its
+        sentences in the normalised body, and the sentence embeddings.
     """
     cap = cap or LengthCap(max_sentences=max_sentences)
     cap = replace(cap, max_sentences=min(cap.max_sentences, max_sentences))
-    split = [split_sentences(body) for body in bodies]
+    flats = [normalise_text(body) for body in bodies]
+    spans = [sentence_spans(flat) for flat in flats]
+    split = [[flat[a:b] for a, b in doc] for flat, doc in zip(flats, spans, strict=True)]
     readable = [encoder_can_read(" ".join(doc)) for doc in split]
     texts = [s for doc, ok in zip(split, readable, strict=True) if ok for s in doc]
     embedded = encode(encoder, texts, max_batch_tokens, max_batch_size)
     summaries, start = [], 0
-    for sentences, ok in zip(split, readable, strict=True):
+    for sentences, places, ok in zip(split, spans, readable, strict=True):
         rows = embedded.vectors[start : start + len(sentences)] if ok else None
         start += len(sentences) if ok else 0
-        summaries.append(summarise_sentences(sentences, rows, cap, ranking or RankerSettings()))
+        ranked = ranking or RankerSettings()
+        summaries.append(summarise_sentences(sentences, rows, cap, ranked, places))
     return summaries, embedded
 
 
@@ -84,18 +118,32 @@ def summarise_sentences(
     vectors: torch.Tensor | None,
     cap: LengthCap,
     ranking: RankerSettings,
-) -> str:
+    spans: Sequence[tuple[int, int]] | None = None,
+) -> ExtractiveSummary:
     """One document's summary from its sentences (and their embeddings, when it has them).
 
-    About a fifth of the sentences (at least one, at most the cap's) are kept by rank while
-    they fit the cap, in document order; when even the best one does not fit, its longest
-    prefix that does is the summary.
+    The cap's count of sentences (or all of a shorter text) are kept by rank while they fit
+    the cap, in document order; when even the best one does not fit, its longest prefix that
+    does is the summary.
+
+    Args:
+        sentences: the document's sentences, in order.
+        vectors: one embedding per sentence, or None to rank by position.
+        cap: the hard length cap.
+        ranking: how sentences are ranked.
+        spans: each sentence's offsets in the normalised document; the summary records the
+            kept ones (none when not given).
     """
     if not sentences:
-        return ""
+        return ExtractiveSummary("", ())
+    places = list(spans) if spans is not None else []
     order = rank_sentences(vectors, len(sentences), ranking)
     count = summary_length(len(sentences), max_sentences=cap.max_sentences)
     kept = fit_to_cap(sentences, order, replace(cap, max_sentences=count))
     if not kept:
-        return truncate(sentences[order[0]], cap)
-    return join_sentences([sentences[i] for i in kept])
+        best = order[0]
+        prefix = truncate(sentences[best], cap)
+        start = places[best][0] if places else 0
+        return ExtractiveSummary(prefix, [(start, start + len(prefix))] if places else [])
+    text = join_sentences([sentences[i] for i in kept])
+    return ExtractiveSummary(text, [places[i] for i in kept] if places else [])

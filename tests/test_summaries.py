@@ -11,6 +11,7 @@ import torch
 import torch.nn.functional as F
 from dagster import Definitions, materialize
 
+from assets.day_metadata import day_entries
 from assets.summaries import defs
 from assets.summaries.checks import digest_covers_every_document
 from assets.summaries.demo_data import generate_day
@@ -22,8 +23,8 @@ from inference.checkpoints import CheckpointError
 from inference.device import make_runtime
 from inference.embeddings import encode
 from inference.encoder import load_sentence_encoder, packaged_encoder_path
-from inference.segment import split_sentences
-from inference.text import extractive_summaries
+from inference.segment import join_sentences, sentence_spans, split_sentences
+from inference.text import ExtractiveSummary, extractive_summaries
 from inference.topics import build_digest, choose_clusters, select_central
 
 DAY = "2026-03-02"
@@ -234,7 +235,7 @@ def test_generate_day_is_deterministic(tmp_path: Path):
 def _per_day(result, asset: str, label: str) -> dict:
     """One metadata value of each day's materialisation of ``asset``, by partition."""
     return {
-        e.partition: e.step_materialization_data.materialization.metadata[label].value
+        e.partition: day_entries(e.step_materialization_data.materialization.metadata)[label].value
         for e in result.get_asset_materialization_events()
         if e.asset_key.to_user_string() == asset
     }
@@ -252,7 +253,9 @@ def test_pipeline_summarises_and_digests_a_range_in_one_run(store, resources, in
     assert result.success
     assert all(check.passed for check in result.get_asset_check_evaluations())
     metadata = {
-        e.asset_key.to_user_string(): e.step_materialization_data.materialization.metadata
+        e.asset_key.to_user_string(): day_entries(
+            e.step_materialization_data.materialization.metadata
+        )
         for e in result.get_asset_materialization_events()
     }
     summary_meta = metadata["document_summaries"]
@@ -397,9 +400,16 @@ def test_a_summary_as_long_as_its_document_fails_the_blocking_cap(
     from inference.normalise import normalise_text
 
     # The summariser as it was: the "summary" of an article whose sentences it could not find
-    # is the whole article, which is not longer than the document and is drawn from it.
+    # is the whole article, which is not longer than the document and is drawn from it (every
+    # sentence recorded, and the summary their join).
     def whole_document(encoder, texts, **kwargs):
-        return [normalise_text(t) for t in texts], Embeddings(torch.empty(0, 384), 0, 0.0)
+        summaries = []
+        for text in texts:
+            flat = normalise_text(text)
+            spans = sentence_spans(flat)
+            joined = join_sentences([flat[a:b] for a, b in spans])
+            summaries.append(ExtractiveSummary(joined, spans))
+        return summaries, Embeddings(torch.empty(0, 384), 0, 0.0)
 
     # The package re-exports the asset under the module's name: import the module itself.
     module = importlib.import_module("assets.summaries.document_summaries")

@@ -15,6 +15,7 @@ from inference.segment import (
     is_unspaced,
     join_sentences,
     measure,
+    sentence_spans,
     split_sentences,
     truncate,
     within_cap,
@@ -73,6 +74,38 @@ TOKENISED = (
 )
 def test_split_sentences_in_many_forms_and_scripts(text, expected):
     assert split_sentences(text) == expected
+
+
+@pytest.mark.parametrize(
+    "text",
+    [
+        TOKENISED,
+        'He said "the flights help." "they are not enough," she said. iPhone sales rose. '
+        "eBay fell.",
+        "what changes: fares fall. season tickets in the app.\n\nThe council agreed. it "
+        "meets again in May.",
+        "<p>Heading</p><p>First line. second line.</p><ul><li>one item</li><li>two</li></ul>",
+        " ".join(f"word{i}" for i in range(300)) + ". Then a sentence.",
+        "今天天气很好。我们去公园吧！" * 30,
+    ],
+    ids=["tokenised", "quotes-iphone", "list-paragraphs", "html", "windows", "unspaced"],
+)
+def test_sentence_spans_locate_every_sentence_in_the_normalised_text(text):
+    flat = normalise_text(text)
+    spans = sentence_spans(flat)
+    assert [flat[a:b] for a, b in spans] == split_sentences(text)
+    assert all(a < b for a, b in spans)
+    assert all(b1 <= a2 for (_, b1), (a2, _) in zip(spans, spans[1:], strict=False))
+
+
+def test_lower_case_starts_stay_inside_their_sentence_in_cased_prose():
+    # In cased prose a lower-case word after a period does not open a sentence: the cut is
+    # where a capital, digit or quote-and-capital follows, so the spans never split "iPhone".
+    text = 'Sales rose in May. iPhone demand was "strong." eBay said so. They agreed.'
+    assert split_sentences(text) == [
+        'Sales rose in May. iPhone demand was "strong." eBay said so.',
+        "They agreed.",
+    ]
 
 
 def test_text_without_punctuation_falls_back_to_bounded_windows():

@@ -45,7 +45,7 @@ from inference.generate import Generator, generate_summaries
 from inference.metrics import BatchMetrics
 from inference.rank import RankerSettings
 from inference.segment import LengthCap, fit_summary
-from inference.text import SentenceEncoder, extractive_summaries
+from inference.text import SentenceEncoder, extractive_summaries, summary_spans
 from resources.inference import InferenceResource
 from resources.quality import (
     QualityConfig,
@@ -56,11 +56,15 @@ ASSET = SUMMARIES
 # The model's padded-token budget per call, as the metadata names it.
 BUDGET = "model_batch_tokens"
 
+# Where an extractive summary's sentences lie: character offsets into the document's normalised
+# text, recorded as the summariser chose them (null for abstractive summaries, which are written).
+SENTENCE_SPANS = pa.list_(pa.struct([("start", pa.int32()), ("end", pa.int32())]))
 SUMMARIES_SCHEMA = pa.schema(
     [
         ("doc_id", pa.string()),
         ("summary", pa.string()),
         ("model_version", pa.string()),
+        ("sentence_spans", SENTENCE_SPANS),
     ]
 )
 
@@ -236,16 +240,23 @@ def _texts(chunk: pa.RecordBatch) -> list[str]:
 
 
 def _summarise_batch(summarise: Summarise, version: str, metrics: ModelMetrics):
-    """The model step for one chunk of documents: (chunk, texts) -> doc_id, summary, version."""
+    """The model step for one chunk of documents: (chunk, texts) -> doc_id, summary, version, spans."""
 
     def transform(chunk: pa.RecordBatch, texts: list[str]) -> pa.RecordBatch:
         summaries, calls = summarise(texts)
         metrics.model_calls += calls
         versions = pa.array([version] * len(summaries), pa.string())
-        columns = [chunk.column("doc_id"), pa.array(summaries, pa.string()), versions]
+        spans = pa.array([_span_rows(s) for s in summaries], SENTENCE_SPANS)
+        columns = [chunk.column("doc_id"), pa.array(summaries, pa.string()), versions, spans]
         return pa.record_batch(columns, schema=SUMMARIES_SCHEMA)
 
     return transform
+
+
+def _span_rows(summary: str) -> list[dict[str, int]] | None:
+    """A summary's recorded sentence offsets as column values; None when it has no record."""
+    spans = summary_spans(summary)
+    return None if spans is None else [{"start": a, "end": b} for a, b in spans]
 
 
 def load(store: DataStore, inference: InferenceResource, config: SummariesConfig) -> Model:
@@ -309,7 +320,9 @@ def document_summaries(
     inference: InferenceResource,
 ):
     """A two-or-three sentence summary of every document published that day, for newsletters,
-    search snippets and the daily digest: doc_id, summary, and the model_version that wrote it.
+    search snippets and the daily digest: doc_id, summary, the model_version that wrote it, and
+    (extractive) sentence_spans, where each of its sentences lies in the document's normalised
+    text.
 
     By default the summary is the document's best-ranked sentences in their original order
     (extractive, so it never states anything the document does not): position-aware

@@ -5,8 +5,9 @@ Documents that cannot be summarised — no id, a repeated id, text that is not U
 all, text too long to summarise in reasonable time, or a publication time outside the day —
 are quarantined with their reason. While the rest stream through the model,
 :func:`summary_observer` checks every summary against its document: not blank, not longer than
-the document, within the hard length cap, and drawn from it (extractive: every sentence is one
-of the normalised document's; abstractive: most of its words occur in the document).
+the document, within the hard length cap, and drawn from it (extractive: the sentences the
+summariser recorded, by their offsets, are sentences of the normalised document, and the summary
+is exactly their join; abstractive: most of its words occur in the document).
 """
 
 from __future__ import annotations
@@ -32,7 +33,7 @@ from inference.quarantine import (
     longer_than,
     outside,
 )
-from inference.segment import LengthCap, measure, split_sentences, within_cap
+from inference.segment import LengthCap, join_sentences, measure, sentence_spans, within_cap
 from resources.quality import PositionCursor, sample_positions
 from resources.storage import DataStore
 
@@ -122,9 +123,10 @@ def summary_observer(version: str, extractive: bool, cap: LengthCap):
             for t, b in zip(scored["title"].to_pylist(), scored["body"].to_pylist(), strict=True)
         ]
         summaries = out["summary"].to_pylist()
+        spans = out["sentence_spans"].to_pylist()
         blank_count = not_shorter = ungrounded = over_cap = 0
         longest = [0]
-        for text, summary in zip(texts, summaries, strict=True):
+        for text, summary, places in zip(texts, summaries, spans, strict=True):
             if not summary or not summary.strip():
                 blank_count += 1
                 continue
@@ -134,7 +136,7 @@ def summary_observer(version: str, extractive: bool, cap: LengthCap):
                 over_cap += 1
             if len(summary) > len(text):
                 not_shorter += 1
-            if not _drawn_from(summary, text, extractive):
+            if not _drawn_from(summary, places, text, extractive):
                 ungrounded += 1
         stats.count("summary_blank", blank_count)
         stats.count("summary_longer_than_document", not_shorter)
@@ -150,14 +152,36 @@ def summary_observer(version: str, extractive: bool, cap: LengthCap):
     return observe
 
 
-def _drawn_from(summary: str, text: str, extractive: bool) -> bool:
+def _drawn_from(summary: str, spans: list[dict] | None, text: str, extractive: bool) -> bool:
+    """Whether a summary is its document's text: extractive, by the sentences it recorded;
+    abstractive, by the share of its words the document has."""
     if extractive:
-        # Substrings of the text the summariser read (markup removed, NFC, whitespace), with
-        # paragraph breaks as spaces: summaries are drawn from that text, not the raw body.
-        flat = " ".join(normalise_text(text).split())
-        return all(" ".join(s.split()) in flat for s in split_sentences(summary))
+        return _recorded_sentences_match(summary, spans, normalise_text(text))
     words = _WORD.findall(summary.lower())
     if not words:
         return False
     known = set(_WORD.findall(text.lower()))
     return sum(w in known for w in words) / len(words) >= MIN_GROUNDED_WORDS
+
+
+def _recorded_sentences_match(summary: str, spans: list[dict] | None, flat: str) -> bool:
+    """The summariser's record checked against the text it read (markup removed, NFC,
+    whitespace): each span is one of the document's sentences, in order and apart, or, alone,
+    the prefix of one (a sentence longer than the cap); and the summary is their join.
+
+    The summary is never segmented again: a sentence that starts in lower case (a quotation's
+    second half, "iPhone", a list item) may not be cut where the summariser cut it.
+    """
+    if not spans:
+        return False
+    places = [(int(s["start"]), int(s["end"])) for s in spans]
+    sentences = dict(sentence_spans(flat))
+    previous_end = 0
+    for start, end in places:
+        whole = sentences.get(start)
+        if whole is None or start < previous_end or not start < end <= whole:
+            return False
+        if end < whole and len(places) > 1:
+            return False
+        previous_end = end
+    return summary == join_sentences([flat[a:b] for a, b in places])
