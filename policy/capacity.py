@@ -69,14 +69,38 @@ def capacity_tags(
         raise ValueError(f"spot and on-demand providers are both '{spot_provider}'")
     if interruptions < on_demand_after:
         return {}
+    return tags_for_capacity(ON_DEMAND, current_tags, provider=on_demand_provider)
+
+
+def tags_for_capacity(
+    capacity: str, current_tags: Mapping[str, str] | None = None, *, provider: str | None = None
+) -> dict[str, str]:
+    """Run tags that put a run's next attempt on ``capacity``, whoever chose it.
+
+    The deadline-aware policy (policy/deadline.py) chooses per attempt, in both directions:
+    on-demand when a partition falls behind, spot again once it is ahead. The tags are the
+    same mechanism as the count-based switch's: ``ecs/run_task_kwargs`` with that capacity
+    provider's strategy, and ``nightshift/capacity``.
+
+    Args:
+        capacity: ``on-demand``/``on_demand`` or ``spot``.
+        current_tags: the run's tags; their other ``ecs/run_task_kwargs`` keys are kept.
+        provider: the capacity provider's name; default this module's for that capacity.
+    """
+    if capacity in (ON_DEMAND, "on_demand"):
+        capacity, provider = ON_DEMAND, provider or ON_DEMAND_PROVIDER
+    elif capacity == "spot":
+        provider = provider or SPOT_PROVIDER
+    else:
+        raise ValueError(f"capacity must be 'spot' or 'on-demand', got {capacity!r}")
     kwargs = _current_run_task_kwargs(current_tags or {})
-    kwargs["capacityProviderStrategy"] = capacity_strategy(on_demand_provider)
+    kwargs["capacityProviderStrategy"] = capacity_strategy(provider)
     # A launchType left in the tag would make ECS reject the strategy; the launcher only drops
     # the instance-level one.
     kwargs.pop("launchType", None)
     return {
         RUN_TASK_KWARGS_TAG: json.dumps(kwargs, sort_keys=True),
-        CAPACITY_TAG: ON_DEMAND,
+        CAPACITY_TAG: capacity,
     }
 
 

@@ -2,11 +2,20 @@
 
 from __future__ import annotations
 
+import json
+
 import numpy as np
 import pytest
 
 from orchestration.simulate.replay import IDLE, ON_DEMAND, SPOT, Job, replay
 from policy import deadline as dl
+from policy.capacity import (
+    ON_DEMAND_PROVIDER,
+    SPOT_PROVIDER,
+    capacity_strategy,
+    capacity_tags,
+    tags_for_capacity,
+)
 from policy.prices import (
     DEFAULT_NODE_TYPE,
     ON_DEMAND_PRICE_SETTING,
@@ -15,6 +24,7 @@ from policy.prices import (
     node_prices_from_env,
     price_table,
 )
+from policy.tags import CAPACITY_TAG, RUN_TASK_KWARGS_TAG
 
 H, MIN = 3600.0, 60.0
 NIGHT = dict(total_work_s=2 * H, window_s=6 * H, restart_overhead_s=10 * MIN, deadline="07:00")
@@ -202,3 +212,24 @@ def test_node_prices_default_and_overrides(monkeypatch):
     monkeypatch.setenv(ON_DEMAND_PRICE_SETTING, "cheap")
     with pytest.raises(ValueError, match=ON_DEMAND_PRICE_SETTING):
         node_prices_from_env()
+
+
+def test_a_decision_becomes_the_run_tags_the_ecs_launcher_reads():
+    current = {RUN_TASK_KWARGS_TAG: json.dumps({"cluster": "night", "launchType": "EC2"})}
+    behind = choose(work_left_s=2 * H, time_left_s=3 * H)
+    tags = tags_for_capacity(behind.capacity, current)
+    kwargs = json.loads(tags[RUN_TASK_KWARGS_TAG])
+    assert kwargs == {
+        "cluster": "night",
+        "capacityProviderStrategy": capacity_strategy(ON_DEMAND_PROVIDER),
+    }
+    assert tags[CAPACITY_TAG] == "on-demand"
+    # The same tags as the count-based switch gives once it is due.
+    assert tags == capacity_tags(2, 2, current_tags=current)
+    back = tags_for_capacity(dl.SPOT, tags)
+    assert json.loads(back[RUN_TASK_KWARGS_TAG])["capacityProviderStrategy"] == capacity_strategy(
+        SPOT_PROVIDER
+    )
+    assert back[CAPACITY_TAG] == "spot"
+    with pytest.raises(ValueError, match="capacity must be"):
+        tags_for_capacity("reserved")
