@@ -2,8 +2,6 @@
 
 from __future__ import annotations
 
-from collections.abc import Iterator
-from contextlib import contextmanager
 from dataclasses import dataclass, field
 
 import pandas as pd
@@ -16,41 +14,13 @@ from dagster import (
     MetadataValue,
 )
 
+from assets.errors import fail_fast_on_bad_input
 from assets.observability import GpuStats, NodePrice, observability_metadata
-from inference.generate import CheckpointError
 from inference.metrics import BatchMetrics
-from inference.modelstore import ModelNotFoundError
 from inference.shards import ShardReport
 from policy.partitions import partition_key_error
-from policy.training import MODELS
 from resources.landing_files import NOT_PARQUET_ENV, LandingListing
-from resources.storage import DataStore, LandingDataError, Published
-
-# Problems that will be the same on a retry: missing or malformed landing data, no trained
-# model, an unusable checkpoint.
-PERMANENT_INPUT_ERRORS = (LandingDataError, ModelNotFoundError, CheckpointError)
-
-
-@contextmanager
-def fail_fast_on_bad_input() -> Iterator[None]:
-    """Fails the step at once with the reason, instead of spending the retry budget on it."""
-    try:
-        yield
-    except PERMANENT_INPUT_ERRORS as exc:
-        raise Failure(description=str(exc) + _how_to_fix(exc), allow_retries=False) from exc
-
-
-def _how_to_fix(exc: Exception) -> str:
-    """What the operator does about it, where the message alone does not say."""
-    if isinstance(exc, ModelNotFoundError):
-        jobs = [job for job, model in MODELS.items() if model == exc.name]
-        train = f", or run `{jobs[0]}`" if jobs else ""
-        return (
-            f". To fix it, train the model once: materialise the `{exc.name}` asset (Materialize "
-            f"on its page in the UI, or `dagster asset materialize -m orchestration.definitions "
-            f"--select {exc.name}`){train}; then run this again"
-        )
-    return ""
+from resources.storage import DataStore, Published
 
 
 @dataclass(frozen=True)

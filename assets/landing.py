@@ -103,7 +103,10 @@ def land(
             sample_rows=config.check_sample_rows,
             seed=config.check_seed,
         )
-        published = dict(spec.publish(store, date, screen, config, limit)) if spec.publish else {}
+        with fail_fast_on_bad_input():  # a storage layout it cannot write to fails once
+            published = (
+                dict(spec.publish(store, date, screen, config, limit)) if spec.publish else {}
+            )
         metadata = {
             **landed,
             "rows_to_quarantine": plan.count,

@@ -39,6 +39,21 @@ class ModelNotFoundError(FileNotFoundError):
         self.name = name
 
 
+class ModelUnusableError(ValueError):
+    """A model version exists but cannot be loaded: a file of its folder is missing, or its
+    bytes no longer match the version's content hash (truncated, edited, half copied). A retry
+    reads the same bytes, so only retraining or restoring the folder mends it.
+
+    Attributes:
+        name: the model's name.
+        folder: the version's folder, where the files should be.
+    """
+
+    def __init__(self, message: str, name: str, folder: str):
+        super().__init__(message)
+        self.name, self.folder = name, folder
+
+
 def model_version(weights: bytes, manifest: dict[str, Any]) -> str:
     """A short content hash of weights and manifest: same model, same version."""
     digest = hashlib.sha256(weights)
@@ -81,14 +96,46 @@ def current_version(read: ReadBytes, models_dir: str, name: str) -> str:
 def load_model(
     read: ReadBytes, models_dir: str, name: str, version: str | None = None
 ) -> StoredModel:
-    """Loads a model version (the current one by default) and verifies its hash."""
+    """Loads a model version (the current one by default) and verifies its hash.
+
+    Raises:
+        ModelNotFoundError: no version of the model is current (none was trained).
+        ModelUnusableError: the version's files are missing, unreadable as a model, or fail
+            its content hash.
+    """
     version = version or current_version(read, models_dir, name)
     folder = f"{models_dir}/{name}/{version}"
-    weights = read(f"{folder}/model.safetensors")
-    manifest = json.loads(read(f"{folder}/manifest.json"))
+    weights = _read_file(read, name, folder, "model.safetensors")
+    raw = _read_file(read, name, folder, "manifest.json")
+    try:
+        manifest = json.loads(raw)
+    except ValueError as exc:
+        raise ModelUnusableError(
+            f"model '{name}' version {version}: {folder}/manifest.json is not JSON ({exc})",
+            name,
+            folder,
+        ) from exc
     stripped = {k: v for k, v in manifest.items() if k not in ("name", "version")}
     if model_version(weights, stripped) != version:
-        raise ValueError(f"model '{name}' version {version} at {folder} fails its content hash")
+        raise ModelUnusableError(
+            f"model '{name}' version {version} at {folder} fails its content hash: "
+            f"model.safetensors ({len(weights):,} bytes) or manifest.json is not what was saved",
+            name,
+            folder,
+        )
     return StoredModel(
         name=name, version=version, tensors=load_safetensors(weights), manifest=manifest
     )
+
+
+def _read_file(read: ReadBytes, name: str, folder: str, file: str) -> bytes:
+    """One file of a model version; a missing one makes the version unusable (CURRENT names
+    it, so it was saved whole once: it was deleted or never fully copied)."""
+    try:
+        return read(f"{folder}/{file}")
+    except FileNotFoundError as exc:
+        raise ModelUnusableError(
+            f"model '{name}' version {folder.rsplit('/', 1)[-1]}: {folder}/{file} is missing",
+            name,
+            folder,
+        ) from exc

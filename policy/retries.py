@@ -8,8 +8,10 @@ from dagster import Backoff, Jitter, RetryPolicy
 
 from policy.tags import MAX_RETRIES_TAG
 
-# Errors in user code (bad model, bad data) get a small budget with backoff, then fail loudly.
-# Errors that a retry cannot fix (a missing landing partition) raise Failure(allow_retries=False).
+# Errors in user code get a small budget with backoff, then fail loudly. Errors that a retry
+# cannot fix (missing or malformed landing data, no trained model, a model version whose files
+# are missing or damaged, a file where a folder must be, a folder it may not write) raise
+# Failure(allow_retries=False) at once, naming the path and the fix (assets/errors.py).
 ERROR_RETRY_POLICY = RetryPolicy(
     max_retries=2, delay=5, backoff=Backoff.EXPONENTIAL, jitter=Jitter.PLUS_MINUS
 )

@@ -117,15 +117,20 @@ def fraud_model(
     threshold and the features with their normalisation.
     """
     store = storage.store()
-    if not config.retrain:
-        try:
-            stored = load_model(store.read_bytes, store.models_dir, MODEL_NAME)
-        except ModelNotFoundError:
-            context.log.info("no current fraud model: training one")
-        else:
-            context.log.info(f"reusing fraud model {stored.version} (set retrain to replace it)")
-            metadata = model_metadata(stored.manifest, stored.version)
-            return MaterializeResult(metadata={**metadata, "reused": True})
+    # A current model whose files are damaged fails at once, naming the fix: retraining over
+    # it here would replace the champion without anyone deciding to.
+    with fail_fast_on_bad_input():
+        if not config.retrain:
+            try:
+                stored = load_model(store.read_bytes, store.models_dir, MODEL_NAME)
+            except ModelNotFoundError:
+                context.log.info("no current fraud model: training one")
+            else:
+                context.log.info(
+                    f"reusing fraud model {stored.version} (set retrain to replace it)"
+                )
+                metadata = model_metadata(stored.manifest, stored.version)
+                return MaterializeResult(metadata={**metadata, "reused": True})
 
     train_config = TrainConfig(
         hidden=tuple(config.hidden),

@@ -129,13 +129,15 @@ def recommendation_model(
     recall@20 on the last day held out, next to recommending the most popular items. The
     current model is reused unless `retrain` is set."""
     store = storage.store()
-    if not config.retrain:
-        try:
-            trained = current_model(store)
-            context.log.info(f"reusing {RECOMMENDATION_MODEL} {trained.version}")
-            return MaterializeResult(metadata=trained.metadata(reused=True))
-        except ModelNotFoundError:
-            context.log.info(f"no current {RECOMMENDATION_MODEL}: training one")
+    # A current model whose files are damaged fails at once (see fraud_model).
+    with fail_fast_on_bad_input():
+        if not config.retrain:
+            try:
+                trained = current_model(store)
+                context.log.info(f"reusing {RECOMMENDATION_MODEL} {trained.version}")
+                return MaterializeResult(metadata=trained.metadata(reused=True))
+            except ModelNotFoundError:
+                context.log.info(f"no current {RECOMMENDATION_MODEL}: training one")
     dates = store.landing_dates(INTERACTIONS)
     if not dates:
         where = store.uri(store.path("landing", INTERACTIONS))
