@@ -5,8 +5,9 @@
   (benchmarks/eval_fraud.py);
 - recommendations: MovieLens 100k replayed as daily interactions through the real assets,
   against popularity, item-kNN and EASE (benchmarks/eval_recommendations.py);
-- summaries: CNN/DailyMail validation articles in their plain and tokenised lower-case forms,
-  against Lead-3 (benchmarks/eval_summaries.py).
+- summaries: every k-th CNN/DailyMail validation article (not the ones the ranker was tuned
+  on) in its plain and tokenised lower-case forms, against Lead-3, over all of them and with CNN
+  and Daily Mail apart (benchmarks/eval_summaries.py).
 
 The last two data sets may not be redistributed, so they live in the git-ignored
 ``.nightshift/eval/`` cache, checked against their sha256; a missing one is reported with the

@@ -455,14 +455,47 @@ def test_the_length_cap_is_configurable(store, resources, instance):
         assert len(split_sentences(row["summary"])) == 1 and len(row["summary"].split()) <= 12
 
 
+FORMS = ("tokenised", "plain")
+
+
+def test_evaluation_samples_every_kth_article_and_tells_the_sources_apart(tmp_path):
+    import hashlib
+
+    from benchmarks import eval_summaries as evaluation
+
+    cnn = "http://web.archive.org/web/2015id_/http://www.cnn.com/2015/03/01/world/story/index.html"
+    mail = "http://web.archive.org/web/2015id_/http://www.dailymail.co.uk/news/article-1.html"
+    urls = tmp_path / "urls.txt"
+    urls.write_text(f"{cnn}\n{mail}\n")
+    examples = [
+        evaluation.Example(hashlib.sha1(cnn.encode()).hexdigest(), "No dateline here.", "x"),
+        evaluation.Example(hashlib.sha1(mail.encode()).hexdigest(), "(CNN) -- misleading", "x"),
+        evaluation.Example("not-listed-1", "By . Jo Bloggs . PUBLISHED: . 12:00 EST . Text.", "x"),
+        evaluation.Example("not-listed-2", "LONDON, England (CNN) -- Text.", "x"),
+        evaluation.Example("not-listed-3", "Plain text.", "x"),
+    ]
+    # The URL decides where there is one; the dateline only for articles it does not list.
+    assert list(evaluation.article_sources(examples, urls).values()) == [
+        "cnn", "dailymail", "dailymail", "cnn", "unknown",
+    ]  # fmt: skip
+    assert [e.doc_id for e in evaluation.every_kth(examples, 2, 1)] == [
+        examples[1].doc_id, "not-listed-2",
+    ]  # fmt: skip
+    tune, report = evaluation.every_kth(range(100), 8, 0), evaluation.every_kth(range(100), 8, 4)
+    assert not set(tune) & set(report) and len(tune) == 13 and len(report) == 12
+    with pytest.raises(ValueError, match="offset"):
+        evaluation.every_kth(examples, 2, 2)
+
+
 def test_evaluation_harness_runs_on_the_tiny_fixture_and_prints_the_table(
     encoder, tmp_path, capsys
 ):
     from benchmarks import eval_summaries as evaluation
 
     fixture = Path(__file__).parent / "fixtures" / "summaries_eval_tiny.csv"
-    rows = evaluation.evaluate(fixture, skip=0, encoder=encoder, cache=tmp_path)
-    forms = ("summaries_eval_tiny (tokenised)", "summaries_eval_tiny (plain)")
+    rows = evaluation.evaluate(fixture, every=1, offset=0, encoder=encoder, cache=tmp_path)
+    # All four articles, and the same four as the group whose source nothing names.
+    forms = [f"summaries_eval_tiny {g} ({f})" for g in ("all", "unknown") for f in FORMS]
     metrics = ("rouge1", "rouge2", "rougeLsum", "summary_words")
     assert {(r["dataset"], r["method"], r["metric"]) for r in rows} == {
         (f, method, m)
@@ -474,12 +507,13 @@ def test_evaluation_harness_runs_on_the_tiny_fixture_and_prints_the_table(
         assert row["documents"] == 4
         assert 0 <= row["value"] <= 100 if row["metric"] != "summary_words" else row["value"] > 0
     assert list(tmp_path.glob("embeddings-*.npz"))  # the second run reads them back
-    assert evaluation.main(["--data", str(fixture), "--skip", "0", "--cache", str(tmp_path)]) == 0
+    argv = ["--data", str(fixture), "--every", "1", "--offset", "0", "--cache", str(tmp_path)]
+    assert evaluation.main(argv) == 0
     printed = capsys.readouterr().out
     assert (
         "| dataset | method | rouge1 | rouge2 | rougeLsum | summary_words | documents |" in printed
     )
-    assert printed.count("| summaries_eval_tiny (") == 6
+    assert printed.count("| summaries_eval_tiny ") == 12
     # The real set is not in the repository: without it the harness says how to get it.
     with pytest.raises(FileNotFoundError, match="git clone"):
         evaluation.dataset_path(cache=tmp_path)
