@@ -11,7 +11,6 @@ leaves the days before it recorded.
 
 from __future__ import annotations
 
-import logging
 import warnings
 from collections.abc import Callable, Iterator, Mapping, Sequence
 from collections.abc import Set as AbstractSet
@@ -45,33 +44,12 @@ from policy.partitions import backfill_policy, daily_partitions
 ERROR = AssetCheckSeverity.ERROR
 
 
-# The checks declared through per_day, as "asset:check": the ones DayRecorder gates itself.
-_PER_DAY_CHECKS: set[str] = set()
-
-
-class _GatedHere(logging.Filter):
-    """Drops Dagster's warning that a blocking check declared through :func:`per_day` "emitted
-    no result": DayRecorder yields each day's result as an event and fails the step itself when
-    a blocking one fails, so downstream steps are gated all the same. The warning about any
-    other check is kept."""
-
-    def filter(self, record: logging.LogRecord) -> bool:
-        message = record.getMessage()
-        if "emitted no result in step" not in message:
-            return True
-        return not any(repr(key) in message for key in _PER_DAY_CHECKS)
-
-
-logging.getLogger("dagster._core.execution.plan.active").addFilter(_GatedHere())
-
-
 def per_day(check: AssetCheckSpec) -> AssetCheckSpec:
     """The check, evaluated once per daily partition.
 
     Partitioned checks are a preview feature of Dagster 1.13 (its warning is silenced here,
     where the choice is made); tests/test_ui_graphql.py checks each day's result in the UI.
     """
-    _PER_DAY_CHECKS.add(f"{check.asset_key.to_user_string()}:{check.name}")
     with warnings.catch_warnings():
         warnings.simplefilter("ignore", PreviewWarning)
         return AssetCheckSpec(
@@ -91,11 +69,17 @@ class DayRecorder:
     ``finish`` ends the step: it fails it when a blocking check failed on any day (nothing
     downstream runs), and otherwise yields the step's outputs so that downstream steps of the
     same run go ahead.
+
+    Args:
+        blocking: the blocking checks' names, default this step's; a step that records
+            another asset's days (scoring that lands its input) passes that asset's.
     """
 
-    def __init__(self, context: AssetExecutionContext):
+    def __init__(self, context: AssetExecutionContext, blocking: AbstractSet[str] | None = None):
         self.context = context
-        self.blocking = {c.name for c in context.assets_def.check_specs if c.blocking}
+        if blocking is None:
+            blocking = {c.name for c in context.assets_def.check_specs if c.blocking}
+        self.blocking = set(blocking)
         self.failed: list[str] = []
 
     def record(
@@ -129,6 +113,15 @@ class DayRecorder:
             yield Output(
                 None,
                 output_name=assets_def.get_output_name_for_asset_key(key),
+                metadata={NO_ASSET_EVENTS: True},
+            )
+        # Each check's output, as Dagster yields one for an AssetCheckResult: the results went
+        # out above as per-day evaluations, which Dagster does not count, so without these it
+        # logs that the step "did not yield expected outputs" for every check that passed.
+        for key in sorted(self.context.selected_asset_check_keys, key=str):
+            yield Output(
+                None,
+                output_name=assets_def.get_output_name_for_asset_check_key(key),
                 metadata={NO_ASSET_EVENTS: True},
             )
 

@@ -89,6 +89,7 @@ class SuiteRun:
     def __init__(self, suites: Mapping[str, CheckSuite]) -> None:
         self.suites = suites
         self.evidence: dict[str, list[Evidence]] = {name: [] for name in suites}
+        self.sampled = 0  # rows in the partitions' samples: a small day has fewer than asked
 
     def add(
         self,
@@ -98,9 +99,20 @@ class SuiteRun:
         parameters: dict[str, Any],
     ) -> None:
         """Validates one partition's exact figures and row sample against every suite."""
+        self.sampled += 0 if sample is None else len(sample)
         found = validate(list(self.suites.values()), date, figures, sample, parameters)
         for name, e in found.items():
             self.evidence[name].append(e)
+
+    def sample_figures(self, metadata: dict[str, Any]) -> dict[str, Any]:
+        """``sample_rows`` as the rows actually sampled, the setting as ``sample_rows_limit``."""
+        if "sample_rows" not in metadata:
+            return metadata
+        return {
+            **metadata,
+            "sample_rows": self.sampled,
+            "sample_rows_limit": metadata["sample_rows"],
+        }
 
     def failed(self, name: str) -> bool:
         return any(not e.passed for e in self.evidence[name])
@@ -113,6 +125,7 @@ class SuiteRun:
     ) -> list[AssetCheckResult]:
         """One result a suite, with the run's shared metadata and the suite's own ``extra``;
         the suites named in ``warn`` fail as WARN, whatever their severity."""
+        metadata = self.sample_figures(metadata)
         return [
             check_result(
                 suite,
@@ -172,6 +185,7 @@ class LandingGate:
             "deadline_hours": deadline_hours,
             "freshness_judged_partitions": len(judged),
         }
+        shared = run.sample_figures(shared)
         within = not any(limit.exceeded(s.plan.count, s.plan.rows) for s in screens.values())
         results = []
         for name, suite in self.suites.items():

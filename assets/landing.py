@@ -14,14 +14,28 @@ from dataclasses import dataclass
 from typing import Any
 
 import pyarrow as pa
-from dagster import AssetExecutionContext, MetadataValue
+from dagster import AssetCheckResult, AssetExecutionContext, MetadataValue
 from pydantic import Field
 
-from assets.common import fail_fast_on_bad_input, landing_day, partition_dates, record_landing_read
+from assets.common import (
+    LANDING_FINGERPRINT,
+    fail_fast_on_bad_input,
+    landing_day,
+    partition_dates,
+    record_landing_read,
+)
 from assets.days import DayRecorder
 from assets.gates import LandingGate, Screen
 from resources.quality import QualityConfig, preload_great_expectations, quarantine_limit
 from resources.storage import DataStore, StorageResource
+
+# Every landing dataset's spec by name, filled as the domains declare them (at import), so that
+# a scoring asset can land its input's day in its own step (``assets/upstream.py``).
+LANDINGS: dict[str, LandingSpec] = {}
+
+# What a landing day's metadata says about the check it had: the files' fingerprint, and
+# whether its blocking checks passed.
+CHECKED, PASSED = "landing_checks", "passed"
 
 # What a day's screening publishes beside it: metadata for the dataset's own materialisation
 # and for each companion asset recorded with it (e.g. the saved screen).
@@ -38,6 +52,8 @@ class LandingSpec:
         gate: its suites, and which quarantine reasons each check counts.
         screen: ``(store, date, config, max_quarantine_rate) -> Screen``.
         publish: ``(store, date, screen, config, max_quarantine_rate) -> {asset: metadata}``.
+        config: the landing asset's config class; with it a scoring step can land a day that
+            was never checked (see ``assets/upstream.py``).
     """
 
     dataset: str
@@ -45,6 +61,15 @@ class LandingSpec:
     gate: LandingGate
     screen: Callable[[DataStore, str, Any, float], Screen]
     publish: Publish | None = None
+    config: type[QualityConfig] | None = None
+
+    def __post_init__(self) -> None:
+        LANDINGS[self.dataset] = self
+
+    @property
+    def blocking(self) -> set[str]:
+        """The names of its blocking checks."""
+        return {name for name, suite in self.gate.suites.items() if suite.blocking}
 
 
 def deadline(hours: float, schedule: str) -> Any:
@@ -66,7 +91,11 @@ def land_files(
     dates = partition_dates(context)
     record_landing_read(context, store, dataset, dates)
     for date in dates:
-        yield from days.record(dataset, date, landing_day(context, store, dataset, schema, date))
+        fingerprint = store.landing_fingerprint(dataset, date) or ""
+        landed = landing_day(context, store, dataset, schema, date)
+        # Its contract is its whole check: a scoring step reads this day as checked.
+        metadata = {**landed, LANDING_FINGERPRINT: fingerprint, CHECKED: PASSED}
+        yield from days.record(dataset, date, metadata)
     yield from days.finish()
 
 
@@ -86,34 +115,59 @@ def land(
     dates = partition_dates(context)
     record_landing_read(context, store, spec.dataset, dates)
     for date in dates:
-        landed = landing_day(context, store, spec.dataset, spec.schema, date)
-        with fail_fast_on_bad_input():
-            screen = spec.screen(store, date, config, limit)
-        plan = screen.plan
-        if plan.count:
-            context.log.warning(
-                f"{spec.dataset} {date}: {plan.count} of {plan.rows} rows to quarantine "
-                f"({plan.rate:.2%}, limit {limit.describe(plan.rows)}): {plan.describe()}"
-            )
-        checks = spec.gate.check_results(
-            store,
-            {date: screen},
-            max_quarantine_rate=limit,
-            deadline_hours=config.deadline_hours,
-            sample_rows=config.check_sample_rows,
-            seed=config.check_seed,
-        )
-        with fail_fast_on_bad_input():  # a storage layout it cannot write to fails once
-            published = (
-                dict(spec.publish(store, date, screen, config, limit)) if spec.publish else {}
-            )
-        metadata = {
-            **landed,
-            "rows_to_quarantine": plan.count,
-            "quarantine_reasons": MetadataValue.json(plan.counts()),
-            **published.pop(spec.dataset, {}),
-        }
-        yield from days.record(spec.dataset, date, metadata, checks)
-        for asset, companion in published.items():
-            yield from days.record(asset, date, companion)
+        yield from land_day(context, spec, config, store, date, limit, days)
     yield from days.finish()
+
+
+def land_day(
+    context: AssetExecutionContext,
+    spec: LandingSpec,
+    config: QualityConfig,
+    store: DataStore,
+    date: str,
+    limit: Any,
+    days: DayRecorder,
+) -> Iterator[Any]:
+    """Checks and screens one day and records it (with its companions), through ``days``.
+
+    The day's metadata names the files it was checked against (their fingerprint) and whether
+    its blocking checks passed: :func:`unchecked` reads both back.
+    """
+    fingerprint = store.landing_fingerprint(spec.dataset, date)
+    landed = landing_day(context, store, spec.dataset, spec.schema, date)
+    with fail_fast_on_bad_input():
+        screen = spec.screen(store, date, config, limit)
+    plan = screen.plan
+    if plan.count:
+        context.log.warning(
+            f"{spec.dataset} {date}: {plan.count} of {plan.rows} rows to quarantine "
+            f"({plan.rate:.2%}, limit {limit.describe(plan.rows)}): {plan.describe()}"
+        )
+    checks = spec.gate.check_results(
+        store,
+        {date: screen},
+        max_quarantine_rate=limit,
+        deadline_hours=config.deadline_hours,
+        sample_rows=config.check_sample_rows,
+        seed=config.check_seed,
+    )
+    failed = [c.check_name for c in checks if _blocks(spec, c)]
+    with fail_fast_on_bad_input():  # a storage layout it cannot write to fails once
+        published = dict(spec.publish(store, date, screen, config, limit)) if spec.publish else {}
+    metadata = {
+        **landed,
+        "rows_to_quarantine": plan.count,
+        "quarantine_reasons": MetadataValue.json(plan.counts()),
+        LANDING_FINGERPRINT: fingerprint or "",
+        CHECKED: "failed: " + ", ".join(failed) if failed else PASSED,
+        **published.pop(spec.dataset, {}),
+    }
+    yield from days.record(spec.dataset, date, metadata, checks)
+    for asset, companion in published.items():
+        yield from days.record(asset, date, companion)
+
+
+def _blocks(spec: LandingSpec, result: AssetCheckResult) -> bool:
+    suite = spec.gate.suites.get(result.check_name or "")
+    severity = result.severity.value if result.severity else "ERROR"
+    return not result.passed and suite is not None and suite.blocking and severity == "ERROR"

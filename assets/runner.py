@@ -16,6 +16,7 @@ neither redoes nor records them again, so it redoes only the failed days.
 
 from __future__ import annotations
 
+import datetime as dt
 import inspect
 import time
 from collections.abc import Callable, Iterator, Mapping, Sequence
@@ -44,7 +45,9 @@ from assets.common import (
     record_landing_read,
     scoring_metadata,
 )
+from assets.day_metadata import day_figures, day_metadata
 from assets.days import DayRecorder, daily_assets, latest_materialization
+from assets.upstream import land_unchecked, refuse_blocked
 from policy.automation import GPU_POOL, scored_by_0700_utc
 from resources.inference import InferenceResource
 from resources.quality import (
@@ -163,8 +166,14 @@ def score(
     days = DayRecorder(context)
     with spot_safe(context, store, inference) as run:
         for date in dates:
+            with fail_fast_on_bad_input():
+                blocked = yield from land_unchecked(
+                    context, spec.asset, spec.dataset, config, store, date, limit
+                )
             with fail_fast_on_bad_input(), fail_fast_on_bad_rows():
                 day = spec.day(run, date, model, config, limit)
+                # After the domain's own screening, whose message names the rows' figures.
+                refuse_blocked(spec.asset, spec.dataset, date, blocked)
                 report = run.partition(spec.asset, date, day.work)
             log_partition(context, spec.asset, report)
             if day.on_commit is not None:
@@ -174,7 +183,7 @@ def score(
             started = time.perf_counter()
             checks = day.checks(report)
             check_seconds = round(time.perf_counter() - started, 4)
-            metadata = {
+            figures = {
                 **scoring_metadata(
                     report,
                     model_version=model.version,
@@ -188,10 +197,13 @@ def score(
                 **quarantine_metadata([report.shards] if report.shards else []),
                 "partitions": len(dates),  # days this run covers
                 "check_seconds": check_seconds,
+                "model_version_changed": _model_version_changed(
+                    context, spec.asset, date, model.version
+                ),
             }
             if report.shards is not None:
-                metadata["commit"] = report.shards.commit
-            yield from days.record(spec.asset, date, metadata, checks)
+                figures["commit"] = report.shards.commit
+            yield from days.record(spec.asset, date, day_metadata(figures), checks)
     yield from days.finish()
 
 
@@ -204,11 +216,23 @@ def _recorded_before(context: AssetExecutionContext, asset: str, report: Partiti
     latest = latest_materialization(context, asset, report.date)
     if latest is None:
         return False
-    recorded = latest.asset_materialization.metadata.get("commit")
-    if recorded is None or recorded.value != shards.commit:
+    if day_figures(latest.asset_materialization.metadata).get("commit") != shards.commit:
         return False
     context.log.info(
         f"{asset} {report.date}: committed and recorded by run {latest.run_id} of this "
         "lineage; not redone"
     )
     return True
+
+
+def _model_version_changed(
+    context: AssetExecutionContext, asset: str, date: str, version: str
+) -> int:
+    """1 when the day before was last scored by another model version, else 0: plotted over
+    the partitions, it marks where a new champion took over."""
+    before = (dt.date.fromisoformat(date) - dt.timedelta(days=1)).isoformat()
+    latest = latest_materialization(context, asset, before)
+    if latest is None:
+        return 0
+    previous = day_figures(latest.asset_materialization.metadata).get("model_version")
+    return int(previous is not None and previous != version)

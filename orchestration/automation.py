@@ -114,9 +114,7 @@ def classify_failure(
         )
     else:
         reason = ERROR
-        # The root cause (the user's exception), not Dagster's wrapper around it.
-        root = chains[0][-1] if chains else None
-        detail = root.message.strip() if root else "the run failed"  # "ValueError: ..."
+        detail = _actionable(chains[0]) if chains else "the run failed"
     return FailureReport(
         run_id=run.run_id,
         job_name=run.job_name,
@@ -150,6 +148,17 @@ def _unfinished_assets(
             name = event.asset_key.to_user_string()
             unfinished[name] = unfinished.get(name, False) or partitioned
     return dict(sorted(unfinished.items()))
+
+
+def _actionable(chain: list) -> str:
+    """What the operator needs from a failed step's errors: the description of the innermost
+    ``Failure`` the code raised (it says what to do, e.g. "train the model once: ..."), else
+    the root cause (the user's exception, not Dagster's wrapper around it): "ValueError: ...".
+    """
+    failures = [e for e in chain if e.cls_name == "Failure"]
+    if failures:
+        return failures[-1].message.strip().removeprefix("dagster._core.definitions.events.")
+    return chain[-1].message.strip()
 
 
 def _events(instance: DagsterInstance, run_id: str, event_type: DagsterEventType) -> list:

@@ -12,12 +12,13 @@ import pyarrow.compute as pc
 import pyarrow.parquet as pq
 import pytest
 from dagster import AssetKey, DagsterInstance, materialize
+from fraud_world import trained_fraud_world
 
+from assets.day_metadata import day_entries
 from assets.fraud.assets import fraud_alerts, fraud_scores, transactions
 from assets.fraud.demo_data import generate_day
 from assets.fraud.schemas import FLAGGED, TRANSACTIONS, TRANSACTIONS_SCHEMA
 from inference.shards import MANIFEST
-from fraud_world import trained_fraud_world
 from resources.storage import DataStore
 
 FIRST_DAY = "2026-05-01"
@@ -51,7 +52,8 @@ def _metadata(result, asset: str) -> dict:
     for event in result.get_asset_materialization_events():
         if event.asset_key == AssetKey(asset):
             return {
-                k: v.value for k, v in event.event_specific_data.materialization.metadata.items()
+                k: v.value
+                for k, v in day_entries(event.event_specific_data.materialization.metadata).items()
             }
     raise AssertionError(f"{asset} was not materialised")
 
@@ -94,7 +96,9 @@ def test_duplicate_ids_across_two_files_still_give_one_alert_per_flagged_score(f
     assert len(pc.unique(alerts["transaction_id"])) == alerts.num_rows
     # Each alert carries the amount of the row that was scored (the first file's), not the copy's.
     original = _by_id(landed, "amount")
-    assert _by_id(alerts, "amount") == {t: original[t] for t in alerts["transaction_id"].to_pylist()}
+    assert _by_id(alerts, "amount") == {
+        t: original[t] for t in alerts["transaction_id"].to_pylist()
+    }
     checks = {c.check_name: c.passed for c in result.get_asset_check_evaluations()}
     assert checks["alert_count_matches_flagged_scores"]
 

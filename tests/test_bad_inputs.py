@@ -15,7 +15,9 @@ import pyarrow.compute as pc
 import pyarrow.parquet as pq
 import pytest
 from dagster import AssetKey, DagsterInstance, materialize
+from fraud_world import trained_fraud_world
 
+from assets.day_metadata import day_entries
 from assets.fraud.assets import fraud_alerts, fraud_scores, transactions
 from assets.fraud.demo_data import generate_day as generate_transactions
 from assets.fraud.schemas import TRANSACTIONS, TRANSACTIONS_SCHEMA
@@ -27,7 +29,6 @@ from assets.summaries.demo_data import generate_day as generate_documents
 from assets.summaries.digest import daily_digest
 from assets.summaries.document_summaries import document_summaries
 from assets.summaries.documents import DOCUMENTS_SCHEMA, documents
-from fraud_world import trained_fraud_world
 from inference.device import make_runtime
 from resources.inference import InferenceResource
 from resources.storage import DataStore, StorageResource
@@ -136,7 +137,8 @@ def _metadata(result, asset: str) -> dict:
     for event in result.get_asset_materialization_events():
         if event.asset_key == AssetKey(asset):
             return {
-                k: v.value for k, v in event.event_specific_data.materialization.metadata.items()
+                k: v.value
+                for k, v in day_entries(event.event_specific_data.materialization.metadata).items()
             }
     raise AssertionError(f"{asset} was not materialised")
 

@@ -7,6 +7,7 @@ import numpy as np
 import pyarrow as pa
 from dagster import AssetKey, Definitions, asset, materialize
 
+from assets.day_metadata import day_entries
 from assets.embeddings import defs
 from assets.embeddings.document_embeddings import document_embeddings
 from assets.summaries.demo_data import generate_day
@@ -95,7 +96,7 @@ def test_a_range_run_embeds_every_document_once_and_records_each_day(store, reso
     }
     # ...and its own materialisation, with its own rows and throughput.
     days = {
-        e.partition: e.step_materialization_data.materialization.metadata
+        e.partition: day_entries(e.step_materialization_data.materialization.metadata)
         for e in result.get_asset_materialization_events()
         if e.asset_key.to_user_string() == "document_embeddings"
     }

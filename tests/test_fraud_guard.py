@@ -7,12 +7,13 @@ import pyarrow as pa
 import pyarrow.compute as pc
 import pytest
 from dagster import AssetKey, DagsterInstance, materialize
+from fraud_world import trained_fraud_world
 
+from assets.day_metadata import day_entries
 from assets.fraud.assets import fraud_scores, transactions
 from assets.fraud.demo_data import generate_day
 from assets.fraud.schemas import AMOUNT_CEILING, TRANSACTIONS, TRANSACTIONS_SCHEMA
 from inference.ranges import REVIEW_MARGIN, FeatureRanges
-from fraud_world import trained_fraud_world
 
 TRAINED_ON = "2026-06-01"
 # 10,000 transactions a day: enough rows for the drift check to judge (MIN_DRIFT_ROWS).
@@ -50,8 +51,13 @@ def _score(fraud: dict, date: str, max_quarantine_rate: float = 0.01):
 
 
 def _metadata(result, asset: str) -> dict:
-    (event,) = [e for e in result.get_asset_materialization_events() if e.asset_key == AssetKey(asset)]
-    return {k: v.value for k, v in event.event_specific_data.materialization.metadata.items()}
+    (event,) = [
+        e for e in result.get_asset_materialization_events() if e.asset_key == AssetKey(asset)
+    ]
+    return {
+        k: v.value
+        for k, v in day_entries(event.event_specific_data.materialization.metadata).items()
+    }
 
 
 def _checks(result) -> dict:
@@ -72,7 +78,9 @@ def test_the_model_manifest_records_each_features_training_range(fraud) -> None:
     assert ranges.names == fraud["manifest"]["features"]
     for name in ranges.names:
         levels = ranges.quantiles[name]
-        assert levels == sorted(levels) and len(levels) == 7  # min, 0.1%, 1%, median, 99%, 99.9%, max
+        assert (
+            levels == sorted(levels) and len(levels) == 7
+        )  # min, 0.1%, 1%, median, 99%, 99.9%, max
     assert np.all(ranges.low <= ranges.high)
 
 
@@ -161,5 +169,9 @@ def test_an_ordinary_day_passes_the_range_and_drift_checks(fraud) -> None:
 
     assert result.success
     checks = _checks(result)
-    assert checks["feature_drift_below_limit"].passed, checks["feature_drift_below_limit"].metadata["feature_psi"]
-    assert checks["features_within_training_range"].passed, checks["features_within_training_range"].metadata["clamped_rows_per_feature"]
+    assert checks["feature_drift_below_limit"].passed, checks["feature_drift_below_limit"].metadata[
+        "feature_psi"
+    ]
+    assert checks["features_within_training_range"].passed, checks[
+        "features_within_training_range"
+    ].metadata["clamped_rows_per_feature"]

@@ -11,6 +11,7 @@ import pyarrow.parquet as pq
 import pytest
 from dagster import AssetKey, materialize
 
+from assets.day_metadata import day_entries
 from assets.fraud import defs
 from assets.fraud.assets import fraud_alerts, fraud_model, fraud_scores, transactions
 from assets.fraud.checks import fraud_model_auprc_above_floor
@@ -33,7 +34,7 @@ def _metadata(result, asset: str, partition: str | None = None) -> dict:
     for event in result.get_asset_materialization_events():
         mat = event.event_specific_data.materialization
         if mat.asset_key == AssetKey(asset) and (partition is None or mat.partition == partition):
-            return {k: v.value for k, v in mat.metadata.items()}
+            return {k: v.value for k, v in day_entries(mat.metadata).items()}
     raise AssertionError(f"no materialisation of {asset} {partition or ''}")
 
 

@@ -17,6 +17,7 @@ from transformers import (
     T5ForConditionalGeneration,
 )
 
+from assets.day_metadata import day_entries
 from assets.summaries.demo_data import BOILERPLATE, TOPICS, generate_day
 from assets.summaries.document_summaries import document_summaries
 from assets.summaries.documents import DOCUMENTS_SCHEMA, documents
@@ -248,7 +249,7 @@ def test_abstractive_mode_summarises_every_document(checkpoints, store, resource
     assert set(published["model_version"].to_pylist()) == {
         checkpoint_version(checkpoints["seq2seq"])
     }
-    metadata = result.asset_materializations_for_node("document_summaries")[0].metadata
+    metadata = day_entries(result.asset_materializations_for_node("document_summaries")[0].metadata)
     assert metadata["mode"].value == "abstractive"
     assert metadata["model_loads"].value == 1 and metadata["oom_backoffs"].value == 0
 

@@ -10,6 +10,7 @@ import pyarrow.compute as pc
 import pytest
 from dagster import AssetKey, DagsterInstance, materialize
 
+from assets.day_metadata import day_entries
 from assets.fraud.assets import fraud_model, fraud_scores, transactions
 from assets.fraud.demo_data import generate_day as generate_transactions
 from assets.fraud.schemas import TRANSACTIONS, TRANSACTIONS_SCHEMA
@@ -48,7 +49,7 @@ def _metadata(result, asset: str) -> dict:
     for event in result.get_asset_materialization_events():
         if event.asset_key == AssetKey(asset):
             mat = event.event_specific_data.materialization
-            return {k: v.value for k, v in mat.metadata.items()}
+            return {k: v.value for k, v in day_entries(mat.metadata).items()}
     raise AssertionError(f"{asset} was not materialised")
 
 

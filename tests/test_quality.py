@@ -11,6 +11,7 @@ import pyarrow as pa
 import pytest
 from dagster import AssetKey, DagsterInstance, Failure, materialize
 
+from assets.day_metadata import day_entries
 from assets.fraud.assets import fraud_alerts, fraud_model, fraud_scores, transactions
 from assets.fraud.demo_data import generate_day
 from assets.fraud.gates import SCORE_SUITES, score_figures
@@ -379,7 +380,7 @@ def test_a_failing_warn_check_does_not_stop_the_alerts(fraud_world) -> None:
         k: v.value
         for e in result.get_asset_materialization_events()
         if e.asset_key == AssetKey("fraud_scores")
-        for k, v in e.event_specific_data.materialization.metadata.items()
+        for k, v in day_entries(e.event_specific_data.materialization.metadata).items()
     }
     assert meta["rows_quarantined"] == 0 and meta["quarantine_reasons"] == {}
 

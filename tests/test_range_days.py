@@ -19,11 +19,12 @@ from dagster import (
     in_process_executor,
     reconstructable,
 )
+from fraud_world import trained_fraud_world
 
+from assets.day_metadata import day_entries
 from assets.fraud.assets import fraud_scores
 from assets.fraud.demo_data import generate_day
 from assets.fraud.schemas import SCORES, TRANSACTIONS
-from fraud_world import trained_fraud_world
 from policy.partitions import daily_partitions
 from resources.inference import InferenceResource
 from resources.storage import StorageResource
@@ -61,21 +62,28 @@ def _break_amounts(store, date: str, rows: int) -> None:
 
 def _days(instance: DagsterInstance, run_id: str) -> dict[str, dict]:
     """The fraud_scores days a run materialised, with their metadata."""
-    records = instance.get_records_for_run(run_id, of_type={DagsterEventType.ASSET_MATERIALIZATION}).records
+    records = instance.get_records_for_run(
+        run_id, of_type={DagsterEventType.ASSET_MATERIALIZATION}
+    ).records
     found = {}
     for record in records:
         mat = record.event_log_entry.dagster_event.event_specific_data.materialization
         if mat.asset_key == AssetKey(SCORES):
-            found[mat.partition] = {k: v.value for k, v in mat.metadata.items()}
+            found[mat.partition] = {k: v.value for k, v in day_entries(mat.metadata).items()}
     return found
 
 
 def _checked(instance: DagsterInstance, run_id: str) -> dict[str, bool]:
-    """Per day, whether every check of the run on it passed."""
-    records = instance.get_records_for_run(run_id, of_type={DagsterEventType.ASSET_CHECK_EVALUATION}).records
+    """Per day, whether every check of the run on its scores passed (the run also records the
+    checks of each landing day it landed first)."""
+    records = instance.get_records_for_run(
+        run_id, of_type={DagsterEventType.ASSET_CHECK_EVALUATION}
+    ).records
     passed: dict[str, bool] = {}
     for record in records:
         evaluation = record.event_log_entry.dagster_event.event_specific_data
+        if evaluation.asset_key != AssetKey(SCORES):
+            continue
         passed[evaluation.partition] = passed.get(evaluation.partition, True) and evaluation.passed
     return passed
 

@@ -15,6 +15,7 @@ from dagster import AssetKey, DagsterInstance, RunConfig, materialize
 from test_embeddings import DAY as DOCS_DAY
 from test_embeddings import _land_crafted
 
+from assets.day_metadata import day_entries
 from assets.embeddings.document_embeddings import document_embeddings
 from assets.embeddings.schemas import EMBEDDINGS
 from assets.recommendations import interactions, recommendation_model, user_recommendations
@@ -65,7 +66,7 @@ def _metadata(result, asset: AssetKey) -> dict:
     for event in result.get_asset_materialization_events():
         mat = event.event_specific_data.materialization
         if mat.asset_key == asset:
-            return {k: v.value for k, v in mat.metadata.items()}
+            return {k: v.value for k, v in day_entries(mat.metadata).items()}
     raise AssertionError(f"no materialisation of {asset}")
 
 

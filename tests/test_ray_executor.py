@@ -27,6 +27,7 @@ from dagster import AssetKey, DagsterInstance, materialize
 from fraud_world import trained_fraud_world
 from safetensors.torch import save_file
 
+from assets.day_metadata import day_entries
 from assets.fraud.accounts import AccountShards, shard_count, shard_profile
 from assets.fraud.assets import fraud_alerts, fraud_scores, transactions
 from assets.fraud.demo_data import generate_day
@@ -111,7 +112,7 @@ def _metadata(result, asset: str) -> dict:
     for event in result.get_asset_materialization_events():
         mat = event.event_specific_data.materialization
         if mat.asset_key == AssetKey(asset):
-            return {k: v.value for k, v in mat.metadata.items()}
+            return {k: v.value for k, v in day_entries(mat.metadata).items()}
     raise AssertionError(f"no materialisation of {asset}")
 
 

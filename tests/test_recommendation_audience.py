@@ -13,6 +13,7 @@ import pytest
 import torch
 from dagster import AssetSelection, RunConfig, materialize
 
+from assets.day_metadata import day_entries
 from assets.recommendations import interactions, recommendation_model, user_recommendations
 from assets.recommendations.assets import UserRecommendationsConfig
 from assets.recommendations.checks import RECOMMENDATION_CHECKS
@@ -66,7 +67,7 @@ def _recommend(resources, instance, date: str, **config):
 def _metadata(result, asset: str) -> dict:
     events = result.get_asset_materialization_events()
     event = [e for e in events if e.asset_key.to_user_string() == asset][-1]
-    return {k: v.value for k, v in event.materialization.metadata.items()}
+    return {k: v.value for k, v in day_entries(event.materialization.metadata).items()}
 
 
 def _checks(result) -> dict:
@@ -189,9 +190,7 @@ def test_bad_interactions_are_quarantined_with_reasons_and_conserved(
     assert scored["interaction_rows_quarantined"] == 5
 
 
-def test_too_many_bad_interactions_fail_naming_rate_and_reasons(
-    store, resources, instance
-) -> None:
+def test_too_many_bad_interactions_fail_naming_rate_and_reasons(store, resources, instance) -> None:
     generate_day(store, "2026-03-01", scale=0.05)
     assert materialize([recommendation_model], resources=resources, instance=instance).success
     date = "2026-03-02"

@@ -12,6 +12,7 @@ import pytest
 import torch
 from dagster import AssetSelection, DagsterInstance, RunConfig, materialize
 
+from assets.day_metadata import day_entries
 from assets.recommendations import interactions, recommendation_model, user_recommendations
 from assets.recommendations.assets import RecommendationModelConfig, UserRecommendationsConfig
 from assets.recommendations.checks import RECOMMENDATION_CHECKS
@@ -226,7 +227,7 @@ def _metadata(result, asset: str) -> dict:
     """The asset's metadata (a range run records the same metadata once per partition)."""
     events = result.get_asset_materialization_events()
     event = [e for e in events if e.asset_key.to_user_string() == asset][-1]
-    return {k: v.value for k, v in event.materialization.metadata.items()}
+    return {k: v.value for k, v in day_entries(event.materialization.metadata).items()}
 
 
 def _error(result) -> str:

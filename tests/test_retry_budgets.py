@@ -19,6 +19,7 @@ from dagster import (
 
 from assets.checkpointing import Work, spot_safe
 from assets.common import partition_dates, scoring_metadata
+from assets.day_metadata import day_entries
 from orchestration.jobs import pipeline_jobs
 from policy.partitions import daily_partitions
 from policy.retries import INTERRUPTION_BUDGET
@@ -71,7 +72,7 @@ def _materialize(data_root, instance):
 
 def _metadata(result) -> dict:
     [mat] = result.asset_materializations_for_node("doubled")
-    return {k: v.value for k, v in mat.metadata.items()}
+    return {k: v.value for k, v in day_entries(mat.metadata).items()}
 
 
 def test_error_and_soft_interruption_are_counted_apart(data_root, store, instance) -> None:

@@ -18,6 +18,7 @@ import pyarrow.compute as pc
 import pytest
 from dagster import DagsterInstance, materialize
 
+from assets.day_metadata import day_entries
 from assets.fraud import fraud_model, fraud_scores, transactions
 from assets.fraud.demo_data import generate_day
 from resources.inference import InferenceResource
@@ -130,7 +131,7 @@ def _latest_metadata(home: Path) -> dict:
         event = instance.get_latest_materialization_event(
             __import__("dagster").AssetKey("fraud_scores")
         )
-    return {k: v.value for k, v in event.asset_materialization.metadata.items()}
+    return {k: v.value for k, v in day_entries(event.asset_materialization.metadata).items()}
 
 
 @pytest.mark.parametrize(

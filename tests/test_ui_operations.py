@@ -12,8 +12,17 @@ from pathlib import Path
 
 import pytest
 from dagster import DagsterEventType, DagsterInstance, DagsterRunStatus, materialize
+from ui_stack import (
+    REPO,
+    REPOSITORIES,
+    DagsterStack,
+    _server_up,
+    completed_days,
+    free_port,
+    wait_for,
+)
 
-from ui_stack import REPO, REPOSITORIES, DagsterStack, _server_up, completed_days, free_port, wait_for
+from orchestration.automation import classify_failure, failure_observations
 
 BIN = Path(sys.executable).parent
 DAY = "2026-03-01"
@@ -52,6 +61,16 @@ def test_scoring_before_the_model_was_trained_says_how_to_train_it(
     assert f"model '{model}' has not been trained" in text
     assert f"materialise the `{model}` asset" in text and f"--select {model}" in text
     assert f"or run `{training_job}`" in text
+
+    # What the run failure sensor records on the day's page carries the same advice, not only
+    # the raw "model ... has not been trained" of the exception under it.
+    report = classify_failure(instance, instance.get_run_by_id(result.run_id))
+    [observation] = failure_observations(report)
+    assert (observation.asset_key.to_user_string(), observation.partition) == (asset, DAY)
+    detail = observation.metadata["failure_detail"].value
+    assert detail.startswith(f"Failure: model '{model}' has not been trained"), detail
+    assert f"train the model once: materialise the `{model}` asset" in detail, detail
+    assert f"or run `{training_job}`; then run this again" in detail, detail
 
 
 # Imports first, then waits for the agreed moment: both processes reach the instance together.

@@ -14,6 +14,7 @@ import torch
 from dagster import AssetKey, Definitions, materialize
 from safetensors.torch import load_file, save_file
 
+from assets.day_metadata import day_entries
 from examples import churn_scores as example
 from examples.churn_scores import ASSET, CUSTOMERS, CUSTOMERS_SCHEMA, SCORES_SCHEMA, churn_mlp
 from inference.checkpoints import CheckpointError, weights_version
@@ -87,7 +88,7 @@ def _metadata(result, day: str) -> dict:
         for e in result.get_asset_materialization_events()
         if e.asset_key == AssetKey(ASSET) and e.partition == day
     ]
-    return {k: v.value for k, v in mat.metadata.items()}
+    return {k: v.value for k, v in day_entries(mat.metadata).items()}
 
 
 def _expected(good: dict[str, tuple], weights: Path) -> dict[str, float]:

@@ -85,7 +85,12 @@ def _save(store: DataStore, date: str, screen, config: TransactionsConfig, limit
 
 
 TRANSACTIONS_LANDING = LandingSpec(
-    TRANSACTIONS, TRANSACTIONS_SCHEMA, TRANSACTIONS_GATE, screen=_screen, publish=_save
+    TRANSACTIONS,
+    TRANSACTIONS_SCHEMA,
+    TRANSACTIONS_GATE,
+    screen=_screen,
+    publish=_save,
+    config=TransactionsConfig,
 )
 
 

@@ -95,6 +95,7 @@ INTERACTIONS_LANDING = LandingSpec(
     INTERACTIONS_GATE,
     screen=_screen,
     publish=_publish_quarantine,
+    config=InteractionsConfig,
 )
 
 

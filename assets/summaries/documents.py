@@ -40,4 +40,5 @@ DOCUMENTS_LANDING = LandingSpec(
     screen=lambda store, date, config, limit: screen_documents(
         store, date, config.check_sample_rows, config.check_seed
     ),
+    config=DocumentsConfig,
 )
