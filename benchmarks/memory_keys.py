@@ -169,6 +169,8 @@ def _steps(home: Path) -> tuple[dict, dict[str, tuple[float, float]], list[tuple
     the fraud_scores step's phases (unix time, what ended)."""
     from dagster import AssetKey, DagsterEventType, DagsterInstance, DagsterRunStatus
 
+    from assets.day_metadata import day_entries
+
     with DagsterInstance.from_config(str(home)) as instance:
         (run,) = instance.get_runs()
         if run.status != DagsterRunStatus.SUCCESS:
@@ -193,7 +195,7 @@ def _steps(home: Path) -> tuple[dict, dict[str, tuple[float, float]], list[tuple
             elif event.event_type == DagsterEventType.STEP_SUCCESS:
                 spans[event.step_key] = (started[event.step_key], entry.timestamp)
         latest = instance.get_latest_materialization_event(AssetKey("fraud_scores"))
-        meta = latest.asset_materialization.metadata
+        meta = day_entries(latest.asset_materialization.metadata)
         keep = (
             "rows_in",
             "shards",

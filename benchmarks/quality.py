@@ -30,6 +30,7 @@ import pyarrow as pa
 from dagster import AssetKey, DagsterInstance, materialize
 
 from assets.common import PartitionReport
+from assets.day_metadata import day_figures
 from assets.fraud import pipeline
 from assets.fraud.assets import fraud_scores
 from assets.fraud.gates import score_check_results, transactions_check_results
@@ -71,7 +72,7 @@ def _score_once(root: Path, threads: int, batch_size: int) -> tuple[float, dict[
         e for e in result.get_asset_materialization_events() if e.asset_key == AssetKey(SCORES)
     ]
     metadata = event.event_specific_data.materialization.metadata
-    return seconds, {k: v.value for k, v in metadata.items()}
+    return seconds, day_figures(metadata)
 
 
 def _observe_seconds(store: DataStore, threshold: float, version: str, batch_size: int) -> float:
