@@ -27,6 +27,11 @@ def add_parser(sub: argparse._SubParsersAction) -> None:
     )
     sim.add_argument("--json", action="store_true", help="print records as JSON, not a table")
     sim.add_argument(
+        "--by-setting",
+        action="store_true",
+        help="with --json: one record per policy and setting (fraction, overhead) instead",
+    )
+    sim.add_argument(
         "--trace",
         action="append",
         type=Path,
@@ -69,6 +74,12 @@ def add_parser(sub: argparse._SubParsersAction) -> None:
         default=Settings.min_pace,
         help="the deadline-aware policy's pace floor (uniform-progress is the same with 0)",
     )
+    sim.add_argument(
+        "--no-hop-back",
+        action="store_true",
+        help="deadline-aware policies keep an on-demand node to the end (production asks the "
+        "policy only at launches and retries)",
+    )
     sim.add_argument("--workers", type=int, default=1, help="processes, one trace each")
     sim.set_defaults(func=run, opens_instance=False)
 
@@ -88,6 +99,7 @@ def run(args: argparse.Namespace) -> int:
         on_demand_after=args.on_demand_after,
         deadline_on_demand_after=args.deadline_on_demand_after,
         min_pace=args.min_pace,
+        hop_back=not args.no_hop_back,
     )
     try:
         per_trace = simulate_all(traces, prices, settings, args.workers)
@@ -96,7 +108,7 @@ def run(args: argparse.Namespace) -> int:
         return 2
     rows = records(per_trace, prices)
     if args.json:
-        print(json.dumps(rows, indent=1))
+        print(json.dumps(by_setting(per_trace) if args.by_setting else rows, indent=1))
     else:
         print_tables(rows, by_setting(per_trace), prices)
     return 0
@@ -161,7 +173,7 @@ def print_tables(rows: list[dict], settings_rows: list[dict], prices: NodePrices
     for p in POLICIES:
         row = by_trace["all"][p]
         print(
-            f"  {p:<15} ${row['usd_per_night']:>8.2f}  saving {row['saving_vs_on_demand']:>6.1%}"
+            f"  {p:<17} ${row['usd_per_night']:>8.2f}  saving {row['saving_vs_on_demand']:>6.1%}"
             f"  misses {row['misses']:>5} (of which on-demand met {row['misses_on_demand_met']})"
         )
     print("\nby setting (work/window, restart overhead): misses and mean cost / optimum")
@@ -172,4 +184,4 @@ def print_tables(rows: list[dict], settings_rows: list[dict], prices: NodePrices
             f"{r['mean_cost_vs_optimum']:.2f}"
             for r in cells
         )
-        print(f"  {p:<15} {text}")
+        print(f"  {p:<17} {text}")

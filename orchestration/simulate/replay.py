@@ -108,10 +108,14 @@ def count_based(on_demand_after: int) -> Policy:
 
 
 def deadline_aware(
-    job: Job, on_demand_after: int | None = None, min_pace: float = dl.DEFAULT_MIN_PACE
+    job: Job,
+    on_demand_after: int | None = None,
+    min_pace: float = dl.DEFAULT_MIN_PACE,
+    hop_back: bool = True,
 ) -> Policy:
     """The deadline-aware policy: ``policy.deadline.choose_capacity`` at every step
-    (``min_pace=0`` is plain Uniform Progress)."""
+    (``min_pace=0`` is plain Uniform Progress). Without ``hop_back`` a job on on-demand keeps
+    its node to the end, as when production asks the policy only at launches and retries."""
     s = job.step_seconds
     total, window, overhead = job.work * s, job.length * s, job.overhead * s
     choose = dl.choose_capacity
@@ -119,6 +123,8 @@ def deadline_aware(
     names = CAPACITY_NAMES
 
     def policy(step: int, done: int, mode: int, spot: bool, interruptions: int) -> int:
+        if mode == ON_DEMAND and not hop_back:
+            return ON_DEMAND
         decision = choose(
             work_left_s=(job.work - done) * s,
             time_left_s=(job.length - step) * s,

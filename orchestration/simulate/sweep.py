@@ -49,6 +49,7 @@ class Settings:
     on_demand_after: int = 2
     deadline_on_demand_after: int | None = None
     min_pace: float = DEFAULT_MIN_PACE
+    hop_back: bool = True
     deadline: str = "07:00"
     nodes: int = 1
 
@@ -103,9 +104,11 @@ def simulate_trace(
             "on-demand": always_on_demand(),
             "greedy-spot": always_spot(),
             "count-switch": count_based(settings.on_demand_after),
-            "uniform-progress": deadline_aware(job, settings.deadline_on_demand_after, 0.0),
+            "uniform-progress": deadline_aware(
+                job, settings.deadline_on_demand_after, 0.0, settings.hop_back
+            ),
             "deadline-aware": deadline_aware(
-                job, settings.deadline_on_demand_after, settings.min_pace
+                job, settings.deadline_on_demand_after, settings.min_pace, settings.hop_back
             ),
         }
         best = optimum_costs(job, windows, spot_price, od_price)
