@@ -54,10 +54,10 @@ bench-quality: $(STAMP)
 eval: $(STAMP)
 	$(BIN)/python -m benchmarks.eval $(EVAL_ARGS)
 
+# init takes the instance lock that every nightshift command takes: the shipped config (refreshed
+# when it changed) and the storage exist before the daemon or any other command opens them.
 ui: $(STAMP)
-	mkdir -p "$(DAGSTER_HOME)"
-	cp -u deploy/local/dagster.yaml "$(DAGSTER_HOME)/dagster.yaml"  # refreshed when the shipped one changes
-	$(BIN)/nightshift init  # the instance's storage exists before the daemon launches any run
+	$(BIN)/nightshift init --refresh-config
 	$(BIN)/dagster dev -w workspace.yaml -h 127.0.0.1 -p 3000
 
 clean:

@@ -42,6 +42,17 @@ def _partition(text: str) -> str:
     return date
 
 
+def _pipeline_job(text: str) -> str:
+    """One of the pipeline jobs (imported only when --jobs is given: it loads Dagster)."""
+    from orchestration.jobs import PIPELINES
+
+    if text not in PIPELINES:
+        raise argparse.ArgumentTypeError(
+            f"not a pipeline job: {text!r} (choose from {', '.join(PIPELINES)})"
+        )
+    return text
+
+
 class _Parser(argparse.ArgumentParser):
     """Answers a usage error in one line (what is wrong, where the help is), exit status 2."""
 
@@ -49,14 +60,19 @@ class _Parser(argparse.ArgumentParser):
         self.exit(2, f"{self.prog}: error: {message}; see {self.prog} --help\n")
 
 
-def ensure_dagster_home() -> Path:
+def ensure_dagster_home(refresh_config: bool = False) -> Path:
     """Points DAGSTER_HOME at a persistent local instance, creating its config and storage once.
 
     Two first runs at the same moment on a fresh home each created the SQLite schema and
     stamped its version, which left two alembic heads and an instance no later command could
     open. The config is copied and the storage created under an exclusive file lock, so
-    concurrent first calls wait for the first one; `make run`, `make ui` and CI call this
-    before any run can start, and a run then only opens storage that exists.
+    concurrent first calls wait for the first one; every `nightshift` command that opens the
+    instance calls this first (see :func:`main`), `make ui` and CI through `nightshift init`,
+    and a run then only opens storage that exists.
+
+    Args:
+        refresh_config: also replace the home's ``dagster.yaml`` when the shipped one is newer
+            (what `make ui` asks for), under the same lock.
     """
     from dagster import DagsterInstance
 
@@ -65,11 +81,22 @@ def ensure_dagster_home() -> Path:
     os.environ["DAGSTER_HOME"] = str(home)
     with (home / INIT_LOCK).open("a") as lock:
         fcntl.flock(lock, fcntl.LOCK_EX)  # released when the file closes
-        if not (home / "dagster.yaml").exists():
-            shutil.copyfile(LOCAL_INSTANCE_YAML, home / "dagster.yaml")
+        _install_config(home / "dagster.yaml", refresh_config)
         with DagsterInstance.get():  # creates the run, event-log and schedule databases
             pass
     return home
+
+
+def _install_config(target: Path, refresh: bool) -> None:
+    """Copies the shipped instance config to ``target`` when it is missing (or, refreshing,
+    older than the shipped one), through a rename so no reader sees half a file."""
+    if target.exists() and not (
+        refresh and LOCAL_INSTANCE_YAML.stat().st_mtime > target.stat().st_mtime
+    ):
+        return
+    partial = target.with_name(f".{target.name}.partial")
+    shutil.copyfile(LOCAL_INSTANCE_YAML, partial)
+    os.replace(partial, target)
 
 
 def generate(store: DataStore, end_date: str, days: int, scale: float, seed: int) -> list[tuple]:
@@ -101,18 +128,19 @@ def _cmd_generate(args: argparse.Namespace) -> int:
 
 
 def _cmd_init(args: argparse.Namespace) -> int:
-    home = ensure_dagster_home()
-    print(f"dagster instance ready at {home}")
+    print(f"dagster instance ready at {os.environ['DAGSTER_HOME']}")
     return 0
 
 
 def _cmd_run(args: argparse.Namespace) -> int:
+    """Runs each job for the day in this process; one line per job that could not run or failed
+    (the full traces go to a log file, or to the terminal with --verbose), exit status 1 then."""
     from dagster import DagsterInstance
 
     from orchestration.definitions import defs
     from orchestration.jobs import PIPELINES
+    from orchestration.run_report import failure_line, materialization_rows, print_table
 
-    ensure_dagster_home()
     if args.data_root:
         os.environ["NIGHTSHIFT_DATA_ROOT"] = args.data_root
     store = DataStore(default_data_root())
@@ -122,76 +150,88 @@ def _cmd_run(args: argparse.Namespace) -> int:
         print(f"generating {args.generate_days} days of demo data ending {args.date} ...")
         generate(store, end.isoformat(), args.generate_days, args.scale, args.seed)
     rows: list[tuple] = []
-    failed = False
-    quiet = {"loggers": {"console": {"config": {"log_level": "WARNING"}}}}
+    problems: list[str] = []
+    # Dagster's console log prints every failed step with its stack trace and its causes; the
+    # run's events stay in the instance (`make ui`) and the traces go to a log file.
+    level = "WARNING" if args.verbose else "CRITICAL"
+    run_config = {"loggers": {"console": {"config": {"log_level": level}}}}
+    jobs = args.jobs or list(PIPELINES)
     with DagsterInstance.get() as instance:
-        for job_name in args.jobs or list(PIPELINES):
+        for job_name in jobs:
+            missing = _missing_landing(store, job_name, args.date, args.data_root)
+            if missing:
+                problems.append(f"{job_name} {args.date}: not run: {missing}")
+                print(problems[-1], file=sys.stderr)
+                continue
             print(f"running {job_name} for {args.date} ...", flush=True)
             result = defs.resolve_job_def(job_name).execute_in_process(
-                partition_key=args.date, instance=instance, raise_on_error=False, run_config=quiet
+                partition_key=args.date,
+                instance=instance,
+                raise_on_error=False,
+                run_config=run_config,
             )
-            failed |= not result.success
-            rows.extend(_materialization_rows(result))
+            rows.extend(materialization_rows(result))
             if not result.success:
-                print(
-                    f"  {job_name} FAILED in run {result.run_id}: `make ui` shows its logs",
-                    file=sys.stderr,
-                )
-    _print_table(rows)
-    return 1 if failed else 0
+                problems.append(failure_line(job_name, args.date, result))
+                print(problems[-1], file=sys.stderr)
+    if rows:
+        print_table(rows)
+    if problems:
+        print(f"{len(problems)} of {len(jobs)} job(s) did not score {args.date}", file=sys.stderr)
+    return 1 if problems else 0
 
 
-def _materialization_rows(result) -> list[tuple]:
-    """One row per materialised asset: asset, partition, rows in, rows out, seconds, output."""
-    seconds = {
-        e.step_key: e.event_specific_data.duration_ms / 1000
-        for e in result.all_events
-        if e.is_step_success
-    }
-    rows = []
-    for event in result.get_asset_materialization_events():
-        mat = event.event_specific_data.materialization
-        meta = {k: v.value for k, v in mat.metadata.items()}
-        asset = mat.asset_key.to_user_string()
-        rows_out = meta.get("rows_out", meta.get("dagster/row_count", ""))
-        where = meta.get("output", "")
-        rows.append(
-            (
-                asset,
-                mat.partition or "-",
-                meta.get("rows_in", ""),
-                rows_out,
-                f"{seconds.get(event.step_key, 0.0):.2f}",
-                where,
+def _missing_landing(store: DataStore, job_name: str, date: str, data_root: str | None) -> str:
+    """Why ``job_name`` cannot run for ``date`` before it starts: a landing dataset it reads
+    has no files for the day. Empty when every one has some (a run judges what they hold)."""
+    from orchestration.jobs import landing_inputs
+
+    where = f" --data-root {data_root}" if data_root else ""
+    for dataset in landing_inputs(job_name):
+        if store.landing_fingerprint(dataset, date) is None:
+            path = store.uri(store.landing_path(dataset, date))
+            return (
+                f"no landing data for {dataset} at {path} (land it there, or generate demo "
+                f"data with `nightshift generate --date {date}{where}`)"
             )
-        )
-    return rows
+    return ""
 
 
-def _print_table(rows: list[tuple]) -> None:
-    header = ("asset", "partition", "rows in", "rows out", "seconds", "output")
-    widths = [max(len(str(r[i])) for r in [header, *rows]) for i in range(len(header))]
-    for row in [header, tuple("-" * w for w in widths), *rows]:
-        print("  ".join(str(c).ljust(w) for c, w in zip(row, widths, strict=True)).rstrip())
+def _at_least_one(text: str) -> int:
+    try:
+        value = int(text)
+    except ValueError as exc:
+        raise argparse.ArgumentTypeError(f"not a whole number: {text!r}") from exc
+    if value < 1:
+        raise argparse.ArgumentTypeError("must be at least 1")
+    return value
 
 
-def main(argv: Sequence[str] | None = None) -> int:
-    parser = _Parser(prog="nightshift", description=__doc__)
-    sub = parser.add_subparsers(dest="command", required=True)
-
+def _add_generate(sub) -> None:
     gen = sub.add_parser("generate", help="write seeded demo landing data")
     gen.add_argument("--date", type=_date, default=yesterday(), help="last day (default yesterday)")
-    gen.add_argument("--days", type=int, default=1, help="number of days ending on --date")
+    gen.add_argument(
+        "--days", type=_at_least_one, default=1, help="number of days ending on --date"
+    )
     gen.add_argument("--scale", type=float, default=1.0, help="1 = ~100k transactions a day")
     gen.add_argument("--seed", type=int, default=0)
     gen.add_argument("--data-root", help="default $NIGHTSHIFT_DATA_ROOT or .nightshift/data")
-    gen.set_defaults(func=_cmd_generate)
+    gen.set_defaults(func=_cmd_generate, opens_instance=False)
 
+
+def _add_init(sub) -> None:
     init = sub.add_parser(
         "init", help="create $DAGSTER_HOME's config and storage once, before any run starts"
     )
-    init.set_defaults(func=_cmd_init)
+    init.add_argument(
+        "--refresh-config",
+        action="store_true",
+        help="replace $DAGSTER_HOME/dagster.yaml when deploy/local/dagster.yaml is newer",
+    )
+    init.set_defaults(func=_cmd_init, opens_instance=True)
 
+
+def _add_run(sub) -> None:
     run = sub.add_parser("run", help="materialise the pipelines for one day, locally")
     run.add_argument(
         "--date", type=_partition, default=yesterday(), help="partition (default yesterday)"
@@ -204,14 +244,35 @@ def main(argv: Sequence[str] | None = None) -> int:
     )
     run.add_argument("--scale", type=float, default=1.0)
     run.add_argument("--seed", type=int, default=0)
-    run.add_argument("--jobs", nargs="*", help="default: every pipeline job")
+    run.add_argument("--jobs", nargs="*", type=_pipeline_job, help="default: every pipeline job")
     run.add_argument("--data-root", help="default $NIGHTSHIFT_DATA_ROOT or .nightshift/data")
-    run.set_defaults(func=_cmd_run)
-    _add_simulate(sub)
+    run.add_argument(
+        "--verbose",
+        action="store_true",
+        help="print Dagster's warnings and errors with their stack traces as the runs go",
+    )
+    run.set_defaults(func=_cmd_run, opens_instance=True)
 
-    args = parser.parse_args(argv)
-    if getattr(args, "days", 1) < 1:
-        parser.error("--days must be at least 1")
+
+def build_parser() -> argparse.ArgumentParser:
+    """The command line: one ``_add_<command>(sub)`` a subcommand. A command that opens the
+    Dagster instance sets ``opens_instance=True``, and :func:`main` initialises the instance
+    under the init lock before it runs."""
+    parser = _Parser(prog="nightshift", description=__doc__)
+    sub = parser.add_subparsers(dest="command", required=True)
+    _add_generate(sub)
+    _add_init(sub)
+    _add_run(sub)
+    _add_simulate(sub)
+    return parser
+
+
+def main(argv: Sequence[str] | None = None) -> int:
+    args = build_parser().parse_args(argv)
+    if args.opens_instance:
+        # Before the command touches the instance: two commands started at once on a fresh
+        # DAGSTER_HOME would otherwise both create its storage (see ensure_dagster_home).
+        ensure_dagster_home(refresh_config=getattr(args, "refresh_config", False))
     return args.func(args)
 
 
