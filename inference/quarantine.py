@@ -5,14 +5,19 @@ their position in the partition's deterministic input order, each with one reaso
 then splits every batch into rows to score and rows to quarantine (:meth:`QuarantinePlan.split`).
 Positions are fixed by the input, so a retry that resumes from a checkpoint sets aside exactly
 the same rows, and ``rows in = rows scored + rows quarantined`` holds shard by shard.
+
+A quarantined row keeps its input columns, its ``row_number`` across the whole partition and its
+``reason``; a plan told which files its rows come from (:meth:`QuarantinePlan.located`) also
+names the row's ``source_file`` and its ``source_row_number`` there, so it can be found.
 """
 
 from __future__ import annotations
 
 import hashlib
+import json
 from collections import Counter
-from collections.abc import Callable
-from dataclasses import dataclass
+from collections.abc import Callable, Sequence
+from dataclasses import dataclass, replace
 
 import numpy as np
 import pyarrow as pa
@@ -20,6 +25,8 @@ import pyarrow.compute as pc
 
 ROW_NUMBER = "row_number"
 REASON = "reason"
+SOURCE_FILE = "source_file"
+SOURCE_ROW_NUMBER = "source_row_number"
 
 
 @dataclass(frozen=True)
@@ -97,11 +104,14 @@ class QuarantinePlan:
         rows: rows in the partition.
         positions: sorted positions (0-based, in input order) of the quarantined rows.
         reasons: one reason per position.
+        sources: the input files in read order with their rows, ``((file, rows), ...)``, when
+            known: the positions run through them one after the other.
     """
 
     rows: int
     positions: np.ndarray
     reasons: np.ndarray
+    sources: tuple[tuple[str, int], ...] = ()
 
     @classmethod
     def empty(cls, rows: int) -> QuarantinePlan:
@@ -130,7 +140,26 @@ class QuarantinePlan:
         different screening rules is never mixed with this attempt's."""
         h = hashlib.sha256(np.ascontiguousarray(self.positions, np.int64).tobytes())
         h.update("\n".join(self.reasons.tolist()).encode())
+        if self.sources:  # quarantined rows with source columns are not mixed with rows without
+            h.update(json.dumps(self.sources).encode())
         return h.hexdigest()[:16]
+
+    def located(self, sources: Sequence[tuple[str, int]]) -> QuarantinePlan:
+        """This plan, told the files its rows come from, in the order they were read.
+
+        Args:
+            sources: ``(file, rows)`` per input file; their rows must add up to the plan's.
+
+        Raises:
+            ValueError: the files hold a different number of rows than the plan screened.
+        """
+        total = sum(rows for _, rows in sources)
+        if total != self.rows:
+            raise ValueError(
+                f"the quarantine plan screened {self.rows} rows but its {len(sources)} source "
+                f"files hold {total}"
+            )
+        return replace(self, sources=tuple((str(f), int(n)) for f, n in sources))
 
     def check_rate(self, limit: QuarantineLimit | float, what: str) -> None:
         """Raises QuarantineRateExceeded when more rows are quarantined than ``limit`` allows.
@@ -156,9 +185,8 @@ class QuarantinePlan:
         keep = np.ones(batch.num_rows, bool)
         keep[local] = False
         bad = pa.Table.from_batches([batch.take(pa.array(local))])
-        bad = bad.append_column(ROW_NUMBER, pa.array(self.positions[lo:hi], pa.int64()))
-        bad = bad.append_column(REASON, pa.array(self.reasons[lo:hi].tolist(), pa.string()))
-        return batch.filter(pa.array(keep)), bad
+        held = self._held(bad, self.positions[lo:hi], self.reasons[lo:hi])
+        return batch.filter(pa.array(keep)), held
 
     def split_at(self, rows: pa.Table, positions: np.ndarray) -> tuple[pa.Table, pa.Table | None]:
         """:meth:`split` for rows at any input ``positions`` (one per row, e.g. a shard of
@@ -170,12 +198,31 @@ class QuarantinePlan:
         if not bad.any():
             return rows, None
         where = np.flatnonzero(bad)
-        held = rows.take(pa.array(where))
-        held = held.append_column(ROW_NUMBER, pa.array(positions[where], pa.int64()))
-        held = held.append_column(
-            REASON, pa.array(self.reasons[found[where]].tolist(), pa.string())
-        )
+        held = self._held(rows.take(pa.array(where)), positions[where], self.reasons[found[where]])
         return rows.filter(pa.array(~bad)), held
+
+    def _held(self, rows: pa.Table, positions: np.ndarray, reasons: np.ndarray) -> pa.Table:
+        """Quarantined rows with their ``row_number`` and ``reason``, and where known their
+        ``source_file`` and ``source_row_number``."""
+        rows = rows.append_column(ROW_NUMBER, pa.array(positions, pa.int64()))
+        rows = rows.append_column(REASON, pa.array(reasons.tolist(), pa.string()))
+        if not self.sources:
+            return rows
+        files, file_row = locate_rows(self.sources, positions)
+        rows = rows.append_column(SOURCE_FILE, files)
+        return rows.append_column(SOURCE_ROW_NUMBER, pa.array(file_row, pa.int64()))
+
+
+def locate_rows(
+    sources: Sequence[tuple[str, int]], positions: np.ndarray
+) -> tuple[pa.Array, np.ndarray]:
+    """For positions in input order across ``sources`` (``(file, rows)`` read one after the
+    other): each one's file, and its row (0-based) in that file."""
+    counts = np.array([rows for _, rows in sources], np.int64)
+    ends = np.cumsum(counts)
+    index = np.searchsorted(ends, positions, side="right")
+    names = pa.array([name for name, _ in sources], pa.string())
+    return names.take(pa.array(index)), positions - (ends - counts)[index]
 
 
 class Screener:

@@ -1,9 +1,11 @@
-"""The quarantine limit at every day size: a floor of rows for small days, the share for big ones."""
+"""Quarantine on days of every size: a floor of rows for small days, the share for big ones, and
+each quarantined row naming its source file and its row there."""
 
 from __future__ import annotations
 
 import numpy as np
 import pyarrow as pa
+import pyarrow.parquet as pq
 import pytest
 from dagster import AssetKey, DagsterInstance, materialize
 from fraud_world import trained_fraud_world
@@ -11,6 +13,9 @@ from fraud_world import trained_fraud_world
 from assets.fraud.assets import fraud_scores, transactions
 from assets.fraud.demo_data import generate_day as generate_transactions
 from assets.fraud.schemas import TRANSACTIONS, TRANSACTIONS_SCHEMA
+from assets.recommendations import interactions
+from assets.recommendations.demo_data import generate_day as generate_interactions
+from assets.recommendations.schemas import INTERACTIONS, INTERACTIONS_SCHEMA
 from assets.summaries.demo_data import generate_day as generate_documents
 from assets.summaries.digest import daily_digest
 from assets.summaries.document_summaries import document_summaries
@@ -121,6 +126,9 @@ def test_one_bad_document_of_29_is_quarantined_and_the_day_publishes(tmp_path, m
     held = store.read_output("document_summaries_quarantine", DAY)
     summaries = store.read_output("document_summaries", DAY)
     assert held["row_number"].to_pylist() == [7] and held["reason"].to_pylist() == ["text_too_long"]
+    [landed] = store.landing_files("documents", DAY)
+    assert held["source_file"].to_pylist() == [store.uri(landed)]
+    assert held["source_row_number"].to_pylist() == [7]
     assert summaries.num_rows + held.num_rows == 29
     assert day["doc_id"][7].as_py() not in summaries["doc_id"].to_pylist()
     digest = store.read_output("daily_digest", DAY)
@@ -164,3 +172,56 @@ def test_two_percent_of_a_100k_day_still_fails_with_the_share_message(tmp_path) 
     ) in message
     assert not store.exists(store.output_path("fraud_scores", date))
     assert not store.exists(store.output_path("fraud_scores_quarantine", date))
+
+
+def _split_in_two(store: DataStore, dataset: str, date: str, table: pa.Table, first: int) -> str:
+    """Replaces the day with two files, ``first`` rows in the first; returns the second's path."""
+    store.write_landing(dataset, date, table.slice(0, first))
+    second = f"{store.landing_path(dataset, date)}/part-00001.parquet"
+    pq.write_table(table.slice(first), second, filesystem=store.fs)
+    return second
+
+
+def test_a_quarantined_transaction_names_its_file_and_row_there(tmp_path) -> None:
+    world = trained_fraud_world(tmp_path / "data", "2026-04-01", 0.02)
+    store, date = world["store"], "2026-04-02"
+    generate_transactions(store, date, scale=0.02)
+    table = store.read_landing(TRANSACTIONS, date, TRANSACTIONS_SCHEMA)
+    amounts = table["amount"].to_numpy().copy()
+    amounts[[1205, 1217]] = np.nan  # rows 5 and 17 of the second file
+    table = table.set_column(table.schema.get_field_index("amount"), "amount", [amounts])
+    second = _split_in_two(store, TRANSACTIONS, date, table, 1200)
+    with DagsterInstance.ephemeral() as instance:
+        result = materialize(
+            [transactions, fraud_scores], partition_key=date, resources=world["resources"],
+            instance=instance,
+        )  # fmt: skip
+    assert result.success
+    held = store.read_output("fraud_scores_quarantine", date).sort_by("row_number")
+    assert held["row_number"].to_pylist() == [1205, 1217]  # across the day, as before
+    assert held["source_file"].to_pylist() == [store.uri(second)] * 2
+    assert held["source_row_number"].to_pylist() == [5, 17]
+    found = pq.read_table(second).take([5, 17])
+    assert found["transaction_id"].to_pylist() == held["transaction_id"].to_pylist()
+
+
+def test_a_quarantined_interaction_names_its_file_and_row_there(tmp_path) -> None:
+    store = DataStore(str(tmp_path / "data"))
+    generate_interactions(store, DAY, scale=0.05)
+    table = store.read_landing(INTERACTIONS, DAY, INTERACTIONS_SCHEMA)
+    first = table.num_rows // 2
+    weights = table["weight"].to_numpy().copy()
+    weights[[3, first + 4]] = -1.0  # row 3 of the first file, row 4 of the second
+    table = table.set_column(table.schema.get_field_index("weight"), "weight", [weights])
+    second = _split_in_two(store, INTERACTIONS, DAY, table, first)
+    [first_file, _] = store.landing_files(INTERACTIONS, DAY)
+    with DagsterInstance.ephemeral() as instance:
+        result = materialize(
+            [interactions], partition_key=DAY, instance=instance,
+            resources={"storage": StorageResource(data_root=str(tmp_path / "data"))},
+        )  # fmt: skip
+    assert result.success
+    held = store.read_output("interactions_quarantine", DAY).sort_by("row_number")
+    assert held["row_number"].to_pylist() == [3, first + 4]
+    assert held["source_file"].to_pylist() == [store.uri(first_file), store.uri(second)]
+    assert held["source_row_number"].to_pylist() == [3, 4]

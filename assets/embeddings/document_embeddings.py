@@ -38,7 +38,7 @@ from inference.embeddings import encode
 from inference.encoder import SentenceEncoder
 from inference.normalise import normalise_text
 from resources.inference import InferenceResource
-from resources.quality import QualityConfig, StreamedSample
+from resources.quality import QualityConfig, StreamedSample, locate_in_landing
 from resources.storage import DataStore, StorageResource
 
 # The encoder's padded-token budget per call, as the metadata names it.
@@ -128,7 +128,7 @@ def load(store: DataStore, inference: InferenceResource, config: EmbeddingsConfi
 def day(run: SpotSafeRun, date: str, model: Model, config: EmbeddingsConfig, limit: float) -> Day:
     """One day's documents, screened as for summaries, embedded in checkpointed shards."""
     store, encoder, version, inference = run.store, model.value, model.version, run.inference
-    plan = screen_documents(store, date).plan
+    plan = locate_in_landing(screen_documents(store, date).plan, store, DATASET, date)
     plan.check_rate(limit, f"{EMBEDDINGS} {date}")
     metrics = ModelMetrics()
     sample = StreamedSample(plan.rows - plan.count, config.check_sample_rows, config.check_seed)

@@ -40,7 +40,7 @@ from inference.ranges import REVIEW, Guarded
 from inference.streaming import release_freed_memory
 from inference.tabular import TabularScorer
 from resources.inference import InferenceResource
-from resources.quality import QualityConfig, StreamedSample
+from resources.quality import QualityConfig, StreamedSample, locate_in_landing
 from resources.storage import DataStore
 
 # Rows whose features are assembled together while scoring (a shard is cut at shard_rows, so
@@ -117,7 +117,7 @@ def day(run: SpotSafeRun, date: str, model: Model, config: FraudQualityConfig, l
             plan=load_screen(store, date, config.amount_ceiling),
             amount_ceiling=config.amount_ceiling,
         )
-        plan = screen.plan
+        plan = locate_in_landing(screen.plan, store, TRANSACTIONS, date)
         plan.check_rate(limit, f"{SCORES} {date}")
         profile = screen.profile()
         del screen  # the builder's buffers: only the finished profile is needed from here
@@ -239,6 +239,7 @@ def _by_account(
     plan = load_screen(store, date, config.amount_ceiling)
     if plan is None:  # the landing checks did not run on these files: screen them (no profile)
         plan = screen_transactions(store, date, amount_ceiling=config.amount_ceiling).plan
+    plan = locate_in_landing(plan, store, TRANSACTIONS, date)
     plan.check_rate(limit, f"{SCORES} {date}")
     settings = run.inference
     shards = AccountShards(

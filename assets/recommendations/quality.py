@@ -28,6 +28,8 @@ from inference.invariants import StreamStats
 from inference.quarantine import (
     REASON,
     ROW_NUMBER,
+    SOURCE_FILE,
+    SOURCE_ROW_NUMBER,
     QuarantineLimit,
     QuarantinePlan,
     Screener,
@@ -37,8 +39,15 @@ from resources.quality import PositionCursor, sample_positions
 from resources.storage import DataStore, LandingDataError
 
 INTERACTIONS_QUARANTINE = f"{INTERACTIONS}_quarantine"
-QUARANTINE_SCHEMA = INTERACTIONS_SCHEMA.append(pa.field(ROW_NUMBER, pa.int64())).append(
-    pa.field(REASON, pa.string())
+# A quarantined interaction: its columns, its row across the day, why, and where it is.
+QUARANTINE_SCHEMA = pa.schema(
+    [
+        *INTERACTIONS_SCHEMA,
+        pa.field(ROW_NUMBER, pa.int64()),
+        pa.field(REASON, pa.string()),
+        pa.field(SOURCE_FILE, pa.string()),
+        pa.field(SOURCE_ROW_NUMBER, pa.int64()),
+    ]
 )
 
 
@@ -81,6 +90,7 @@ def screen_interactions(
     keep_at_most = int(QuarantineLimit.of(max_rate).allowed(rows))
     screener, sampled, held = Screener(), [], []
     outside_day = used = 0
+    in_file: dict[str, int] = {}  # rows read so far from each file
     for file, batch in store.iter_landing_files(INTERACTIONS, date, INTERACTIONS_SCHEMA):
         for column in ("user_id", "item_id"):
             if batch[column].null_count:
@@ -89,14 +99,15 @@ def screen_interactions(
                     f"'{column}' has {batch[column].null_count} null values; an interaction "
                     "without it cannot be attributed"
                 )
-        offset = screener.rows
+        offset, source = screener.rows, (store.uri(file), in_file.get(file, 0))
+        in_file[file] = source[1] + batch.num_rows
         rules = unusable_rules(batch)
         flagged = screener.add(batch.num_rows, rules)
         used += int((~flagged).sum())
         # Early or late events still count as history: counted for a WARN, not quarantined.
         outside_day += int((outside(batch["ts"], *day) | _nulls(batch["ts"])).sum())
         if flagged.any() and held is not None:
-            held.append(_quarantined_rows(batch, flagged, rules, offset))
+            held.append(_quarantined_rows(batch, flagged, rules, offset, source))
             if sum(t.num_rows for t in held) > keep_at_most:
                 held = None
         local = sampler.advance(batch.num_rows)
@@ -122,9 +133,14 @@ def screen_interactions(
 
 
 def _quarantined_rows(
-    batch: pa.RecordBatch, flagged: np.ndarray, rules: dict[str, np.ndarray], offset: int
+    batch: pa.RecordBatch,
+    flagged: np.ndarray,
+    rules: dict[str, np.ndarray],
+    offset: int,
+    source: tuple[str, int],
 ) -> pa.Table:
-    """The flagged rows of a batch with their position in the partition and first reason."""
+    """The flagged rows of a batch with their position in the partition, first reason, and
+    file and row there (``source``: the batch's file and its first row's position in it)."""
     local = np.flatnonzero(flagged)
     reasons = np.empty(len(local), object)
     taken = np.zeros(len(local), bool)
@@ -134,7 +150,9 @@ def _quarantined_rows(
         taken |= new
     table = pa.Table.from_batches([batch.take(pa.array(local))]).cast(INTERACTIONS_SCHEMA)
     table = table.append_column(ROW_NUMBER, pa.array(local + offset, pa.int64()))
-    return table.append_column(REASON, pa.array(reasons.tolist(), pa.string()))
+    table = table.append_column(REASON, pa.array(reasons.tolist(), pa.string()))
+    table = table.append_column(SOURCE_FILE, pa.repeat(pa.scalar(source[0]), len(local)))
+    return table.append_column(SOURCE_ROW_NUMBER, pa.array(local + source[1], pa.int64()))
 
 
 def _nulls(values: pa.Array) -> np.ndarray:

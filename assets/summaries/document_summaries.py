@@ -47,9 +47,7 @@ from inference.rank import RankerSettings
 from inference.segment import LengthCap, fit_summary
 from inference.text import SentenceEncoder, extractive_summaries, summary_spans
 from resources.inference import InferenceResource
-from resources.quality import (
-    QualityConfig,
-)
+from resources.quality import QualityConfig, locate_in_landing
 from resources.storage import DataStore, StorageResource
 
 ASSET = SUMMARIES
@@ -267,8 +265,8 @@ def load(store: DataStore, inference: InferenceResource, config: SummariesConfig
 def day(run: SpotSafeRun, date: str, model: Model, config: SummariesConfig, limit: float) -> Day:
     """One day's documents, screened, then summarised in checkpointed shards of documents."""
     store, (summarise, sizing) = run.store, model.value
-    screen = screen_documents(store, date)
-    screen.plan.check_rate(limit, f"{ASSET} {date}")
+    plan = locate_in_landing(screen_documents(store, date).plan, store, DATASET, date)
+    plan.check_rate(limit, f"{ASSET} {date}")
     metrics = ModelMetrics()
     extractive, cap = config.mode == "extractive", length_cap(config)
 
@@ -284,7 +282,7 @@ def day(run: SpotSafeRun, date: str, model: Model, config: SummariesConfig, limi
         batch_size=config.docs_per_chunk,
         shard_rows=config.docs_per_shard,
         metrics=metrics,
-        quarantine=screen.plan,
+        quarantine=plan,
         observe=summary_observer(model.version, extractive=extractive, cap=cap),
         shards=shards,
     )

@@ -19,7 +19,11 @@ metadata) and ``settings`` (run config and the quarantine limit).
 """
 
 from resources.quality.freshness import landed_hours_after_day_end
-from resources.quality.quarantine import fail_fast_on_bad_rows, quarantine_metadata
+from resources.quality.quarantine import (
+    fail_fast_on_bad_rows,
+    locate_in_landing,
+    quarantine_metadata,
+)
 from resources.quality.results import check_result
 from resources.quality.sampling import (
     PositionCursor,
@@ -43,6 +47,7 @@ __all__ = [
     "fail_fast_on_bad_rows",
     "landed_hours_after_day_end",
     "load_suites",
+    "locate_in_landing",
     "preload_great_expectations",
     "published_rows",
     "quarantine_limit",

@@ -1,5 +1,5 @@
-"""Quarantine as Dagster sees it: a run that would quarantine too much fails, and what was set
-aside is counted in the materialisation's metadata."""
+"""Quarantine as Dagster sees it: a run that would quarantine too much fails, what was set
+aside is counted in the materialisation's metadata, and each row set aside names its file."""
 
 from __future__ import annotations
 
@@ -8,10 +8,12 @@ from collections.abc import Iterator, Sequence
 from contextlib import contextmanager
 from typing import Any
 
+import pyarrow.parquet as pq
 from dagster import Failure, MetadataValue
 
-from inference.quarantine import QuarantineRateExceeded, RowConservationError
+from inference.quarantine import QuarantinePlan, QuarantineRateExceeded, RowConservationError
 from inference.shards import QUARANTINED_PREFIX, ShardReport
+from resources.storage import DataStore
 
 
 @contextmanager
@@ -33,6 +35,17 @@ def fail_fast_on_bad_rows() -> Iterator[None]:
         ) from exc
     except RowConservationError as exc:
         raise Failure(description=str(exc), allow_retries=False) from exc
+
+
+def locate_in_landing(
+    plan: QuarantinePlan, store: DataStore, dataset: str, date: str
+) -> QuarantinePlan:
+    """``plan`` over a landing day's rows, told the day's files in the order they are read, so
+    each quarantined row names its ``source_file`` and ``source_row_number`` there as well as
+    its ``row_number`` across the day. Row counts come from the files' footers."""
+    files = store.landing_files(dataset, date)
+    rows = [pq.read_metadata(f, filesystem=store.fs).num_rows for f in files]
+    return plan.located([(store.uri(f), n) for f, n in zip(files, rows, strict=True)])
 
 
 def quarantine_metadata(shards: Sequence[ShardReport]) -> dict[str, Any]:
