@@ -9,11 +9,11 @@ from collections.abc import Iterator
 from pathlib import Path
 
 import pytest
-from dagster import DagsterEventType, DagsterInstance
+from dagster import AssetKey, DagsterEventType, DagsterInstance
+from fraud_world import trained_fraud_world
 
 from assets.fraud.demo_data import generate_day
 from assets.fraud.schemas import MODEL_NAME
-from fraud_world import trained_fraud_world
 from orchestration.definitions import build_definitions
 from policy.retries import ERROR_RETRY_POLICY
 
@@ -43,11 +43,15 @@ def _model_folder(root: Path) -> Path:
     return models / (models / "CURRENT").read_text().strip()
 
 
-def _run_job(tmp_path: Path):
-    """The real job, with the project's retry policy on every step."""
+def _run_job(tmp_path: Path, only: str | None = None):
+    """The real job, with the project's retry policy on every step (``only``: one asset of it,
+    as when it is materialised from its page)."""
     job = build_definitions("local").resolve_job_def(JOB)
+    selection = [AssetKey(only)] if only else None
     with DagsterInstance.ephemeral() as instance:
-        result = job.execute_in_process(partition_key=DAY, instance=instance, raise_on_error=False)
+        result = job.execute_in_process(
+            partition_key=DAY, instance=instance, raise_on_error=False, asset_selection=selection
+        )
         return result, instance.all_logs(result.run_id)
 
 
@@ -72,6 +76,14 @@ def test_a_deleted_manifest_fails_once_naming_the_folder_and_the_fix(root, tmp_p
     assert f"{folder}/manifest.json is missing" in message
     assert "retrain with `fraud_training_job`" in message
     assert f"restore the model folder {folder}" in message
+
+
+def test_scoring_alone_with_a_deleted_manifest_fails_once_naming_the_fix(root, tmp_path) -> None:
+    folder = _model_folder(root)
+    (folder / "manifest.json").unlink()
+    message = _failed_once(*_run_job(tmp_path, only="fraud_scores"), "fraud_scores")
+    assert f"{folder}/manifest.json is missing" in message
+    assert "retrain with `fraud_training_job`" in message
 
 
 def test_a_truncated_model_fails_once_naming_the_folder_and_the_fix(root, tmp_path) -> None:
