@@ -5,14 +5,16 @@ from datetime import UTC, datetime
 
 import numpy as np
 import pyarrow as pa
+import torch
 from dagster import AssetKey, Definitions, asset, materialize
 
 from assets.day_metadata import day_entries
 from assets.embeddings import defs
-from assets.embeddings.document_embeddings import document_embeddings
+from assets.embeddings.document_embeddings import document_embeddings, search_text
 from assets.summaries.demo_data import generate_day
 from assets.summaries.documents import DOCUMENTS_SCHEMA, documents
-from inference.embeddings import Embeddings
+from assets.summaries.models import sentence_encoder
+from inference.embeddings import Embeddings, encode
 from policy.partitions import daily_partitions
 
 DAY = "2026-03-02"
@@ -149,7 +151,7 @@ def test_a_vector_off_unit_norm_fails_the_blocking_check_and_stops_downstream(
     store, resources, instance, monkeypatch
 ):
     module = importlib.import_module("assets.embeddings.document_embeddings")
-    real = module.encode
+    real = module.embed_documents
 
     def one_vector_doubled(*args, **kwargs) -> Embeddings:
         embedded = real(*args, **kwargs)
@@ -157,7 +159,7 @@ def test_a_vector_off_unit_norm_fails_the_blocking_check_and_stops_downstream(
         vectors[0] *= 2
         return Embeddings(vectors, embedded.model_calls, embedded.padding)
 
-    monkeypatch.setattr(module, "encode", one_vector_doubled)
+    monkeypatch.setattr(module, "embed_documents", one_vector_doubled)
     _land_crafted(store)
     result = _embed(
         resources, instance, [related_articles], partition_key=DAY, raise_on_error=False
@@ -177,3 +179,54 @@ def test_a_vector_off_unit_norm_fails_the_blocking_check_and_stops_downstream(
     assert [e.cls_name for e in errors] == ["DagsterAssetCheckFailedError"]
     assert "embeddings_have_unit_norm" in errors[0].to_string()
     assert not instance.get_materialized_partitions(AssetKey("related_articles"))
+
+
+# A lead longer than the encoder's 256-token window, then tails that differ only beyond it.
+LEAD = (
+    "The city council approved a new budget for the harbour on Monday, after a long debate. "
+    "Officials said repairs to the old pier would begin in the spring and last a year. "
+) * 10
+LONG = {
+    "long-beaches": (
+        "Harbour budget",
+        LEAD + "The mayor praised volunteers who cleaned beaches. " * 6,
+    ),
+    "long-oil": (
+        "Harbour budget",
+        LEAD + "A court fined a shipper for dumping oil in the river. " * 6,
+    ),
+    "one-word": ("", "Storm."),
+    # About 200 KB, under the documents' size limit: far more than the chunks kept.
+    "huge": ("Archive", "The archive kept every council record since the war. " * 3800),
+}
+
+
+def test_long_documents_are_read_past_the_first_window_and_every_size_keeps_the_contract(
+    store, resources, instance
+):
+    noon = int(datetime.fromisoformat(DAY).replace(tzinfo=UTC).timestamp() * 1e6) + 43_200_000_000
+    table = pa.table(
+        {
+            "doc_id": list(LONG),
+            "published_at": pa.array([noon] * len(LONG), pa.timestamp("us", tz="UTC")),
+            "title": [title for title, _ in LONG.values()],
+            "body": [body for _, body in LONG.values()],
+        },
+        schema=DOCUMENTS_SCHEMA,
+    )
+    store.write_landing("documents", DAY, table)
+    result = _embed(resources, instance, partition_key=DAY)
+    assert result.success and all(c.passed for c in result.get_asset_check_evaluations())
+    published, vectors = _vectors(store, DAY)
+    assert published["doc_id"].to_pylist() == list(LONG)
+    matrix = np.stack(list(vectors.values()))
+    assert matrix.shape == (len(LONG), 384) and matrix.dtype == np.float32
+    assert np.allclose(np.linalg.norm(matrix, axis=1), 1.0, atol=1e-5)
+    [version] = set(published["model_version"].to_pylist())
+    assert version.startswith("all-MiniLM-L6-v2@") and version.endswith("/chunks256x2-decay0.5")
+    # The encoder's first window alone cannot tell the two long documents apart; the asset can.
+    encoder = sentence_encoder(resources["inference"])
+    texts = [search_text(*LONG[key]) for key in ("long-beaches", "long-oil")]
+    first = encode(encoder, texts, max_batch_tokens=2048, max_batch_size=64).vectors
+    assert torch.equal(first[0], first[1])
+    assert float(vectors["long-beaches"] @ vectors["long-oil"]) < 0.999

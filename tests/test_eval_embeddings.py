@@ -1,8 +1,24 @@
-"""The embeddings evaluation's retrieval figures, on similarity matrices with known answers."""
+"""The embeddings evaluation: its retrieval figures, and that its vectors are the asset's own."""
+
+import importlib
+import sys
+from datetime import UTC, datetime
+from pathlib import Path
 
 import numpy as np
+import pyarrow as pa
+from dagster import materialize
 
-from benchmarks.eval_embeddings import retrieval
+from assets.embeddings.document_embeddings import EmbeddingsConfig, document_embeddings
+from assets.summaries.documents import DOCUMENTS_SCHEMA, documents
+from assets.summaries.models import sentence_encoder
+from benchmarks import eval_embeddings
+from benchmarks.eval_embeddings import asset_embeddings, first_window, retrieval
+from benchmarks.eval_summaries import load_examples
+
+TINY = Path(__file__).parent / "fixtures" / "summaries_eval_tiny.csv"
+DAY = "2026-03-02"
+LEAD = "The harbour board met on Monday and agreed a plan to dredge the channel by summer. " * 20
 
 
 def test_retrieval_scores_the_rank_of_each_querys_own_document() -> None:
@@ -16,3 +32,62 @@ def test_retrieval_scores_the_rank_of_each_querys_own_document() -> None:
         "recall_at_10": 1.0,
         "mrr": round((1 / 2 + 1 / 3 + 1 + 1) / 4, 3),
     }
+
+
+def _articles() -> list[str]:
+    short = [e.article for e in load_examples(TINY)]
+    return [
+        *short,
+        LEAD + "Fishermen welcomed it.",
+        LEAD + "Environmental groups said they would sue.",
+    ]
+
+
+def test_the_evals_vectors_are_the_ones_the_asset_publishes(store, resources, instance) -> None:
+    articles = _articles()
+    noon = int(datetime.fromisoformat(DAY).replace(tzinfo=UTC).timestamp() * 1e6) + 43_200_000_000
+    landed = pa.table(
+        {
+            "doc_id": [str(i) for i in range(len(articles))],
+            "published_at": pa.array([noon] * len(articles), pa.timestamp("us", tz="UTC")),
+            "title": pa.nulls(len(articles), pa.string()),
+            "body": articles,
+        },
+        schema=DOCUMENTS_SCHEMA,
+    )
+    store.write_landing("documents", DAY, landed)
+    assert materialize(
+        [documents, document_embeddings], resources=resources, instance=instance, partition_key=DAY
+    ).success
+    published = store.read_output("document_embeddings", DAY)
+    assert published["doc_id"].to_pylist() == landed["doc_id"].to_pylist()
+    written = np.stack(published["embedding"].to_numpy(zero_copy_only=False))
+    inference = resources["inference"]
+    encoder = sentence_encoder(inference)
+    ours = asset_embeddings(encoder, inference, EmbeddingsConfig(), articles)
+    assert np.array_equal(ours, written)
+    # The long articles differ only past the first window: the previous method saw no difference.
+    before = first_window(encoder, inference, articles)
+    assert np.array_equal(before[-1], before[-2]) and not np.array_equal(ours[-1], ours[-2])
+
+
+def test_the_evals_asset_row_goes_through_the_assets_model_step(monkeypatch, capsys) -> None:
+    module = importlib.import_module("assets.embeddings.document_embeddings")
+    real, seen = module.embed_documents, []
+
+    def spy(encoder, texts, chunking, **kwargs):
+        seen.append((list(texts), chunking))
+        return real(encoder, texts, chunking, **kwargs)
+
+    monkeypatch.setattr(module, "embed_documents", spy)
+    monkeypatch.setattr(eval_embeddings, "dataset_path", lambda: TINY)
+    monkeypatch.setattr(sys, "argv", ["eval_embeddings", "--articles", "4"])
+    eval_embeddings.main()
+    printed = capsys.readouterr().out
+    articles = [e.article for e in load_examples(TINY)]
+    [(texts, chunking)] = seen
+    assert texts == articles and chunking == module.document_chunking(
+        sentence_encoder(eval_embeddings.InferenceResource(device="cpu")), EmbeddingsConfig()
+    )
+    assert f"all-MiniLM-L6-v2, {chunking.describe()} (the asset)" in printed
+    assert "TF-IDF cosine" in printed and "ratio the asset / first window" in printed

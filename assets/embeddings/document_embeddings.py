@@ -1,7 +1,9 @@
 """``document_embeddings``: a search vector for every document of the day.
 
-Each document is embedded alone, so shards are row ranges of the day under both executors; with
-``ray`` the encoder is loaded by each worker (:class:`EmbeddingProgram`), not sent from the step.
+A document is embedded in chunks of the encoder's window, pooled into one vector
+(:func:`inference.embeddings.embed_documents`). Each document is embedded alone, so shards are
+row ranges of the day under both executors; with ``ray`` the encoder is loaded by each worker
+(:class:`EmbeddingProgram`), not sent from the step.
 """
 
 from dataclasses import dataclass
@@ -33,8 +35,9 @@ from assets.summaries.workers import (
     worker_metadata,
 )
 from inference.checkpoints import CheckpointError
+from inference.chunks import Chunking
 from inference.distributed import ShardFunctions, worker_model
-from inference.embeddings import encode
+from inference.embeddings import embed_documents
 from inference.encoder import SentenceEncoder
 from inference.normalise import normalise_text
 from resources.inference import InferenceResource
@@ -57,28 +60,58 @@ class EmbeddingsConfig(QualityConfig):
         ge=1,
         description="Documents per checkpointed shard (a retry redoes at most one).",
     )
+    chunks_per_document: int = Field(
+        default=Chunking().max_chunks,
+        ge=1,
+        description="Chunks of the encoder's window embedded per document (the rest of a "
+        "longer document is not read); each costs about one short document's compute.",
+    )
+    chunk_decay: float = Field(
+        default=Chunking().decay,
+        gt=0.0,
+        le=1.0,
+        description="Weight of chunk i in the document's vector is chunk_decay ** i: the lead "
+        "counts most.",
+    )
+
+
+def document_chunking(encoder: SentenceEncoder, config: EmbeddingsConfig) -> Chunking:
+    """The configured chunking, in chunks of the encoder's whole window."""
+    return Chunking(encoder.max_length, config.chunks_per_document, config.chunk_decay)
+
+
+def vectors_version(encoder: SentenceEncoder, chunking: Chunking) -> str:
+    """The encoder's version and the chunking: vectors pooled otherwise are not comparable."""
+    return f"{encoder.version}/{chunking.describe()}"
 
 
 def search_text(title: str | None, body: str | None) -> str:
     """What a document is embedded from: its title, then its body, as plain text (markup,
-    entities and odd whitespace removed). The encoder reads the first 256 tokens: the title
-    and lead, where news states what it is about."""
+    entities and odd whitespace removed), so the first chunk holds the title and the lead."""
     parts = (normalise_text(title), normalise_text(body))
     return "\n\n".join(part for part in parts if part)
 
 
-def _texts(chunk: pa.RecordBatch) -> list[str]:
+def document_texts(chunk: pa.RecordBatch) -> list[str]:
+    """The search texts of a batch of documents (``title`` and ``body`` columns)."""
     titles, bodies = chunk.column("title").to_pylist(), chunk.column("body").to_pylist()
     return [search_text(t, b) for t, b in zip(titles, bodies, strict=True)]
 
 
-def _embed_batch(
-    encoder: SentenceEncoder, version: str, metrics: ModelMetrics, tokens: int, rows: int
+def embed_batch(
+    encoder: SentenceEncoder,
+    chunking: Chunking,
+    version: str,
+    metrics: ModelMetrics,
+    tokens: int,
+    rows: int,
 ):
-    """The model step for one chunk of documents: (chunk, texts) -> doc_id, embedding, version."""
+    """The model step for one batch of documents: (batch, texts) -> doc_id, embedding, version."""
 
     def transform(chunk: pa.RecordBatch, texts: list[str]) -> pa.RecordBatch:
-        embedded = encode(encoder, texts, max_batch_tokens=tokens, max_batch_size=rows)
+        embedded = embed_documents(
+            encoder, texts, chunking, max_batch_tokens=tokens, max_batch_size=rows
+        )
         metrics.model_calls += embedded.model_calls
         flat = np.ascontiguousarray(embedded.vectors.numpy(), np.float32).reshape(-1)
         vectors = pa.FixedSizeListArray.from_arrays(pa.array(flat), DIMENSION)
@@ -95,6 +128,7 @@ class EmbeddingProgram:
 
     key: str
     loader: LoadEncoder
+    chunking: Chunking
     version: str
     max_batch_tokens: int | None
     max_batch_size: int
@@ -110,8 +144,10 @@ class EmbeddingProgram:
             observer(scored, out, stats)
             figures.record(stats)
 
-        transform = _embed_batch(encoder, self.version, metrics, tokens, self.max_batch_size)
-        return ShardFunctions(transform, _texts, observe)
+        transform = embed_batch(
+            encoder, self.chunking, self.version, metrics, tokens, self.max_batch_size
+        )
+        return ShardFunctions(transform, document_texts, observe)
 
 
 def load(store: DataStore, inference: InferenceResource, config: EmbeddingsConfig) -> Model:
@@ -122,12 +158,15 @@ def load(store: DataStore, inference: InferenceResource, config: EmbeddingsConfi
             f"{encoder.version} writes {width}-dimensional vectors but {EMBEDDINGS} holds "
             f"{DIMENSION}: change the contract (assets/embeddings/schemas.py) with the model"
         )
-    return Model(encoder.version, encoder_key(), encoder, metadata={"dimension": DIMENSION})
+    chunking = document_chunking(encoder, config)
+    metadata = {"dimension": DIMENSION, "encoder_version": encoder.version}
+    return Model(vectors_version(encoder, chunking), encoder_key(), encoder, metadata=metadata)
 
 
 def day(run: SpotSafeRun, date: str, model: Model, config: EmbeddingsConfig, limit: float) -> Day:
     """One day's documents, screened as for summaries, embedded in checkpointed shards."""
     store, encoder, version, inference = run.store, model.value, model.version, run.inference
+    chunking = document_chunking(encoder, config)
     plan = locate_in_landing(screen_documents(store, date).plan, store, DATASET, date)
     plan.check_rate(limit, f"{EMBEDDINGS} {date}")
     metrics = ModelMetrics()
@@ -143,6 +182,7 @@ def day(run: SpotSafeRun, date: str, model: Model, config: EmbeddingsConfig, lim
         program = EmbeddingProgram(
             model.key,
             LoadEncoder(inference.device, inference.precision),
+            chunking,
             version,
             inference.max_batch_tokens,
             inference.max_batch_size,
@@ -151,10 +191,12 @@ def day(run: SpotSafeRun, date: str, model: Model, config: EmbeddingsConfig, lim
     work = Work(
         EMBEDDINGS_SCHEMA,
         store.iter_landing(DATASET, date, DOCUMENTS_SCHEMA, SCREEN_COLUMNS),
-        _embed_batch(encoder, version, metrics, inference.batch_tokens, inference.max_batch_size),
+        embed_batch(
+            encoder, chunking, version, metrics, inference.batch_tokens, inference.max_batch_size
+        ),
         inputs=store.landing_files(DATASET, date),
         depends_on={"model": version},
-        prepare=_texts,
+        prepare=document_texts,
         batch_size=config.docs_per_chunk,
         shard_rows=config.docs_per_shard,
         metrics=metrics,
@@ -198,9 +240,11 @@ def document_embeddings(
     search and related-article lookups: doc_id, embedding (float32, L2 norm 1, so a dot
     product is the cosine similarity) and the model_version that wrote it.
 
-    Each document's title and body, normalised to plain text, are embedded by the packaged
-    all-MiniLM-L6-v2 sentence encoder (mean pooling over its first 256 tokens); vectors of
-    different model versions are not comparable. Blocking checks count, over every row, that
+    Each document's title and body, normalised to plain text, are cut into chunks of the
+    packaged all-MiniLM-L6-v2 sentence encoder's 256-token window at sentence ends; the first
+    `chunks_per_document` chunks are embedded (mean pooling over tokens) and pooled into one
+    vector, chunk i weighted `chunk_decay ** i`. The model version names the encoder and the
+    chunking: vectors of different model versions are not comparable. Blocking checks count, over every row, that
     each screened document has exactly one vector of the model's dimension, finite and of
     unit norm. Documents that cannot be embedded (no or repeated id, no text, not UTF-8, too
     long, published outside the day) go to `document_embeddings_quarantine` with a reason,
