@@ -75,3 +75,30 @@ def test_overview_shows_throughput_metadata(page, ui_stack: DagsterStack) -> Non
     assert float(cells[-1].replace(",", "")) > 0, cells
     assert page.get_by_text("Freshness policy").first.is_visible()
     page.screenshot(path=str(ARTIFACTS / "fraud_scores_overview.png"), full_page=True)
+
+
+def test_plots_show_the_operators_series_only(page, ui_stack: DagsterStack) -> None:
+    """The Overview's Plots chart the headline numbers (rows, quarantine rate, model version change,
+    rows/s, seconds, interruptions, rework), not the ~40 figures of the detail table."""
+    page.goto(f"{ui_stack.url}/assets/fraud_scores")
+    page.get_by_text("Plots", exact=True).click()
+    page.get_by_text("rows_per_second", exact=True).first.wait_for()
+    page.wait_for_timeout(1500)  # the charts draw after their data arrives
+    page.screenshot(path=str(ARTIFACTS / "fraud_scores_plots.png"), full_page=True)
+    text = page.locator("body").inner_text()
+    for series in ("dagster/row_count", "quarantine_rate", "seconds", "rows_redone"):
+        assert series in text, series
+    for detail in ("check_seconds", "read_pct", "batch_latency_p99_ms", "queue_depth_mean"):
+        assert detail not in text, detail
+
+
+def test_a_days_metadata_starts_with_rows_and_output(page, ui_stack: DagsterStack) -> None:
+    days = ui_stack.facts["days"]
+    page.goto(f"{ui_stack.url}/assets/fraud_scores?view=partitions")
+    page.get_by_text(re.compile(r"^Missing \(\d+\)$")).click()
+    page.locator(f'[title="{days[0]}"]').click()
+    page.get_by_text("rows_per_second", exact=True).first.wait_for()
+    page.screenshot(path=str(ARTIFACTS / "fraud_scores_day_metadata.png"), full_page=True)
+    labels = page.locator("tr td:first-child").all_inner_texts()
+    shown = [label for label in labels if label in ("dagster/row_count", "output", "detail")]
+    assert shown[:3] == ["dagster/row_count", "output", "detail"], labels

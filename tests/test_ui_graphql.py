@@ -31,6 +31,7 @@ query Materializations($path: [String!]!, $partitions: [String!]) {
           ... on IntMetadataEntry { intValue }
           ... on TextMetadataEntry { text }
           ... on PathMetadataEntry { path }
+          ... on TableMetadataEntry { table { records } }
         }
       }
     }
@@ -77,6 +78,25 @@ mutation DryRun($selector: ScheduleSelector!, $timestamp: Float) {
   }
 }
 """
+
+
+STALENESS = """
+query Staleness($path: [String!]!, $partitions: [String!]) {
+  assetNodes(assetKeys: [{path: $path}]) {
+    staleStatusByPartition(partitions: $partitions)
+    staleCausesByPartition(partitions: $partitions) { reason category key { path } }
+  }
+}
+"""
+
+
+def _figures(event: dict) -> dict[str, dict]:
+    """A materialisation's metadata entries by label, the detail table's rows among them (as
+    {"value": ...}): the headline is top-level, every other figure a row of that table."""
+    entries = {e["label"]: e for e in event["metadataEntries"]}
+    detail = entries.get("detail", {}).get("table", {}).get("records", [])
+    rows = [json.loads(r) for r in detail]
+    return {**{r["figure"]: {"value": r["value"]} for r in rows}, **entries}
 
 
 def _runs(stack: DagsterStack, tags: dict[str, str] | None = None) -> list[dict]:
@@ -126,15 +146,32 @@ def test_ui_backfill_scores_the_range_in_one_run(ui_stack: DagsterStack) -> None
     for event in materialized:
         assert event["runId"] == run["runId"]
         day = event["partition"]
-        metadata = {e["label"]: e for e in event["metadataEntries"]}
+        metadata = _figures(event)
         assert metadata["rows_per_second"]["floatValue"] > 0
         landed = store.count_landing("transactions", day, TRANSACTIONS_SCHEMA)
         assert metadata["dagster/row_count"]["intValue"] == landed > 0
-        assert metadata["rows_in"]["intValue"] == landed
+        assert metadata["rows_in"]["value"] == landed
         assert metadata["output"]["path"].endswith(f"fraud_scores/date={day}")
-        assert metadata["partitions"]["intValue"] == 3  # the days this run covered
-        assert metadata["model_loads"]["intValue"] == 1
+        assert metadata["partitions"]["value"] == 3  # the days this run covered
+        assert metadata["model_loads"]["value"] == 1
         assert metadata["model_version"]["text"]
+        # The headline comes first, then the one detail table.
+        labels = [e["label"] for e in event["metadataEntries"]]
+        assert labels[:2] == ["dagster/row_count", "output"] and "detail" in labels
+
+    # Backfilled alone, the scores' days landed their transactions first in the same run:
+    # each landing day is materialised and checked, and no scored day is unsynced.
+    for landing in ("transactions", "transaction_screens"):
+        landed_days = _materializations(ui_stack, landing, days)
+        assert sorted(m["partition"] for m in landed_days) == days, landing
+        assert {m["runId"] for m in landed_days} == {run["runId"]}, landing
+    landing_checks = ui_stack.graphql(
+        CHECK_EXECUTIONS, path=["transactions"], check="transaction_values_in_range"
+    )["assetCheckExecutions"]
+    assert sorted(e["partition"] for e in landing_checks if e["runId"] == run["runId"]) == days
+    [node] = ui_stack.graphql(STALENESS, path=["fraud_scores"], partitions=days)["assetNodes"]
+    assert node["staleStatusByPartition"] == ["FRESH"] * len(days), node
+    assert node["staleCausesByPartition"] == [[]] * len(days), node
 
     for check in ("scores_in_unit_interval", "row_count_matches_input"):
         executions = ui_stack.graphql(CHECK_EXECUTIONS, path=["fraud_scores"], check=check)
