@@ -38,7 +38,8 @@ class InferenceResource(ConfigurableResource):
         default=None,
         description="Input rows per checkpointed shard; a retry redoes at most one shard. "
         "0 turns checkpointing off; unset, each asset uses its own size (250,000 transactions "
-        "for fraud_scores, 50,000 rows elsewhere).",
+        "for fraud_scores, 50,000 rows elsewhere); the document assets shard by their own "
+        "docs_per_shard config instead.",
     )
     lease_seconds: float = Field(
         default=600.0, description="How long a partition's writer lease lasts between shards."
