@@ -46,12 +46,12 @@ STORAGE_SETTINGS = {
 
 
 def engine_overrides() -> dict:
-    """Inference settings given as environment variables (see the README's table)."""
+    """Inference settings given as environment variables (see docs/configuration.md)."""
     return _overrides(ENGINE_SETTINGS)
 
 
 def storage_overrides() -> dict:
-    """Storage settings given as environment variables (see the README's table)."""
+    """Storage settings given as environment variables (see docs/configuration.md)."""
     overrides = _overrides(STORAGE_SETTINGS)
     if "landing_timezone" in overrides:
         try:
