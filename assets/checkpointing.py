@@ -28,6 +28,7 @@ import pyarrow as pa
 from dagster import AssetExecutionContext, Failure, RetryRequested
 
 from assets.common import PartitionReport
+from assets.deadline_capacity import NightFacts, deadline_decision, retry_tags
 from assets.observability import GpuMonitor
 from inference.distributed import (
     FixedProgram,
@@ -41,7 +42,9 @@ from inference.distributed import (
     run_distributed,
 )
 from inference.interrupt import InterruptionWatcher
+from inference.ledger import Attempt, LedgerBook, PartitionLedger, recent_rate, sum_figures
 from inference.metrics import BatchMetrics
+from inference.output_partition import ShardReport
 from inference.quarantine import QuarantinePlan
 from inference.shards import (
     CountOut,
@@ -54,8 +57,10 @@ from inference.shards import (
     input_fingerprint,
     run_sharded,
 )
-from policy.capacity import capacity_tags
+from policy.deadline import IDLE, CapacityDecision
+from policy.ready_by import ready_by
 from policy.tags import (
+    CAPACITY_REASON_TAG,
     CAPACITY_TAG,
     INTERRUPTED_TAG,
     INTERRUPTIONS_TAG,
@@ -208,8 +213,37 @@ class Work:
         )
 
 
+@dataclass
+class OpenDay:
+    """The partition being scored now: its writer, its ledger and this attempt's entry."""
+
+    asset: str
+    date: str
+    writer: ShardedWriter
+    book: LedgerBook
+    ledger: PartitionLedger
+    attempt: Attempt
+    # Whether the ledger file is ours to write: not while a committed day's ledger is stored
+    # and this attempt has scored nothing (the day may turn out committed by this lineage).
+    saving: bool
+
+    def rows_done(self) -> int:
+        """Input rows in the shards finished so far, by this attempt or earlier ones."""
+        return sum(int(e["rows_in"]) for e in self.writer.progress.shards.values())
+
+    def save(self) -> None:
+        self.attempt.ended = time.time()
+        self.attempt.rows_redone = self.writer.report.rows_redone
+        if self.saving:
+            self.book.save(self.ledger)
+
+
 class SpotSafeRun:
-    """Scores the partitions of one step in checkpointed shards, stopping on interruptions."""
+    """Scores the partitions of one step in checkpointed shards, stopping on interruptions.
+
+    Every partition's attempts are entered in its cost ledger (inference/ledger.py): the day's
+    metadata carries its node-seconds, rework and cost over all of them.
+    """
 
     def __init__(
         self,
@@ -221,6 +255,11 @@ class SpotSafeRun:
         self.context, self.store, self.inference, self.watcher = context, store, inference, watcher
         self._pool: ShardPool | None = None
         self._resources = ExitStack()  # the Ray session and its actors, for this step
+        self.prices = inference.node_prices()
+        # The node's time before the first partition is that partition's restart overhead.
+        self._launched: float | None = _run_started(context)
+        self.open_day: OpenDay | None = None
+        self.days: dict[str, dict] = {}  # each committed day's ledger figures
 
     @property
     def distributed(self) -> bool:
@@ -259,16 +298,23 @@ class SpotSafeRun:
         self._resources.close()
         self._pool = None
 
-    def metadata(self) -> dict[str, int]:
-        """Retry counts of this step: error retries in this run, and run-level relaunches."""
+    def metadata(self) -> dict[str, Any]:
+        """Retry counts of this step (error retries in this run, run-level relaunches), the
+        latest committed day's ledger figures, and the reason for this run's capacity."""
         # Read fresh: the tag is added during this run, after the step context was built.
         tags = self.context.instance.get_run_by_id(self.context.run_id).tags
         soft = int(tags.get(SOFT_INTERRUPTIONS_TAG, 0))
-        return {
+        figures: dict = {
             "error_retries": self.context.retry_number - soft,
             "soft_interruptions": soft,
             "run_attempt": int(self.context.run.tags.get(RETRY_NUMBER_TAG, 0)) + 1,
         }
+        if self.days:
+            # The latest day's: a range run asks after each of its days.
+            figures.update(next(reversed(self.days.values())))
+        if CAPACITY_REASON_TAG in tags:
+            figures["capacity_reason"] = tags[CAPACITY_REASON_TAG]
+        return figures
 
     def shard_rows(self, default: int, asked: int | None = None) -> int:
         """Input rows per shard: the asset's ``asked``, else the resource's, else ``default``;
@@ -303,29 +349,43 @@ class SpotSafeRun:
             side=self.store.partition_target(side[0], date) if side else None,
             side_schema=side[1] if side else None,
         )
-        progress = ProgressLog(
+        log = ProgressLog(
             self.context.log.info, f"{asset} {date}", quarantine.rows if quarantine else None
         )
+        day = self._open(asset, date, writer, quarantine.rows if quarantine else None)
+
+        def progress(rows: int, resumed: int, shards: int) -> None:
+            log(rows, resumed, shards)
+            day.attempt.rows, day.saving = rows - resumed, True
+            day.save()
+
         executor: dict = {}
-        with GpuMonitor(str(self.inference.runtime.device)) as gpu:
-            if self.distributed:
-                shards, executor = self._on_workers(writer, work, progress, self.pool())
-            else:
-                shards = run_sharded(
-                    writer,
-                    work.batches,
-                    work.transform,
-                    batch_size=work.batch_size or self.inference.max_batch_size,
-                    prepare=work.prepare,
-                    stop=self.stop,
-                    metrics=metrics,
-                    quarantine=quarantine,
-                    observe=work.observe,
-                    count_out=work.count_out,
-                    side=side[2] if side else None,
-                    observe_prepared=work.observe_prepared,
-                    progress=progress,
-                )
+        try:
+            with GpuMonitor(str(self.inference.runtime.device)) as gpu:
+                if self.distributed:
+                    shards, executor = self._on_workers(writer, work, progress, self.pool())
+                else:
+                    shards = run_sharded(
+                        writer,
+                        work.batches,
+                        work.transform,
+                        batch_size=work.batch_size or self.inference.max_batch_size,
+                        prepare=work.prepare,
+                        stop=self.stop,
+                        metrics=metrics,
+                        quarantine=quarantine,
+                        observe=work.observe,
+                        count_out=work.count_out,
+                        side=side[2] if side else None,
+                        observe_prepared=work.observe_prepared,
+                        progress=progress,
+                    )
+        except Interrupted:
+            day.attempt.interrupted = True
+            raise
+        finally:
+            day.save()
+        self._close(day, shards)
         if shards.shards_resumed or shards.rows_redone:
             self.context.log.info(
                 f"{asset} {date}: resumed {shards.shards_resumed} finished shards, "
@@ -341,14 +401,92 @@ class SpotSafeRun:
             published,
             shards,
             gpu=gpu.stats(),
-            price=self.inference.node_price(),
+            # The ledger's figures (metadata()) price the day over all its attempts.
+            price=None,
             capacity=capacity_of(self.context.run.tags),
             sample=work.sample.frame(published.rows) if work.sample and not executor else None,
             executor=executor,
         )
 
+    def _open(self, asset: str, date: str, writer: ShardedWriter, rows: int | None) -> OpenDay:
+        """Enters this attempt in the day's ledger; at the day's first attempt, says early
+        when the day cannot make its ready-by."""
+        book = LedgerBook(writer.target, asset, date)
+        ledger = book.open()
+        now = time.time()
+        started = self._launched if self._launched is not None else now
+        self._launched = None
+        attempt = Attempt(
+            self.context.run_id, capacity_of(self.context.run.tags), started, now, now
+        )
+        ledger.attempts.append(attempt)
+        if rows is not None:
+            ledger.rows_total = rows
+        day = OpenDay(asset, date, writer, book, ledger, attempt, saving=len(ledger.attempts) > 1)
+        day.save()
+        self.open_day = day
+        if len(ledger.attempts) == 1 and RETRY_NUMBER_TAG not in self.context.run.tags:
+            self._at_launch(day)
+        return day
+
+    def _close(self, day: OpenDay, shards: ShardReport) -> None:
+        """Closes the day's ledger at its commit and keeps its figures for the metadata."""
+        ledger = day.ledger
+        if shards.already_committed and not day.saving:
+            # Committed and recorded by an earlier attempt: that attempt's ledger holds the day.
+            stored = day.book.io.read_json(day.book.path)
+            ledger = PartitionLedger.from_json(stored) if stored else ledger
+        else:
+            ledger.rows_total, ledger.committed = shards.rows_in, True
+            day.book.save(ledger)
+        self.days[day.date] = ledger.figures(self.prices)
+        self.open_day = None
+
+    def night_facts(self, day: OpenDay, interruptions: int, current: str) -> NightFacts:
+        """What the capacity policy is told about the day: rows left, the asset's recent rate
+        and restart overhead (this day's own before any day was committed), its ready-by."""
+        recent = day.book.recent()
+        rate = recent_rate(recent) or day.ledger.rows_per_second()
+        overheads = [o for x in (day.ledger, *recent) if (o := x.restart_overhead_s())]
+        totals = [x.rows_total for x in recent if x.rows_total]
+        total = day.ledger.rows_total or (round(sum(totals) / len(totals)) if totals else None)
+        return NightFacts(
+            rows_left=max((total or 0) - day.rows_done(), 0),
+            rows_total=total,
+            rows_per_second=rate,
+            restart_overhead_s=overheads[0] if overheads else None,
+            first_started=day.ledger.attempts[0].started,
+            now=time.time(),
+            ready=ready_by(day.asset, day.date, self.context.run.tags),
+            interruptions=interruptions,
+            on_demand_after=self.inference.on_demand_after,
+            current=current,
+        )
+
+    def _at_launch(self, day: OpenDay) -> None:
+        """The policy's view at a day's first launch: the run cannot move itself, but a day
+        that cannot make its ready-by says so now, on its run and in its log."""
+        decision, why = self.night_facts_decision(day, 0, capacity_of(self.context.run.tags))
+        if decision is None:
+            return
+        self.context.instance.add_run_tags(
+            self.context.run_id, {CAPACITY_REASON_TAG: decision.reason}
+        )
+        log = self.context.log.warning if decision.cannot_make_it else self.context.log.info
+        log(f"{day.asset} {day.date} at launch: {why}")
+
+    def night_facts_decision(
+        self, day: OpenDay, interruptions: int, current: str = IDLE
+    ) -> tuple[CapacityDecision | None, str]:
+        """The deadline-aware decision for the day's next stretch, or None and why not; a
+        ledger that cannot be read leaves the decision to the count-based switch, said so."""
+        try:
+            return deadline_decision(self.night_facts(day, interruptions, current))
+        except (OSError, ValueError, KeyError, TypeError) as exc:
+            return None, f"deadline-aware policy skipped ({exc}); the count-based switch decides"
+
     def _on_workers(
-        self, writer: ShardedWriter, work: Work, progress: ProgressLog, pool: ShardPool
+        self, writer: ShardedWriter, work: Work, progress: Callable, pool: ShardPool
     ) -> tuple:
         """Runs a partition's shards on ``pool``; the driver records and commits them."""
         # Without Shards the Work's own functions are shipped to the workers as they are.
@@ -389,11 +527,49 @@ def spot_safe(
         run = SpotSafeRun(context, store, inference, watcher)
         try:
             yield run
+            _log_range_cost(context, run)
         except Interrupted as exc:
             watcher.consume()
-            _leave_for_retry(context, inference, exc, node_lost=_node_lost(watcher))
+            _leave_for_retry(context, inference, exc, node_lost=_node_lost(watcher), run=run)
         finally:
             run.close()
+
+
+def _run_started(context: AssetExecutionContext) -> float | None:
+    """When this run's process started (its node was up): the launch the ledger charges from."""
+    record = context.instance.get_run_record_by_id(context.run_id)
+    return record.start_time if record is not None else None
+
+
+def _log_range_cost(context: AssetExecutionContext, run: SpotSafeRun) -> None:
+    """A range run's days added up, in one line of its log."""
+    if len(run.days) < 2:
+        return
+    total = sum_figures(run.days.values())
+    context.log.info(
+        f"{len(run.days)} days: ${total['cost_usd']:.4f} {run.prices.label} "
+        f"(${total['cost_on_demand_usd']:.4f} all on on-demand, saving "
+        f"{total['saving_pct']:.0f}%); {total['node_s_spot']:.1f} node-s on spot, "
+        f"{total['node_s_on_demand']:.1f} on on-demand, {total['rework_s']:.1f} s of rework "
+        f"(${total['cost_rework_usd']:.4f})"
+    )
+
+
+def _retry_capacity(
+    context: AssetExecutionContext,
+    inference: InferenceResource,
+    count: int,
+    run: SpotSafeRun | None,
+) -> dict[str, str]:
+    """The retry's capacity tags: the deadline-aware policy's choice for the interrupted day
+    (its node is gone: idle), logged with its reason; the count-based switch where the policy
+    does not apply."""
+    day = run.open_day if run is not None else None
+    decision, why = (None, "") if day is None else run.night_facts_decision(day, count)
+    if day is not None:
+        log = context.log.warning if decision and decision.cannot_make_it else context.log.info
+        log(f"{day.asset} {day.date} retry: {why}")
+    return retry_tags(decision, count, inference.on_demand_after, context.run.tags)
 
 
 def _node_lost(watcher: InterruptionWatcher) -> bool:
@@ -401,7 +577,11 @@ def _node_lost(watcher: InterruptionWatcher) -> bool:
 
 
 def _leave_for_retry(
-    context: AssetExecutionContext, inference: InferenceResource, exc: Interrupted, node_lost: bool
+    context: AssetExecutionContext,
+    inference: InferenceResource,
+    exc: Interrupted,
+    node_lost: bool,
+    run: SpotSafeRun | None = None,
 ) -> None:
     count, budget = exc.interruptions, inference.interruption_budget
     within_budget = count <= budget
@@ -415,7 +595,7 @@ def _leave_for_retry(
     tags = {INTERRUPTED_TAG: "true", INTERRUPTIONS_TAG: str(count)}
     if within_budget:
         tags[RETRY_ON_STEP_FAILURE_TAG] = "true"
-        tags.update(capacity_tags(count, inference.on_demand_after, current_tags=context.run.tags))
+        tags.update(_retry_capacity(context, inference, count, run))
     context.instance.add_run_tags(context.run_id, tags)
     what = (
         "the run will be relaunched and resume from the checkpoint"

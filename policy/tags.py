@@ -45,3 +45,10 @@ RUN_TASK_KWARGS_TAG = "ecs/run_task_kwargs"
 TRIGGER_TAG = "nightshift/trigger"
 DATASET_TAG = "nightshift/dataset"
 LANDING_FINGERPRINT_TAG = "nightshift/landing_fingerprint"
+
+# The deadline-aware policy's reason for the capacity a run was put on, one line (see
+# policy/deadline.py), e.g. "on-demand: about 2.1 h of work left, 1.8 h to 07:00 (...)".
+CAPACITY_REASON_TAG = "nightshift/capacity_reason"
+# A run's own ready-by, an ISO date-time in UTC: overrides the asset's daily ready-by time for
+# this run and its retries (a one-off deadline, or a test's).
+READY_BY_TAG = "nightshift/ready_by"

@@ -11,6 +11,7 @@ from pydantic import Field, PrivateAttr
 from inference.device import Runtime, configure_cpu_threads, make_runtime
 from inference.interrupt import InterruptionWatcher, notice_source
 from inference.metrics import NodePrice
+from policy.prices import NodePrices, node_prices_from_env
 from policy.retries import INTERRUPTION_BUDGET
 
 T = TypeVar("T")
@@ -59,7 +60,9 @@ class InferenceResource(ConfigurableResource):
         description="Retries after interruptions, counted apart from the error-retry budget.",
     )
     price_spot_per_hour: float | None = Field(
-        default=None, description="USD per node-hour on spot capacity, for cost estimates."
+        default=None,
+        description="USD per node-hour on spot capacity; unset, the price table's for "
+        "NIGHTSHIFT_NODE_TYPE (policy/prices.json).",
     )
     price_on_demand_per_hour: float | None = Field(
         default=None, description="USD per node-hour on on-demand capacity."
@@ -121,6 +124,20 @@ class InferenceResource(ConfigurableResource):
             return None
         return NodePrice(self.price_spot_per_hour, self.price_on_demand_per_hour)
 
+    def node_prices(self) -> NodePrices:
+        """What the cost ledger prices node time at: the node type's shipped prices
+        (``NIGHTSHIFT_NODE_TYPE``, default g5.xlarge), each one configured here overriding
+        its own, then ``NIGHTSHIFT_PRICE_*`` (policy/prices.py)."""
+        prices = node_prices_from_env()
+        if self.price_spot_per_hour is None and self.price_on_demand_per_hour is None:
+            return prices
+        return NodePrices(
+            prices.node_type,
+            _given(self.price_spot_per_hour, prices.spot_per_hour),
+            _given(self.price_on_demand_per_hour, prices.on_demand_per_hour),
+            f"{prices.source}; set on the inference resource",
+        )
+
     def watcher(self, on_advisory: Callable[[str], None] | None = None) -> InterruptionWatcher:
         """Watches for SIGTERM/SIGINT and, if configured, the cloud's interruption notices."""
         source = notice_source(self.spot_notice, self.spot_endpoint)
@@ -141,3 +158,7 @@ class InferenceResource(ConfigurableResource):
     def load_count(self, key: str) -> int:
         """How many times the model under ``key`` was loaded in this process."""
         return self._loads.get(key, 0)
+
+
+def _given(configured: float | None, otherwise: float) -> float:
+    return otherwise if configured is None else configured
