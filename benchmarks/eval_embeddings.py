@@ -7,10 +7,11 @@ rank first among all. Beside it the first-window embedding (``encode`` of the wh
 encoder reads its first 256 tokens), the textbook baseline, TF-IDF cosine (sublinear tf,
 English stop words, fitted on the articles and queries shown), and a random ranking. Figures
 are given apart for a tuning third of the articles (every third one, where the chunking was
-chosen) and for the other two thirds (reported). Throughput is docs/s of the first-window and
-the chunked embedding of all the articles in this process, alternated, best of ``--repeats``.
-``--sweep`` adds the chunking alternatives on the tuning third. The data set, its source and licence
-are those of ``benchmarks/eval_summaries.py`` (not committed; ``dataset_path`` says how).
+chosen), for the other two thirds (reported; each part ranks among its own articles only) and
+for all of them. Throughput is docs/s of the first-window and the chunked embedding of all the
+articles in this process, alternated, best of ``--repeats``. ``--sweep`` adds the chunking
+alternatives on the tuning third. The data set, its source and licence are those of
+``benchmarks/eval_summaries.py`` (not committed; ``dataset_path`` says how).
 
     python -m benchmarks.eval_embeddings --articles 1000
 """
@@ -124,14 +125,15 @@ def sweep(
 
 def _table(title: str, rows: dict[str, dict[str, dict[str, float]]]) -> str:
     lines = [
-        f"| {title} | tune R@1 | tune MRR | report R@1 | report R@10 | report MRR |",
-        "|---|---:|---:|---:|---:|---:|",
+        f"| {title} | tune R@1 | tune MRR | report R@1 | report R@10 | report MRR | all R@1 "
+        "| all MRR |",
+        "|---|---:|---:|---:|---:|---:|---:|---:|",
     ]
     for name, parts in rows.items():
-        t, r = parts["tune"], parts["report"]
+        t, r, a = parts["tune"], parts["report"], parts["all"]
         lines.append(
             f"| {name} | {t['recall_at_1']} | {t['mrr']} | {r['recall_at_1']} | "
-            f"{r['recall_at_10']} | {r['mrr']} |"
+            f"{r['recall_at_10']} | {r['mrr']} | {a['recall_at_1']} | {a['mrr']} |"
         )
     return "\n".join(lines)
 
@@ -140,7 +142,11 @@ def _parts(score: Callable[[np.ndarray], np.ndarray], n: int) -> dict[str, dict[
     index = np.arange(n)
     return {
         part: retrieval(score(index[mask]))
-        for part, mask in (("tune", index % 3 == 0), ("report", index % 3 != 0))
+        for part, mask in (
+            ("tune", index % 3 == 0),
+            ("report", index % 3 != 0),
+            ("all", index >= 0),
+        )
     }
 
 

@@ -27,7 +27,7 @@ class Chunking:
 
     window: int = 256
     max_chunks: int = 2
-    decay: float = 0.5
+    decay: float = 0.3
 
     def __post_init__(self) -> None:
         if self.window < 8:

@@ -10,7 +10,12 @@ from dagster import AssetKey, Definitions, asset, materialize
 
 from assets.day_metadata import day_entries
 from assets.embeddings import defs
-from assets.embeddings.document_embeddings import document_embeddings, search_text
+from assets.embeddings.document_embeddings import (
+    EmbeddingsConfig,
+    document_chunking,
+    document_embeddings,
+    search_text,
+)
 from assets.summaries.demo_data import generate_day
 from assets.summaries.documents import DOCUMENTS_SCHEMA, documents
 from assets.summaries.models import sentence_encoder
@@ -222,10 +227,14 @@ def test_long_documents_are_read_past_the_first_window_and_every_size_keeps_the_
     matrix = np.stack(list(vectors.values()))
     assert matrix.shape == (len(LONG), 384) and matrix.dtype == np.float32
     assert np.allclose(np.linalg.norm(matrix, axis=1), 1.0, atol=1e-5)
-    [version] = set(published["model_version"].to_pylist())
-    assert version.startswith("all-MiniLM-L6-v2@") and version.endswith("/chunks256x2-decay0.5")
-    # The encoder's first window alone cannot tell the two long documents apart; the asset can.
+    # The version names the encoder and the default chunking: 2 chunks of the 256-token window.
     encoder = sentence_encoder(resources["inference"])
+    chunking = document_chunking(encoder, EmbeddingsConfig())
+    assert (chunking.window, chunking.max_chunks) == (256, 2)
+    assert set(published["model_version"].to_pylist()) == {
+        f"{encoder.version}/{chunking.describe()}"
+    }
+    # The encoder's first window alone cannot tell the two long documents apart; the asset can.
     texts = [search_text(*LONG[key]) for key in ("long-beaches", "long-oil")]
     first = encode(encoder, texts, max_batch_tokens=2048, max_batch_size=64).vectors
     assert torch.equal(first[0], first[1])
