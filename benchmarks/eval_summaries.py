@@ -4,8 +4,8 @@ The data is CNN/DailyMail (version 3.0.0, human-written highlights as references
 forms: plain (cased, as published) and tokenised lower-case (Penn-Treebank-style tokens, `` . ``
 between sentences, ``-lrb-`` brackets: the form many corpora ship), made here from the plain form
 by :func:`ptb_tokenise`. Articles are drawn every k-th across the file, not the first N: the
-ranker is tuned on one such sample (``--tune``, offset 0) and reported on a disjoint one (offset
-``k // 2``). Each article's source, CNN or Daily Mail, is read from the URL its id is the sha1
+ranker is tuned on one such sample (``--tune``, offset 0) and reported on three disjoint ones
+pooled (offsets k/4, k/2, 3k/4). Each article's source, CNN or Daily Mail, is read from the URL its id is the sha1
 of (the published URL lists), else from its dateline; the tables report the sources apart.
 
 The articles are the publishers' copyright, so they are not in this repository: the files live
@@ -46,8 +46,8 @@ from inference.text import SentenceEncoder, encode, load_sentence_encoder, summa
 ROOT = Path(__file__).resolve().parent.parent
 CACHE = ROOT / ".nightshift" / "eval"
 METRICS = ("rouge1", "rouge2", "rougeLsum")
-# Every k-th article: the tuning sample starts at 0, the reported one at k // 2.
-EVERY = 8
+# Every k-th article: the tuning sample starts at 0, the reported ones at k/4, k/2 and 3k/4.
+EVERY = 20
 SOURCES = ("cnn", "dailymail")
 
 
@@ -128,6 +128,11 @@ def every_kth(examples: Sequence[Example], every: int, offset: int) -> list[Exam
     if not 0 <= offset < every:
         raise ValueError(f"offset {offset} must be in [0, {every})")
     return list(examples[offset::every])
+
+
+def report_offsets(every: int) -> list[int]:
+    """The reported samples' starts: k/4, k/2 and 3k/4, none of them the tuning sample's 0."""
+    return sorted({max(1, every * q // 4) for q in (1, 2, 3)} - {0}) if every > 1 else [0]
 
 
 def article_sources(examples: Sequence[Example], urls: Path | None) -> dict[str, str]:
@@ -299,19 +304,20 @@ def evaluate(
     data: Path | None = None,
     *,
     every: int = EVERY,
-    offset: int = EVERY // 2,
+    offsets: Sequence[int] | None = None,
     methods: dict[str, Method] | None = None,
     encoder: SentenceEncoder | None = None,
     cache: Path = CACHE,
     urls: Path | None = None,
 ) -> list[dict]:
-    """Scores each method on each form of every ``every``-th article from ``offset``, over all
-    of them and over each source apart.
+    """Scores each method on each form of every ``every``-th article from each of ``offsets``,
+    over all of them and over each source apart.
 
     Args:
         data: a CSV of article, highlights, id; default the cached CNN/DailyMail file.
         every: take every k-th article of the file.
-        offset: the first article taken (the ranker was tuned on offset 0).
+        offsets: where each sample starts (default :func:`report_offsets`; the ranker was
+            tuned on offset 0).
         methods: name -> summariser; default nightshift (the asset's config) and Lead-3.
         encoder: the sentence encoder; default the packaged MiniLM on the CPU.
         cache: where embeddings are kept between runs.
@@ -325,7 +331,9 @@ def evaluate(
     path = data or dataset_path(cache=cache)
     if urls is None and data is None:
         urls = dataset_path(VALIDATION_URLS, cache)
-    examples = every_kth(load_examples(path), every, offset)
+    offsets = report_offsets(every) if offsets is None else list(offsets)
+    loaded = load_examples(path)
+    examples = [e for offset in offsets for e in every_kth(loaded, every, offset)]
     source = article_sources(examples, urls)
     groups = {"all": examples}
     for name in (*SOURCES, "unknown"):
@@ -335,7 +343,8 @@ def evaluate(
     methods = methods or default_methods()
     encoder = encoder or load_sentence_encoder(make_runtime("cpu", "fp32"))
     embed = CachedEmbeddings(encoder, cache)
-    label = path.stem if every == 1 else f"{path.stem}[{offset}::{every}]"
+    starts = ",".join(map(str, offsets))
+    label = path.stem if every == 1 else f"{path.stem}[{starts}::{every}]"
     rows = []
     try:
         for form in ("tokenised", "plain"):
@@ -393,7 +402,7 @@ def tune(
     for lambda1, beta, weight in itertools.product(*GRID.values()):
         settings = RankerSettings(lambda1=lambda1, beta=beta, lead_weight=weight)
         methods[f"pacsum l1={lambda1} b={beta} lead={weight}"] = nightshift(cap, settings)
-    rows = evaluate(data, every=every, offset=0, methods=methods, cache=cache, urls=urls)
+    rows = evaluate(data, every=every, offsets=[0], methods=methods, cache=cache, urls=urls)
     margin = _worst_margin(rows)
     ranked = sorted(methods, key=lambda m: -margin[m])
     return [r for m in ranked for r in rows if r["method"] == m]
@@ -408,8 +417,14 @@ def _worst_margin(rows: Sequence[dict]) -> dict[str, float]:
 
 
 def table(rows: Sequence[dict]) -> str:
-    """The rows as a Markdown table, one line per dataset and method, one column per metric."""
-    return metric_table(list(rows), "documents", 2)
+    """The rows as a Markdown table, one line per dataset and method, one column per metric;
+    a source with no article in the sample is named under it, so its absence is not silent."""
+    out = metric_table(list(rows), "documents", 2)
+    datasets = {r["dataset"] for r in rows}
+    missing = [s for s in SOURCES if not any(f" {s} (" in d for d in datasets)]
+    if rows and missing:
+        out += f"\n\nNo article of the sample is from: {', '.join(missing)}."
+    return out
 
 
 def main(argv: Sequence[str] | None = None) -> int:
@@ -417,20 +432,21 @@ def main(argv: Sequence[str] | None = None) -> int:
     parser.add_argument("--data", type=Path, help="CSV of article, highlights, id")
     parser.add_argument("--urls", type=Path, help="the URL list whose sha1s are the ids")
     parser.add_argument("--every", type=int, default=EVERY, help="take every k-th article")
-    parser.add_argument("--offset", type=int, help="the first article taken (default k // 2)")
+    parser.add_argument(
+        "--offset", type=int, nargs="+", help="where the samples start (default k/4 k/2 3k/4)"
+    )
     parser.add_argument("--tune", action="store_true", help="the ranker grid on offset 0")
     parser.add_argument("--json", type=Path, help="also write the rows here")
     parser.add_argument("--cache", type=Path, default=CACHE, help="data and embeddings cache")
     args = parser.parse_args(argv)
     os.environ.setdefault("HF_HUB_OFFLINE", "1")
     os.environ.setdefault("TRANSFORMERS_OFFLINE", "1")
-    offset = args.every // 2 if args.offset is None else args.offset
     try:
         if args.tune:
             rows = tune(args.data, cache=args.cache, every=args.every, urls=args.urls)
         else:
             rows = evaluate(
-                args.data, every=args.every, offset=offset, cache=args.cache, urls=args.urls
+                args.data, every=args.every, offsets=args.offset, cache=args.cache, urls=args.urls
             )
     except (FileNotFoundError, ValueError) as error:
         print(error, file=sys.stderr)

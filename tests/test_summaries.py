@@ -483,6 +483,7 @@ def test_evaluation_samples_every_kth_article_and_tells_the_sources_apart(tmp_pa
     ]  # fmt: skip
     tune, report = evaluation.every_kth(range(100), 8, 0), evaluation.every_kth(range(100), 8, 4)
     assert not set(tune) & set(report) and len(tune) == 13 and len(report) == 12
+    assert evaluation.report_offsets(20) == [5, 10, 15] and evaluation.report_offsets(1) == [0]
     with pytest.raises(ValueError, match="offset"):
         evaluation.every_kth(examples, 2, 2)
 
@@ -493,7 +494,7 @@ def test_evaluation_harness_runs_on_the_tiny_fixture_and_prints_the_table(
     from benchmarks import eval_summaries as evaluation
 
     fixture = Path(__file__).parent / "fixtures" / "summaries_eval_tiny.csv"
-    rows = evaluation.evaluate(fixture, every=1, offset=0, encoder=encoder, cache=tmp_path)
+    rows = evaluation.evaluate(fixture, every=1, offsets=[0], encoder=encoder, cache=tmp_path)
     # All four articles, and the same four as the group whose source nothing names.
     forms = [f"summaries_eval_tiny {g} ({f})" for g in ("all", "unknown") for f in FORMS]
     metrics = ("rouge1", "rouge2", "rougeLsum", "summary_words")
@@ -514,6 +515,7 @@ def test_evaluation_harness_runs_on_the_tiny_fixture_and_prints_the_table(
         "| dataset | method | rouge1 | rouge2 | rougeLsum | summary_words | documents |" in printed
     )
     assert printed.count("| summaries_eval_tiny ") == 12
+    assert "No article of the sample is from: cnn, dailymail." in printed
     # The real set is not in the repository: without it the harness says how to get it.
     with pytest.raises(FileNotFoundError, match="git clone"):
         evaluation.dataset_path(cache=tmp_path)
