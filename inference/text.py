@@ -61,6 +61,10 @@ class ExtractiveSummary(str):
         summary.spans = tuple((int(a), int(b)) for a, b in spans)
         return summary
 
+    def __reduce__(self):
+        # str's own pickling would rebuild the text alone; shard workers may ship summaries.
+        return (ExtractiveSummary, (str(self), self.spans))
+
 
 def summary_spans(summary: str) -> tuple[tuple[int, int], ...] | None:
     """The recorded sentence offsets of an extractive summary; None for any other text."""

@@ -3,6 +3,7 @@ record: right output on real prose with lower-case sentence starts publishes; a 
 not its document's text still fails. Also: short texts reach the cap's sentence count."""
 
 import importlib
+import pickle
 
 import pyarrow as pa
 import pytest
@@ -170,6 +171,9 @@ def test_a_six_sentence_html_article_gets_the_caps_three_sentences(encoder):
     assert summaries[1:] == ["One sentence only.", "Two here. And a second."]
     flat = normalise_text(html)
     assert [flat[a:b] for a, b in summaries[0].spans] == split_sentences(summaries[0])
+    # Shard workers may ship summaries between processes: the record travels with the text.
+    shipped = pickle.loads(pickle.dumps(summaries[0]))
+    assert shipped == summaries[0] and shipped.spans == summaries[0].spans
 
 
 def test_a_sentence_longer_than_the_cap_records_its_prefix(encoder):
