@@ -52,7 +52,8 @@ def _write_failure_log(job_name: str, date: str, result: ExecuteInProcessResult)
 
 
 def materialization_rows(result: ExecuteInProcessResult) -> list[tuple]:
-    """One row per materialised asset: asset, partition, rows in, rows out, seconds, output."""
+    """One row per materialised asset: asset, partition, rows in, rows out, seconds, cost
+    (a scored day's, over all its attempts, from its cost ledger), output."""
     from assets.day_metadata import day_figures
 
     seconds = {
@@ -67,6 +68,7 @@ def materialization_rows(result: ExecuteInProcessResult) -> list[tuple]:
         asset = mat.asset_key.to_user_string()
         rows_out = meta.get("rows_out", meta.get("dagster/row_count", ""))
         where = meta.get("output", "")
+        cost = meta.get("cost_usd")
         rows.append(
             (
                 asset,
@@ -74,14 +76,21 @@ def materialization_rows(result: ExecuteInProcessResult) -> list[tuple]:
                 meta.get("rows_in", ""),
                 rows_out,
                 f"{seconds.get(event.step_key, 0.0):.2f}",
+                f"${cost:.4f}" if cost is not None else "",
                 where,
+                meta.get("cost_basis", ""),
             )
         )
     return rows
 
 
 def print_table(rows: list[tuple]) -> None:
-    header = ("asset", "partition", "rows in", "rows out", "seconds", "output")
+    """What the costs are priced at (``at g5.xlarge prices``), then the table."""
+    bases = sorted({row[-1] for row in rows if row[-1]})
+    rows = [row[:-1] for row in rows]
+    if bases:
+        print(f"cost: node time over all attempts, {' / '.join(bases)}")
+    header = ("asset", "partition", "rows in", "rows out", "seconds", "cost", "output")
     widths = [max(len(str(r[i])) for r in [header, *rows]) for i in range(len(header))]
     for row in [header, tuple("-" * w for w in widths), *rows]:
         print("  ".join(str(c).ljust(w) for c, w in zip(row, widths, strict=True)).rstrip())

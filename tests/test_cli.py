@@ -181,9 +181,13 @@ def test_nightshift_run_prints_the_table(data_root, dagster_home, jobs) -> None:
         "rows",
         "out",
         "seconds",
+        "cost",
         "output",
     ]
+    # A scored day's cost over all its attempts, at the default node type's table prices.
+    assert lines[header - 1] == "cost: node time over all attempts, at g5.xlarge prices"
     rows = {line.split()[0]: line.split() for line in lines[header + 2 :]}
     assert set(rows) == {"interactions", "recommendation_model", "user_recommendations"}
     scored = rows["user_recommendations"]
     assert scored[1] == DATE and int(scored[3]) > 0 and scored[-1].endswith(f"date={DATE}")
+    assert scored[-2].startswith("$") and float(scored[-2][1:]) > 0
