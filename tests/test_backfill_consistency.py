@@ -174,3 +174,43 @@ def test_a_scored_day_shows_the_headline_first_and_plots_eight_series(fraud: dic
         if check.asset_key == AssetKey("fraud_scores"):
             assert check.metadata["sample_rows"].value == rows, check.check_name
             assert check.metadata["sample_rows_limit"].value == 10_000
+
+
+def test_an_input_landed_without_a_spec_fails_the_day_naming_what_to_materialise(
+    store, resources, instance, tmp_path: Path
+) -> None:
+    """A landing asset that only checks its contract (``land_files``, as the documented example
+    does) has no spec to land it from a scoring step: scoring it alone fails the day at once,
+    naming the upstream day to materialise; once that day is landed, scoring alone proceeds."""
+    import pyarrow as pa
+    from safetensors.torch import save_file
+
+    from examples import churn_scores as example
+
+    weights = tmp_path / "churn_mlp.safetensors"
+    save_file(example.churn_mlp().state_dict(), weights)
+    rows = [(f"c{i:05d}", 12.0, 50.0, 1.0) for i in range(50)]
+    table = pa.table(list(zip(*rows, strict=True)), schema=example.CUSTOMERS_SCHEMA)
+    store.write_landing(example.CUSTOMERS, DAYS[0], table)
+    config = {"ops": {example.ASSET: {"config": {"model_path": str(weights)}}}}
+
+    def run(*assets):
+        scoring = example.churn_scores in assets
+        return materialize(
+            list(assets), partition_key=DAYS[0], resources=resources, instance=instance,
+            run_config=config if scoring else {}, raise_on_error=False,
+        )  # fmt: skip
+
+    alone = run(example.churn_scores)
+    assert not alone.success
+    [failure] = alone.get_step_failure_events()
+    message = failure.step_failure_data.error.message
+    assert (
+        f"{example.ASSET} {DAYS[0]}: its input {example.CUSTOMERS} was not materialised and "
+        f"checked for this day: materialise {example.CUSTOMERS} for {DAYS[0]}"
+    ) in message
+    assert failure.step_failure_data.user_failure_data is not None  # a Failure: not retried
+    assert not store.output_exists(example.ASSET, DAYS[0])
+
+    assert run(example.customers).success
+    assert run(example.churn_scores).success

@@ -5,6 +5,7 @@ from __future__ import annotations
 import pytest
 from dagster import MetadataValue
 
+from assets.day_metadata import DETAIL, PLOTTED, day_figures, day_metadata
 from assets.observability import (
     GpuMonitor,
     GpuStats,
@@ -131,3 +132,32 @@ def test_gpu_monitor_reads_peak_memory_on_cuda() -> None:
     assert stats is not None and stats.peak_memory_gib >= 4096 * 4096 * 4 / 2**30
     if stats.utilisation_pct is not None:
         assert 0 <= stats.utilisation_pct <= 100
+
+
+def test_a_days_metadata_puts_the_headline_first_and_the_rest_in_one_table() -> None:
+    metrics = _metrics([10, 20, 30], [1000, 1000, 1000])
+    figures = {
+        **observability_metadata(metrics, device="cpu", price=PRICE),
+        "dagster/row_count": 3000,
+        "output": MetadataValue.path("/out/date=2026-03-01"),
+        "model_version": "abc",
+        "model_version_changed": 1,
+        "interruptions": 0,
+        "rows_redone": 0,
+        "quarantine_rate": 0.0,
+        "commit": "c0ffee",
+        "flagged": 7,
+    }
+    laid_out = day_metadata(figures)
+    keys = list(laid_out)
+    assert keys[:3] == ["dagster/row_count", "output", "quarantine_rate"]
+    assert keys.index(DETAIL) == keys.index("summary") + 1
+    plotted = [k for k, v in laid_out.items() if isinstance(v, int | float)]
+    assert plotted == [k for k in PLOTTED if k in figures]  # cost_usd with a price
+    assert len(plotted) == 8
+    # Nothing lost: every scalar figure reads back by name, with its value and type.
+    back = day_figures(laid_out)
+    for key, value in figures.items():
+        expected = getattr(value, "value", value)
+        assert back[key] == expected and type(back[key]) is type(expected), key
+    assert isinstance(laid_out["slowest_batches"], type(slowest_batches(metrics)))
