@@ -40,7 +40,7 @@ class NightFacts:
     now: float
     ready: ReadyBy
     interruptions: int
-    on_demand_after: int
+    on_demand_after: int | None
     current: str = IDLE
 
 

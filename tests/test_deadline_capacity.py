@@ -41,6 +41,7 @@ from policy.capacity import ON_DEMAND_PROVIDER, SPOT_PROVIDER
 from policy.deadline import BEHIND, CANNOT_MAKE_IT, SAFETY_NET
 from policy.ready_by import DEFAULT_READY_BY, ReadyBy, ready_by, ready_by_time
 from policy.tags import CAPACITY_REASON_TAG, CAPACITY_TAG, READY_BY_TAG, RUN_TASK_KWARGS_TAG
+from resources.storage import DataStore
 
 DAY, BEFORE = "2026-03-02", "2026-03-01"
 HISTORY_ROWS, HISTORY_RATE = 1_000_000, 1000.0
@@ -240,3 +241,26 @@ def test_ecs_a_day_past_saving_retries_on_demand_and_says_so(daemon, aws_instanc
         "on-demand, and 07:00 cannot be met even so: about 2.1 h of work left, 1.8 h to 07:00 "
         "(the work left is more than the time left)"
     )
+
+
+def test_ecs_a_day_that_cannot_make_it_says_so_at_launch_and_launches_on_demand(
+    daemon, aws_env, aws_instance
+) -> None:
+    env, log = daemon
+    store = DataStore(aws_env["NIGHTSHIFT_DATA_ROOT"])
+    for day in ("2026-02-27", "2026-02-28"):
+        # Ten million rows a day at 1,000 rows/s: 2.8 h of work; 07:00 is 1 h away.
+        attempt = Attempt("history", "spot", 0.0, 120.0, 120.0 + 10_000)
+        attempt.rows = 10_000_000
+        ledger = PartitionLedger("fraud_scores", day, [attempt], 10_000_000, committed=True)
+        LedgerBook(store.partition_target("fraud_scores", day), "fraud_scores", day).save(ledger)
+    ready = dt.datetime.now(dt.UTC).replace(microsecond=0) + dt.timedelta(hours=1)
+    run = _launch(env, log, aws_instance, {READY_BY_TAG: ready.isoformat()})
+    assert _task_of(run)["capacityProviderName"] == ON_DEMAND_PROVIDER
+    assert run.tags[CAPACITY_TAG] == "on-demand"
+    label = ready.strftime("%H:%M")
+    reason = run.tags[CAPACITY_REASON_TAG]
+    assert reason.startswith(f"on-demand, and {label} cannot be met even so: about 2.8 h of work")
+    events = [e.message for e in aws_instance.all_logs(run.run_id) if e.message]
+    assert f"at launch: {reason}" in events
+    boto3.client("ecs").stop_task(cluster=CLUSTER, task=run.tags["ecs/task_arn"], reason="done")
