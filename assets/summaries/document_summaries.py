@@ -277,7 +277,12 @@ def day(run: SpotSafeRun, date: str, model: Model, config: SummariesConfig, limi
         store.iter_landing(DATASET, date, DOCUMENTS_SCHEMA, SCREEN_COLUMNS),
         _summarise_batch(summarise, model.version, metrics),
         inputs=store.landing_files(DATASET, date),
-        depends_on={"model": model.version, "config": _output_settings(config)},
+        # The columns too: shards checkpointed under another output contract are not resumed.
+        depends_on={
+            "model": model.version,
+            "config": _output_settings(config),
+            "columns": SUMMARIES_SCHEMA.to_string(),
+        },
         prepare=_texts,
         batch_size=config.docs_per_chunk,
         shard_rows=config.docs_per_shard,
