@@ -97,7 +97,7 @@ def how_to_land(
     ]
     upstream = [dataset, *sorted(k.to_user_string() for k in companions)]
     days = dates[0] if len(dates) == 1 else f"{dates[0]}..{dates[-1]}"
-    jobs = _jobs_holding(context, {key, AssetKey(dataset)})
+    jobs = jobs_holding(context, {key, AssetKey(dataset)})
     launch = f", or launch {' or '.join(jobs)} for them" if jobs else ""
     return (
         f"{asset} {days}: its input {dataset} was not materialised and checked for "
@@ -106,7 +106,7 @@ def how_to_land(
     )
 
 
-def _jobs_holding(context: AssetExecutionContext, keys: set[AssetKey]) -> list[str]:
+def jobs_holding(context: AssetExecutionContext, keys: set[AssetKey]) -> list[str]:
     """The named jobs that materialise all of ``keys``; none outside a code location."""
     try:
         repository = context.repository_def

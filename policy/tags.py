@@ -34,6 +34,11 @@ INTERRUPTIONS_TAG = "nightshift/interruptions"
 # In-place retries after soft interruptions, so error retries can be told apart from them.
 SOFT_INTERRUPTIONS_TAG = "nightshift/soft_interruptions"
 
+# On a run of Dagster's hidden asset job (what the UI launches from an asset's page), the named
+# pipeline jobs holding its assets: the run list shows `__ASSET_JOB` and the partition pane
+# "Job: None" for such runs; this tag says which pipeline the run did the work of.
+PIPELINE_TAG = "nightshift/pipeline"
+
 # Which capacity a run was moved to ("on-demand"): the UI's run filter, the run queue's
 # on-demand limit (deploy/aws/dagster.yaml) and ECS cost allocation read it.
 CAPACITY_TAG = "nightshift/capacity"

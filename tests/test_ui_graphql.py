@@ -99,6 +99,11 @@ def _figures(event: dict) -> dict[str, dict]:
     return {**{r["figure"]: {"value": r["value"]} for r in rows}, **entries}
 
 
+def run_job_name(stack: DagsterStack, run_id: str) -> str:
+    [run] = [r for r in _runs(stack) if r["runId"] == run_id]
+    return run["jobName"]
+
+
 def _runs(stack: DagsterStack, tags: dict[str, str] | None = None) -> list[dict]:
     tag_filter = [{"key": k, "value": v} for k, v in (tags or {}).items()]
     return stack.graphql(RUNS, filter={"tags": tag_filter})["runsOrError"]["results"]
@@ -136,6 +141,10 @@ def test_ui_backfill_scores_the_range_in_one_run(ui_stack: DagsterStack) -> None
         tags["dagster/asset_partition_range_start"],
         tags["dagster/asset_partition_range_end"],
     ) == (days[0], days[-1])
+    # The UI runs an asset page's backfill as Dagster's hidden asset job; the run names the
+    # pipeline it did the work of.
+    assert run_job_name(ui_stack, run["runId"]) == "__ASSET_JOB"
+    assert tags["nightshift/pipeline"] == "fraud_scoring_job"
 
     # Each day is its own materialisation with its own figures, not the range's totals.
     from resources.storage import DataStore
