@@ -256,8 +256,9 @@ class SpotSafeRun:
         self._pool: ShardPool | None = None
         self._resources = ExitStack()  # the Ray session and its actors, for this step
         self.prices = inference.node_prices()
-        # The node's time before the first partition is that partition's restart overhead.
-        self._launched: float | None = _run_started(context)
+        # The node's time before the first partition is that partition's restart overhead; a
+        # step retried in place runs on the same node, whose time the first try already counted.
+        self._launched = _run_started(context) if context.retry_number == 0 else None
         self.open_day: OpenDay | None = None
         self.days: dict[str, dict] = {}  # each committed day's ledger figures
 

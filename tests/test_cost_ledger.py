@@ -164,25 +164,17 @@ def test_a_new_scoring_of_a_committed_day_opens_a_new_ledger(data_root, store, i
     assert len(after.attempts) == 1 and after.attempts[0].run_id != before.attempts[0].run_id
 
 
-def test_a_range_sums_its_days(data_root, store, instance) -> None:
-    figures = [
-        {
-            "cost_usd": 0.1,
-            "cost_on_demand_usd": 0.3,
-            "cost_rework_usd": 0.01,
-            "rework_s": 5.0,
-            "node_s_spot": 100.0,
-            "node_s_on_demand": 10.0,
-        },
-        {
-            "cost_usd": 0.2,
-            "cost_on_demand_usd": 0.3,
-            "cost_rework_usd": 0.0,
-            "rework_s": 0.0,
-            "node_s_spot": 0.0,
-            "node_s_on_demand": 60.0,
-        },
-    ]
-    total = sum_figures(figures)
-    assert total["cost_usd"] == pytest.approx(0.3) and total["node_s_spot"] == 100.0
-    assert total["rework_s"] == 5.0 and total["saving_pct"] == pytest.approx(50.0)
+def test_a_range_run_sums_its_days(data_root, store, instance) -> None:
+    tags = {
+        "dagster/asset_partition_range_start": "2026-03-01",
+        "dagster/asset_partition_range_end": DAY,
+    }
+    result = _materialize(data_root, instance, tags=tags, partition_key=None)
+    assert result.success
+    days = [_ledger(store, day).figures(node_prices("g5.xlarge")) for day in ("2026-03-01", DAY)]
+    total = sum_figures(days)
+    assert total["node_s_spot"] == pytest.approx(days[0]["node_s_spot"] + days[1]["node_s_spot"])
+    logs = [e.message for e in instance.all_logs(result.run_id) if e.message]
+    [line] = [m for m in logs if m.startswith("2 days: $")]
+    assert line.startswith(f"2 days: ${total['cost_usd']:.4f} at g5.xlarge prices")
+    assert f"{total['node_s_spot']:.1f} node-s on spot" in line
