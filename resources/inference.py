@@ -10,7 +10,6 @@ from pydantic import Field, PrivateAttr
 
 from inference.device import Runtime, configure_cpu_threads, make_runtime
 from inference.interrupt import InterruptionWatcher, notice_source
-from inference.metrics import NodePrice
 from policy.prices import NodePrices, node_prices_from_env
 from policy.retries import INTERRUPTION_BUDGET
 
@@ -117,12 +116,6 @@ class InferenceResource(ConfigurableResource):
         if self.max_batch_tokens is not None:
             return self.max_batch_tokens
         return CPU_BATCH_TOKENS if self.runtime.device.type == "cpu" else GPU_BATCH_TOKENS
-
-    def node_price(self) -> NodePrice | None:
-        """Node prices when both are configured; cost metadata is shown only then."""
-        if self.price_spot_per_hour is None or self.price_on_demand_per_hour is None:
-            return None
-        return NodePrice(self.price_spot_per_hour, self.price_on_demand_per_hour)
 
     def node_prices(self) -> NodePrices:
         """What the cost ledger prices node time at: the node type's shipped prices
