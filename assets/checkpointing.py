@@ -6,8 +6,10 @@ leaves so it can be retried:
 
 - the node is going away (SIGTERM, SIGINT, a cloud notice): the step fails without an in-process
   retry (the process is about to die) and tags its run so the daemon's ``run_retries``
-  relaunches it (``FROM_FAILURE``); the relaunched run resumes from the checkpoint. After
-  ``on_demand_after`` interruptions the tags also move the next attempt to on-demand capacity.
+  relaunches it (``FROM_FAILURE``); the relaunched run resumes from the checkpoint. The tags
+  also carry the next attempt's capacity: the deadline-aware policy's choice from the day's
+  work left and its ready-by (assets/deadline_capacity.py), with ``on_demand_after``
+  interruptions as an upper bound; today's count-based switch alone where no deadline applies.
 - the node stays (SIGUSR1: the scheduler wants it for other work): ``RetryRequested`` retries
   the step in place after a pause.
 
