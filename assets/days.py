@@ -17,28 +17,26 @@ from collections.abc import Set as AbstractSet
 from typing import Any
 
 from dagster import (
+    AssetCheckEvaluation,
     AssetCheckResult,
     AssetCheckSeverity,
     AssetCheckSpec,
     AssetExecutionContext,
     AssetKey,
     AssetMaterialization,
+    AssetRecordsFilter,
     AssetsDefinition,
     AssetSpec,
     Output,
+    PreviewWarning,
     multi_asset,
 )
-from dagster._core.definitions.asset_checks.asset_check_evaluation import (
-    AssetCheckEvaluation,
-    AssetCheckEvaluationTargetMaterializationData,
-)
-from dagster._core.definitions.source_asset import (
-    SYSTEM_METADATA_KEY_SOURCE_ASSET_OBSERVATION as NO_ASSET_EVENTS,
-)
-from dagster._core.errors import DagsterAssetCheckFailedError
-from dagster._core.storage.event_log.base import AssetRecordsFilter
-from dagster._utils.warnings import PreviewWarning
 
+from assets.dagster_private import (
+    NO_ASSET_EVENTS,
+    AssetCheckEvaluationTargetMaterializationData,
+    DagsterAssetCheckFailedError,
+)
 from policy.partitions import backfill_policy, daily_partitions
 
 ERROR = AssetCheckSeverity.ERROR

@@ -24,6 +24,7 @@ from dataclasses import dataclass, field
 from typing import Any, Generic, TypeVar
 
 from dagster import (
+    AssetCheckEvaluation,
     AssetCheckResult,
     AssetExecutionContext,
     AssetKey,
@@ -31,9 +32,6 @@ from dagster import (
     AssetsDefinition,
     AssetSpec,
     Output,
-)
-from dagster._core.definitions.asset_checks.asset_check_evaluation import (
-    AssetCheckEvaluation,
 )
 
 from assets.checkpointing import SpotSafeRun, Work, spot_safe

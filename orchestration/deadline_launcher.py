@@ -16,10 +16,10 @@ from __future__ import annotations
 
 import time
 
-from dagster._core.launcher import LaunchRunContext
-from dagster._core.storage.dagster_run import DagsterRun
+from dagster import DagsterRun
 from dagster_aws.ecs import EcsRunLauncher
 
+from assets.dagster_private import LaunchRunContext
 from assets.deadline_capacity import NightFacts, deadline_decision
 from inference.ledger import LedgerBook, recent_rate
 from policy.capacity import tags_for_capacity
