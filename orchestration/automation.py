@@ -18,6 +18,7 @@ from dagster import (
     DagsterInstance,
     DagsterRun,
     DefaultSensorStatus,
+    Failure,
     MetadataValue,
     PartitionKeyRange,
     RunFailureSensorContext,
@@ -157,7 +158,7 @@ def _actionable(chain: list) -> str:
     """
     failures = [e for e in chain if e.cls_name == "Failure"]
     if failures:
-        return failures[-1].message.strip().removeprefix("dagster._core.definitions.events.")
+        return failures[-1].message.strip().removeprefix(f"{Failure.__module__}.")
     return chain[-1].message.strip()
 
 

@@ -14,7 +14,7 @@ import pyarrow as pa
 import pyarrow.compute as pc
 import pyarrow.parquet as pq
 import pytest
-from dagster import AssetKey, DagsterInstance, materialize
+from dagster import AssetKey, DagsterInstance, Failure, materialize
 from fraud_world import trained_fraud_world
 
 from assets.day_metadata import day_entries
@@ -149,7 +149,7 @@ def _failure(result, step: str) -> str:
     assert set(failures) == {step}, failures
     error = failures[step].step_failure_data.error
     return error.message.removeprefix(f"{error.cls_name}: ").removeprefix(
-        f"dagster._core.definitions.events.{error.cls_name}: "
+        f"{Failure.__module__}.{error.cls_name}: "
     )
 
 
