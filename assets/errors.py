@@ -20,7 +20,6 @@ from dagster import Failure
 
 from inference.generate import CheckpointError
 from inference.modelstore import ModelNotFoundError, ModelUnusableError
-from policy.training import MODELS
 from resources.storage import LandingDataError
 
 # What the storage refuses for good: no retry moves a file or changes a folder's permissions.
@@ -73,7 +72,12 @@ def how_to_fix(exc: Exception) -> str:
 
 
 def _training_jobs(model: str) -> list[str]:
-    return [job for job, trained in MODELS.items() if trained == model]
+    """The jobs the domains declare to retrain ``model``."""
+    # Imported here, not at the top: the domains' asset modules import this module, and the
+    # list of domains imports them.
+    from assets.domains import training_jobs_for
+
+    return training_jobs_for(model)
 
 
 def _storage_fix(exc: OSError) -> str:

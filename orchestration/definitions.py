@@ -6,7 +6,7 @@ import os
 
 from dagster import Definitions
 
-from assets import embeddings, fraud, recommendations, summaries
+from assets.domains import DOMAINS
 from orchestration.automation import automation_condition_sensor, run_failure_sensor
 from orchestration.jobs import pipeline_jobs, training_jobs
 from orchestration.resources import build_resources
@@ -15,12 +15,10 @@ from orchestration.sensors import landing_sensor
 
 
 def build_definitions(env: str = "local") -> Definitions:
-    """Merges the domains with jobs, schedules, sensors and the environment's resources."""
+    """Merges the domains' assets and checks with the jobs, schedules and sensors built from
+    their wiring, and the environment's resources."""
     return Definitions.merge(
-        fraud.defs,
-        recommendations.defs,
-        summaries.defs,
-        embeddings.defs,
+        *(domain.defs for domain in DOMAINS),
         Definitions(
             jobs=[*pipeline_jobs, *training_jobs],
             schedules=schedules,

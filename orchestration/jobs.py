@@ -1,38 +1,34 @@
-"""Jobs: one per pipeline (scores, training the model first where none exists) and retraining."""
+"""Jobs: one per domain pipeline (scores, training the model first where none exists) and one per
+training job, built from the domains' wiring with the cross-cutting policy applied once."""
 
 from __future__ import annotations
 
 from dagster import AssetSelection, define_asset_job
 
+from assets.domains import PIPELINES as DOMAIN_PIPELINES
+from assets.domains import TRAINING_JOBS
 from orchestration.executor import leave_on_interruption_executor
 from policy.partitions import daily_partitions
 from policy.retries import ERROR_RETRY_POLICY, INTERRUPTION_RETRY_TAGS
 from policy.tags import GPU_TAGS
-from policy.training import MODELS
 
-PIPELINES: dict[str, list[str]] = {
-    "fraud_scoring_job": [
-        "transactions",
-        "transaction_screens",
-        "fraud_model",
-        "fraud_scores",
-        "fraud_alerts",
-    ],
-    "recommendations_job": ["interactions", "recommendation_model", "user_recommendations"],
-    "daily_summaries_job": ["documents", "document_summaries", "daily_digest"],
-    "document_embeddings_job": ["documents", "document_embeddings"],
-}
+# Pipeline job -> the assets it materialises, in the domains' order.
+PIPELINES: dict[str, list[str]] = {p.job: list(p.assets) for p in DOMAIN_PIPELINES}
+
+
+def _landing_triggers() -> dict[str, tuple[str, ...]]:
+    """Landing dataset -> the pipeline jobs that read it, in the domains' order."""
+    triggers: dict[str, tuple[str, ...]] = {}
+    for pipeline in DOMAIN_PIPELINES:
+        for dataset in pipeline.landing:
+            triggers[dataset] = (*triggers.get(dataset, ()), pipeline.job)
+    return triggers
+
 
 # Which landing dataset feeds which jobs: the landing sensor and the CLI share this. Every job
 # that reads a dataset is listed: a late or re-delivered day of documents gets its summaries
 # and its embeddings.
-LANDING_TRIGGERS: dict[str, tuple[str, ...]] = {
-    "transactions": ("fraud_scoring_job",),
-    "interactions": ("recommendations_job",),
-    "documents": ("daily_summaries_job", "document_embeddings_job"),
-}
-assert all(d in PIPELINES[j] for d, jobs in LANDING_TRIGGERS.items() for j in jobs)
-assert all(any(j in jobs for jobs in LANDING_TRIGGERS.values()) for j in PIPELINES)
+LANDING_TRIGGERS: dict[str, tuple[str, ...]] = _landing_triggers()
 
 
 def landing_inputs(job_name: str) -> list[str]:
@@ -42,8 +38,8 @@ def landing_inputs(job_name: str) -> list[str]:
 
 pipeline_jobs = [
     define_asset_job(
-        name,
-        selection=AssetSelection.assets(*keys),
+        p.job,
+        selection=AssetSelection.assets(*p.assets),
         partitions_def=daily_partitions,
         op_retry_policy=ERROR_RETRY_POLICY,
         # One process per run: each model loads once, and an interruption is handled by the
@@ -52,19 +48,19 @@ pipeline_jobs = [
         # The daemon relaunches an interrupted run up to the interruption budget (the step tags
         # such runs as retryable; see assets/checkpointing.py).
         tags={**GPU_TAGS, **INTERRUPTION_RETRY_TAGS},
-        description=f"Scores one day (or a range in one run): {', '.join(keys)}.",
+        description=f"Scores one day (or a range in one run): {', '.join(p.assets)}.",
     )
-    for name, keys in PIPELINES.items()
+    for p in DOMAIN_PIPELINES
 ]
 
 training_jobs = [
     define_asset_job(
-        name,
-        selection=AssetSelection.assets(model),
-        config={"ops": {model: {"config": {"retrain": True}}}},
+        t.job,
+        selection=AssetSelection.assets(t.model),
+        config={"ops": {t.model: {"config": {"retrain": True}}}},
         op_retry_policy=ERROR_RETRY_POLICY,
         tags=GPU_TAGS,
-        description=f"Retrains {model} from the labelled history on demand and makes it current.",
+        description=f"Retrains {t.model} from the labelled history on demand and makes it current.",
     )
-    for name, model in MODELS.items()
+    for t in TRAINING_JOBS
 ]

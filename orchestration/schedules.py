@@ -4,18 +4,13 @@ from __future__ import annotations
 
 from dagster import DefaultScheduleStatus, build_schedule_from_partitioned_job
 
+from assets.domains import PIPELINES
 from orchestration.jobs import pipeline_jobs
 from policy.tags import SCHEDULE_PRIORITY
 
-# Staggered so the GPU node serves one pipeline at a time: fraud first (alerts are urgent),
-# recommendations next, then summaries (the morning digest is read after 07:00), embeddings last
-# (documents land by 05:00; one encoder pass a document fits the hour before the 07:00 deadline).
-HOURS_UTC = {
-    "fraud_scoring_job": 2,
-    "recommendations_job": 3,
-    "daily_summaries_job": 5,
-    "document_embeddings_job": 6,
-}
+# Each domain picks its pipelines' hours (assets/<domain>/__init__.py), staggered so the GPU
+# node serves one pipeline at a time.
+HOURS_UTC: dict[str, int] = {p.job: p.hour_utc for p in PIPELINES}
 
 
 def schedule_description(job_name: str) -> str:

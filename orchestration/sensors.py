@@ -16,7 +16,8 @@ from dagster import (
 )
 
 from assets.common import LANDING_FINGERPRINT
-from orchestration.jobs import LANDING_TRIGGERS, PIPELINES, pipeline_jobs
+from assets.domains import PIPELINES
+from orchestration.jobs import LANDING_TRIGGERS, pipeline_jobs
 from policy.partitions import daily_partitions
 from policy.tags import DATASET_TAG, LANDING_FINGERPRINT_TAG, SENSOR_PRIORITY, TRIGGER_TAG
 from resources.storage import StorageResource
@@ -24,13 +25,7 @@ from resources.storage import StorageResource
 JOBS = {job.name: job for job in pipeline_jobs}
 
 # The asset whose materialisation means "the job scored that day", per triggered job.
-SCORING_ASSETS: dict[str, str] = {
-    "fraud_scoring_job": "fraud_scores",
-    "recommendations_job": "user_recommendations",
-    "daily_summaries_job": "document_summaries",
-    "document_embeddings_job": "document_embeddings",
-}
-assert all(SCORING_ASSETS[j] in PIPELINES[j] for jobs in LANDING_TRIGGERS.values() for j in jobs)
+SCORING_ASSETS: dict[str, str] = {p.job: p.scored for p in PIPELINES}
 
 # Observations of a landing partition: one per read (a few per run) and the failure sensor's
 # one per failed run; a read of the current files is among the latest few.
@@ -114,8 +109,8 @@ def _load_cursor(cursor: str | None) -> dict[str, dict[str, str]]:
 
 # Per pipeline job, the assets no other pipeline job materialises.
 _OWN_ASSETS: dict[str, set[str]] = {
-    job: set(keys).difference(*(other for name, other in PIPELINES.items() if name != job))
-    for job, keys in PIPELINES.items()
+    p.job: set(p.assets).difference(*(o.assets for o in PIPELINES if o.job != p.job))
+    for p in PIPELINES
 }
 
 

@@ -4,10 +4,32 @@ import dagster
 
 from assets.fraud.assets import fraud_alerts, fraud_model, fraud_scores, transactions
 from assets.fraud.checks import fraud_model_auprc_above_floor
+from assets.wiring import DomainWiring, Pipeline, TrainingJob
 
 defs = dagster.Definitions(
     assets=[transactions, fraud_model, fraud_scores, fraud_alerts],
     asset_checks=[fraud_model_auprc_above_floor],
 )
 
-__all__ = ["defs", "fraud_alerts", "fraud_model", "fraud_scores", "transactions"]
+# Fraud runs first of the night (02:00 UTC): its alerts are the most urgent output.
+wiring = DomainWiring(
+    defs=defs,
+    pipelines=(
+        Pipeline(
+            job="fraud_scoring_job",
+            assets=(
+                "transactions",
+                "transaction_screens",
+                "fraud_model",
+                "fraud_scores",
+                "fraud_alerts",
+            ),
+            hour_utc=2,
+            landing=("transactions",),
+            scored="fraud_scores",
+        ),
+    ),
+    training=(TrainingJob(job="fraud_training_job", model="fraud_model"),),
+)
+
+__all__ = ["defs", "fraud_alerts", "fraud_model", "fraud_scores", "transactions", "wiring"]

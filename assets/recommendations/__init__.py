@@ -4,8 +4,24 @@ import dagster
 
 from assets.recommendations.assets import interactions, recommendation_model, user_recommendations
 from assets.recommendations.checks import RECOMMENDATION_CHECKS
+from assets.wiring import DomainWiring, Pipeline, TrainingJob
 
 defs = dagster.Definitions(
     assets=[interactions, recommendation_model, user_recommendations],
     asset_checks=RECOMMENDATION_CHECKS,
+)
+
+# 03:00 UTC: after fraud, so the GPU node serves one pipeline at a time.
+wiring = DomainWiring(
+    defs=defs,
+    pipelines=(
+        Pipeline(
+            job="recommendations_job",
+            assets=("interactions", "recommendation_model", "user_recommendations"),
+            hour_utc=3,
+            landing=("interactions",),
+            scored="user_recommendations",
+        ),
+    ),
+    training=(TrainingJob(job="recommendations_training_job", model="recommendation_model"),),
 )
