@@ -7,6 +7,7 @@ from dagster import AssetSelection, define_asset_job
 
 from assets.domains import PIPELINES as DOMAIN_PIPELINES
 from assets.domains import TRAINING_JOBS
+from assets.wiring import Pipeline, TrainingJob
 from orchestration.executor import leave_on_interruption_executor
 from policy.partitions import daily_partitions
 from policy.retries import ERROR_RETRY_POLICY, INTERRUPTION_RETRY_TAGS
@@ -36,10 +37,11 @@ def landing_inputs(job_name: str) -> list[str]:
     return [dataset for dataset, jobs in LANDING_TRIGGERS.items() if job_name in jobs]
 
 
-pipeline_jobs = [
-    define_asset_job(
-        p.job,
-        selection=AssetSelection.assets(*p.assets),
+def pipeline_job(pipeline: Pipeline):
+    """A domain's nightly job, with the retry policy, tags and executor every pipeline gets."""
+    return define_asset_job(
+        pipeline.job,
+        selection=AssetSelection.assets(*pipeline.assets),
         partitions_def=daily_partitions,
         op_retry_policy=ERROR_RETRY_POLICY,
         # One process per run: each model loads once, and an interruption is handled by the
@@ -48,19 +50,22 @@ pipeline_jobs = [
         # The daemon relaunches an interrupted run up to the interruption budget (the step tags
         # such runs as retryable; see assets/checkpointing.py).
         tags={**GPU_TAGS, **INTERRUPTION_RETRY_TAGS},
-        description=f"Scores one day (or a range in one run): {', '.join(p.assets)}.",
+        description=f"Scores one day (or a range in one run): {', '.join(pipeline.assets)}.",
     )
-    for p in DOMAIN_PIPELINES
-]
 
-training_jobs = [
-    define_asset_job(
-        t.job,
-        selection=AssetSelection.assets(t.model),
-        config={"ops": {t.model: {"config": {"retrain": True}}}},
+
+def training_job(training: TrainingJob):
+    """A domain's on-demand retraining job: its model asset, with ``retrain: true``."""
+    model = training.model
+    return define_asset_job(
+        training.job,
+        selection=AssetSelection.assets(model),
+        config={"ops": {model: {"config": {"retrain": True}}}},
         op_retry_policy=ERROR_RETRY_POLICY,
         tags=GPU_TAGS,
-        description=f"Retrains {t.model} from the labelled history on demand and makes it current.",
+        description=f"Retrains {model} from the labelled history on demand and makes it current.",
     )
-    for t in TRAINING_JOBS
-]
+
+
+pipeline_jobs = [pipeline_job(p) for p in DOMAIN_PIPELINES]
+training_jobs = [training_job(t) for t in TRAINING_JOBS]
