@@ -33,8 +33,7 @@ from assets.embeddings.document_embeddings import (
     embed_batch,
     vectors_version,
 )
-from assets.summaries.document_summaries import ModelMetrics
-from assets.summaries.models import sentence_encoder
+from assets.text_models import ModelMetrics, sentence_encoder
 from benchmarks.eval_summaries import dataset_path, load_examples
 from inference.chunks import Chunking
 from inference.embeddings import document_chunks, encode, encode_tokens, pool_chunks

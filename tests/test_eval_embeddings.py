@@ -11,7 +11,7 @@ from dagster import materialize
 
 from assets.embeddings.document_embeddings import EmbeddingsConfig, document_embeddings
 from assets.summaries.documents import DOCUMENTS_SCHEMA, documents
-from assets.summaries.models import sentence_encoder
+from assets.text_models import sentence_encoder
 from benchmarks import eval_embeddings
 from benchmarks.eval_embeddings import asset_embeddings, first_window, retrieval
 from benchmarks.eval_summaries import load_examples

@@ -23,12 +23,11 @@ from assets.embeddings.checks import (
 )
 from assets.embeddings.schemas import DIMENSION, EMBEDDINGS, EMBEDDINGS_SCHEMA
 from assets.runner import Day, Model, ScoringSpec, score, scoring_asset
-from assets.summaries.document_summaries import ModelMetrics
 from assets.summaries.documents import documents
-from assets.summaries.models import encoder_key, sentence_encoder
 from assets.summaries.quality import SCREEN_COLUMNS, screen_documents
 from assets.summaries.schemas import DATASET, DOCUMENTS_SCHEMA
-from assets.summaries.workers import (
+from assets.text_models import ModelMetrics, encoder_key, sentence_encoder
+from assets.text_workers import (
     LoadEncoder,
     ShardFigures,
     worker_batch_tokens,

@@ -10,7 +10,7 @@ from assets.common import PartitionReport, log_partition, partition_dates, scori
 from assets.days import DayRecorder, daily_assets
 from assets.summaries.document_summaries import ASSET as SUMMARIES
 from assets.summaries.document_summaries import document_summaries
-from assets.summaries.models import encoder_key, sentence_encoder
+from assets.text_models import encoder_key, sentence_encoder
 from inference.metrics import BatchMetrics
 from inference.text import Topic, build_digest
 from policy.automation import GPU_POOL, after_parent_passes_checks

@@ -18,12 +18,6 @@ from assets.common import PartitionReport
 from assets.runner import Day, Model, ScoringSpec, score, scoring_asset
 from assets.summaries.documents import documents
 from assets.summaries.gates import SUMMARY_SUITES, summary_check_results
-from assets.summaries.models import (
-    abstractive_generator,
-    encoder_key,
-    generator_key,
-    sentence_encoder,
-)
 from assets.summaries.quality import (
     SCREEN_COLUMNS,
     document_text,
@@ -31,7 +25,14 @@ from assets.summaries.quality import (
     summary_observer,
 )
 from assets.summaries.schemas import DATASET, DOCUMENTS_SCHEMA, SUMMARIES
-from assets.summaries.workers import (
+from assets.text_models import (
+    ModelMetrics,
+    abstractive_generator,
+    encoder_key,
+    generator_key,
+    sentence_encoder,
+)
+from assets.text_workers import (
     LoadEncoder,
     LoadGenerator,
     ShardFigures,
@@ -42,7 +43,6 @@ from inference.adaptive import AdaptiveBatchSize
 from inference.decoding import static_sizing
 from inference.distributed import ShardFunctions, worker_model
 from inference.generate import Generator, generate_summaries
-from inference.metrics import BatchMetrics
 from inference.rank import RankerSettings
 from inference.segment import LengthCap, fit_summary
 from inference.text import SentenceEncoder, extractive_summaries, summary_spans
@@ -68,13 +68,6 @@ SUMMARIES_SCHEMA = pa.schema(
 
 # Summarises a chunk of document texts; returns the summaries and the model calls it made.
 Summarise = Callable[[list[str]], tuple[list[str], int]]
-
-
-@dataclass
-class ModelMetrics(BatchMetrics):
-    """Batch metrics plus the model calls (length buckets) behind them."""
-
-    model_calls: int = 0
 
 
 class SummariesConfig(QualityConfig):
@@ -187,7 +180,7 @@ def _summarise_with(
 class SummaryProgram:
     """A shard's functions, built in the worker: the summariser's model loaded once per worker
     process on its device, model calls sized for that device, model figures in the shard's
-    statistics (assets/summaries/workers)."""
+    statistics (assets/text_workers.py)."""
 
     config: SummariesConfig
     key: str

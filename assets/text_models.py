@@ -1,10 +1,22 @@
-"""The summaries domain's models, loaded once per process through the inference resource."""
+"""The text models the document domains share (the packaged sentence encoder, an abstractive
+checkpoint), loaded once per process through the inference resource, and the figures of their
+model calls."""
 
 from __future__ import annotations
 
+from dataclasses import dataclass
+
 from inference.generate import Generator, check_checkpoint, checkpoint_version, load_generator
+from inference.metrics import BatchMetrics
 from inference.text import SentenceEncoder, encoder_version, load_sentence_encoder
 from resources.inference import InferenceResource
+
+
+@dataclass
+class ModelMetrics(BatchMetrics):
+    """Batch metrics plus the model calls (length buckets) behind them."""
+
+    model_calls: int = 0
 
 
 def encoder_key() -> str:

@@ -13,20 +13,17 @@ from __future__ import annotations
 
 from collections.abc import Callable
 from dataclasses import dataclass
-from typing import TYPE_CHECKING
 
 import numpy as np
 import torch
 
+from assets.text_models import ModelMetrics
 from inference.adaptive import AdaptiveBatchSize
 from inference.device import make_runtime
 from inference.generate import Generator, load_generator
 from inference.invariants import StreamStats
 from inference.text import SentenceEncoder, load_sentence_encoder
 from resources.inference import CPU_BATCH_TOKENS, GPU_BATCH_TOKENS
-
-if TYPE_CHECKING:
-    from assets.summaries.document_summaries import ModelMetrics
 
 # Shard statistics of the model itself, apart from the output observers' counts.
 PREFIX = "model."
