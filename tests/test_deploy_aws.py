@@ -12,6 +12,7 @@ import subprocess
 import sys
 import tempfile
 import time
+import urllib.request
 import uuid
 from collections.abc import Callable, Iterator
 from pathlib import Path
@@ -128,6 +129,11 @@ def aws_endpoint() -> Iterator[str]:
     server = ThreadedMotoServer(ip_address="127.0.0.1", port=0, verbose=False)
     server.start()
     host, port = server.get_host_and_port()
+    # moto's backends live in this process, not in the server: another module's world (its
+    # task definitions, clusters, buckets) would still be there, so each world starts empty.
+    urllib.request.urlopen(
+        urllib.request.Request(f"http://{host}:{port}/moto-api/reset", method="POST")
+    ).close()
     try:
         yield f"http://{host}:{port}"
     finally:
