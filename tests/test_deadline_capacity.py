@@ -75,10 +75,22 @@ def _provider(tags) -> str:
 # -- in the scoring engine -------------------------------------------------------------------
 
 
+def _night_began(store, seconds_ago: float, asset: str = "tripled", date: str = DAY) -> None:
+    """The day's night began earlier: a first attempt that failed before scoring a row."""
+    began = dt.datetime.now(dt.UTC).timestamp() - seconds_ago
+    attempt = Attempt("earlier", "spot", began, began + 5.0, began + 10.0)
+    LedgerBook(store.partition_target(asset, date), asset, date).save(
+        PartitionLedger(asset, date, [attempt])
+    )
+
+
 def test_interrupted_close_to_its_ready_by_the_retry_goes_on_demand(
     data_root, store, instance
 ) -> None:
-    # About 1,000 s of work left, 1,150 s to the deadline: behind a uniform schedule.
+    # The night began 300 s ago with 1,000 s of work and 1,450 s to the deadline; now about
+    # 1,000 s of work are left and 1,150 s: behind a uniform schedule by about 80 s, a margin
+    # no scheduling delay of the test's own run can close.
+    _night_began(store, seconds_ago=300)
     run = _interrupted_run(data_root, instance, store, ready_in=1150)
     assert run.tags[CAPACITY_TAG] == "on-demand" and _provider(run.tags) == ON_DEMAND_PROVIDER
     reason = run.tags[CAPACITY_REASON_TAG]
