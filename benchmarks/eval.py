@@ -40,7 +40,7 @@ def _recommendations() -> str:
 def _summaries() -> str:
     from benchmarks import eval_summaries
 
-    return eval_summaries.table(eval_summaries.evaluate())
+    return eval_summaries.table(eval_summaries.report())
 
 
 DOMAINS: dict[str, Callable[[], str]] = {

@@ -1,12 +1,16 @@
 """Summaries on real news against Lead-3: ROUGE-1/2/Lsum F1 (rouge-score, Porter stemming).
 
-The data is CNN/DailyMail (version 3.0.0, human-written highlights as references), in two
-forms: plain (cased, as published) and tokenised lower-case (Penn-Treebank-style tokens, `` . ``
-between sentences, ``-lrb-`` brackets: the form many corpora ship), made here from the plain form
-by :func:`ptb_tokenise`. Articles are drawn every k-th across the file, not the first N: the
-ranker is tuned on one such sample (``--tune``, offset 0) and reported on three disjoint ones
-pooled (offsets k/4, k/2, 3k/4). Each article's source, CNN or Daily Mail, is read from the URL its id is the sha1
-of (the published URL lists), else from its dateline; the tables report the sources apart.
+The data is CNN/DailyMail (human-written highlights as references), in two forms: plain
+(cased, as published) and tokenised lower-case (Penn-Treebank-style tokens, `` . `` between
+sentences, ``-lrb-`` brackets: the form many corpora ship). Two sets (:data:`DATASETS`): the
+first 1,000 validation articles, all CNN, cased, whose tokenised form is made here by
+:func:`ptb_tokenise`; and 4,368 later validation articles, 4,148 of them Daily Mail, that exist
+here only in See et al.'s tokenised form (:mod:`benchmarks.cnn_dailymail_bins`), so they are
+scored in that form alone. Articles are drawn every k-th across a file, not the first N: the
+ranker is tuned on such samples (``--tune``, each set's ``tuning`` offsets) and reported on
+three disjoint ones pooled (offsets k/4, k/2, 3k/4). Each article's source, CNN or Daily Mail,
+is read from the URL its id is the sha1 of (the published URL lists), else from its dateline;
+the tables report the sources apart.
 
 The articles are the publishers' copyright, so they are not in this repository: the files live
 in a git-ignored cache (``.nightshift/eval/``) checked against their sha256, and
@@ -14,6 +18,7 @@ in a git-ignored cache (``.nightshift/eval/``) checked against their sha256, and
 
     HF_HUB_OFFLINE=1 nice .venv/bin/python -m benchmarks.eval_summaries            # report
     HF_HUB_OFFLINE=1 nice .venv/bin/python -m benchmarks.eval_summaries --tune     # the grid
+    ... -m benchmarks.eval_summaries --dataset cnn_dailymail_validation_chunks    # one set
 
 ``nightshift`` is the asset's own code path (``inference.text``: normalise, split, embed with
 the packaged MiniLM, rank, cap) with the asset's default config; embeddings are cached on disk
@@ -61,6 +66,15 @@ class Dataset:
     source: str
     licence: str
     how_to_get: str
+    # Every k-th article of this file makes a sample (offset 0 tunes, k/4, k/2, 3k/4 report).
+    every: int = EVERY
+    # The samples the ranker is tuned on: offsets of every k-th, none of them reported.
+    tuning: tuple[int, ...] = (0,)
+    # The forms its articles can be scored in: "plain" needs the cased text, from which the
+    # tokenised form is made; a file that ships only the tokenised form has only that.
+    forms: tuple[str, ...] = ("tokenised", "plain")
+    # The URL list its ids are the sha1s of (a Dataset of the cache), if any.
+    urls: str | None = "cnn_dailymail_validation_urls"
 
 
 CNN_DAILYMAIL = Dataset(
@@ -81,6 +95,47 @@ CNN_DAILYMAIL = Dataset(
 )
 
 
+_CHUNKS_REPO = "github.com/habiburrahmankhan/Abstractive_text_summarization"
+_CHUNKS_COMMIT = "a7ba0507c900a18c6be0d52cc016066fa7cfa6b3"
+_CHUNKS = {  # name: (first position in the validation URL list, bytes, sha256)
+    "val_001": (1000, 3738842, "c1f01a2e94f2925240ce9c76a2b3fe03dcf2f0e6a185e457e9b786927f8c1b5e"),
+    "val_002": (2000, 3360204, "d6560c61c3cd793317fa6b0055afdbee0672453568c6c32f07b74c079e7ae6c0"),
+    "val_003": (3000, 3501238, "a520b9997f5acbf8ac3d49035cc56c016f5bdb730584881cd3da15ab52b1b5d3"),
+    "val_004": (4000, 3821122, "8331a1488e96d00107c3043e5c39c3f0a96d0ad85590f46fea5f273d029bb19a"),
+    "val_013": (13000, 1784208, "344806e405d83a933fce335fa001d50d12a935822cba2cd9ab620840d3386190"),
+}
+
+VALIDATION_CHUNKS = Dataset(
+    name="cnn_dailymail_validation_chunks",
+    file="cnn_dailymail_validation_chunks_tokenised.csv",
+    sha256="ef4b3bd009c1ff6ac0f9dfedbcb9208750141d52f7a322b1c29ac794f77e63f8",
+    source="CNN/DailyMail validation articles 1,000-4,999 and 13,000-13,367 (4,148 Daily Mail, "
+    "220 CNN), in See et al.'s tokenised lower-case form, from the chunks "
+    f"finished_files/chunked/{{{','.join(_CHUNKS)}}}.bin of {_CHUNKS_REPO}, commit "
+    f"{_CHUNKS_COMMIT}, path chunked/ ("
+    + "; ".join(
+        f"{n}.bin {size:,} bytes sha256 {digest}" for n, (_, size, digest) in _CHUNKS.items()
+    )
+    + "), converted by benchmarks.cnn_dailymail_bins",
+    licence="articles and highlights: copyright CNN and the Daily Mail, distributed for "
+    "research (Hermann et al. 2015; See et al. 2017); the repository states no licence. Not "
+    "committed here.",
+    how_to_get=f"git clone https://{_CHUNKS_REPO} chunks && mkdir -p .nightshift/eval/chunks && "
+    + " && ".join(
+        f"git -C chunks show {_CHUNKS_COMMIT}:chunked/{n}.bin > .nightshift/eval/chunks/{n}.bin"
+        for n in _CHUNKS
+    )
+    + " && python -m benchmarks.cnn_dailymail_bins "
+    ".nightshift/eval/cnn_dailymail_validation_chunks_tokenised.csv "
+    ".nightshift/eval/cnn_dailymail_all_val_urls.txt "
+    + " ".join(f".nightshift/eval/chunks/{n}.bin:{first}" for n, (first, _, _) in _CHUNKS.items()),
+    every=80,
+    # Five tuning samples of about 55 (the CNN file's single one is 50 articles).
+    tuning=(0, 10, 30, 50, 70),
+    forms=("tokenised",),
+)
+
+
 VALIDATION_URLS = Dataset(
     name="cnn_dailymail_validation_urls",
     file="cnn_dailymail_all_val_urls.txt",
@@ -92,7 +147,11 @@ VALIDATION_URLS = Dataset(
     how_to_get="git clone https://github.com/abisee/cnn-dailymail && "
     "git -C cnn-dailymail show b15ad0a2db0d407a84b8ca9b5731e1f1c4bd24b9:url_lists/all_val.txt "
     "> .nightshift/eval/cnn_dailymail_all_val_urls.txt",
+    urls=None,
 )
+
+# The evaluation sets, by name: CNN (both forms) and mostly Daily Mail (tokenised form only).
+DATASETS = {d.name: d for d in (CNN_DAILYMAIL, VALIDATION_CHUNKS)}
 
 
 @dataclass(frozen=True)
@@ -148,10 +207,11 @@ def article_sources(examples: Sequence[Example], urls: Path | None) -> dict[str,
 def _source(url: str | None, article: str) -> str:
     if url is not None:
         return "cnn" if "cnn.com" in url else "dailymail" if "dailymail.co.uk" in url else "unknown"
-    head = article[:400]
-    if "(CNN)" in head:
+    # The datelines in either form: "(CNN)" / "( cnn )", "By . Jo Bloggs . PUBLISHED: .".
+    head = article[:400].lower()
+    if "(cnn)" in head or "( cnn )" in head:
         return "cnn"
-    if head.startswith("By . ") or "PUBLISHED: ." in head:
+    if head.startswith("by . ") or "published: ." in head:
         return "dailymail"
     return "unknown"
 
@@ -288,9 +348,12 @@ def rouge(pairs: Sequence[tuple[str, str]]) -> dict[str, float]:
     return {m: round(100 * totals[m] / max(1, len(pairs)), 2) for m in METRICS}
 
 
-def forms(example: Example) -> dict[str, tuple[str, str]]:
-    """The article and its reference in each form: plain (cased) and tokenised lower-case."""
+def forms(example: Example, pretokenised: bool = False) -> dict[str, tuple[str, str]]:
+    """The article and its reference in each form: plain (cased) and tokenised lower-case; an
+    example already in the tokenised form (``pretokenised``) has that form only, as it is."""
     reference_lines = [line.strip() for line in example.reference.splitlines() if line.strip()]
+    if pretokenised:
+        return {"tokenised": (example.article, "\n".join(reference_lines))}
     return {
         "plain": (example.article, "\n".join(reference_lines)),
         "tokenised": (
@@ -303,34 +366,41 @@ def forms(example: Example) -> dict[str, tuple[str, str]]:
 def evaluate(
     data: Path | None = None,
     *,
-    every: int = EVERY,
+    every: int | None = None,
     offsets: Sequence[int] | None = None,
     methods: dict[str, Method] | None = None,
     encoder: SentenceEncoder | None = None,
     cache: Path = CACHE,
     urls: Path | None = None,
+    dataset: Dataset = CNN_DAILYMAIL,
+    pretokenised: bool = False,
 ) -> list[dict]:
     """Scores each method on each form of every ``every``-th article from each of ``offsets``,
     over all of them and over each source apart.
 
     Args:
-        data: a CSV of article, highlights, id; default the cached CNN/DailyMail file.
-        every: take every k-th article of the file.
+        data: a CSV of article, highlights, id; default the cached file of ``dataset``.
+        every: take every k-th article of the file (default the dataset's).
         offsets: where each sample starts (default :func:`report_offsets`; the ranker was
             tuned on offset 0).
         methods: name -> summariser; default nightshift (the asset's config) and Lead-3.
         encoder: the sentence encoder; default the packaged MiniLM on the CPU.
         cache: where embeddings are kept between runs.
-        urls: the URL list the ids hash; default the cached one for the default data (articles
-            it does not list are told apart by their dateline).
+        urls: the URL list the ids hash; default the dataset's cached one for its own file
+            (articles it does not list are told apart by their dateline).
+        dataset: the cached set read when ``data`` is not given.
+        pretokenised: ``data`` is already tokenised lower-case: score that form only, as is.
 
     Returns:
         rows of dataset (name, source and form), method, metric (rouge1, rouge2, rougeLsum,
         summary_words), value, documents.
     """
-    path = data or dataset_path(cache=cache)
-    if urls is None and data is None:
-        urls = dataset_path(VALIDATION_URLS, cache)
+    path = data or dataset_path(dataset, cache)
+    if urls is None and data is None and dataset.urls is not None:
+        urls = dataset_path(DATASETS.get(dataset.urls, VALIDATION_URLS), cache)
+    if data is None:
+        pretokenised = dataset.forms == ("tokenised",)
+    every = every or (dataset.every if data is None else EVERY)
     offsets = report_offsets(every) if offsets is None else list(offsets)
     loaded = load_examples(path)
     examples = [e for offset in offsets for e in every_kth(loaded, every, offset)]
@@ -347,8 +417,11 @@ def evaluate(
     label = path.stem if every == 1 else f"{path.stem}[{starts}::{every}]"
     rows = []
     try:
-        for form in ("tokenised", "plain"):
-            scored = {m: _summaries(method, examples, form, embed) for m, method in methods.items()}
+        for form in ("tokenised",) if pretokenised else ("tokenised", "plain"):
+            scored = {
+                m: _summaries(method, examples, form, embed, pretokenised)
+                for m, method in methods.items()
+            }
             for group, members in groups.items():
                 keep = {e.doc_id for e in members}
                 for name, pairs in scored.items():
@@ -361,9 +434,11 @@ def evaluate(
     return rows
 
 
-def _summaries(method: Method, examples: Sequence[Example], form: str, embed) -> list[tuple]:
+def _summaries(
+    method: Method, examples: Sequence[Example], form: str, embed, pretokenised: bool
+) -> list[tuple]:
     """(summary, reference) per article in one form."""
-    docs = [forms(e)[form] for e in examples]
+    docs = [forms(e, pretokenised)[form] for e in examples]
     return [(method(split_sentences(article), embed), ref) for article, ref in docs]
 
 
@@ -391,9 +466,16 @@ GRID = {
 
 
 def tune(
-    data: Path | None = None, cache: Path = CACHE, every: int = EVERY, urls: Path | None = None
+    data: Path | None = None,
+    cache: Path = CACHE,
+    every: int | None = None,
+    urls: Path | None = None,
+    datasets: Sequence[Dataset] = (CNN_DAILYMAIL,),
+    pretokenised: bool = False,
+    offsets: Sequence[int] | None = None,
 ) -> list[dict]:
-    """The ranker grid on the tuning sample (offset 0), both forms and both sources: ROUGE per
+    """The ranker grid on the tuning samples (offset 0 of each dataset or of ``data``, or
+    ``offsets``, which must avoid the reported ones), all their forms and sources: ROUGE per
     setting, best first by its smallest ROUGE-1 margin over Lead-3 on any source and form."""
     from assets.summaries.document_summaries import SummariesConfig, length_cap
 
@@ -402,18 +484,47 @@ def tune(
     for lambda1, beta, weight in itertools.product(*GRID.values()):
         settings = RankerSettings(lambda1=lambda1, beta=beta, lead_weight=weight)
         methods[f"pacsum l1={lambda1} b={beta} lead={weight}"] = nightshift(cap, settings)
-    rows = evaluate(data, every=every, offsets=[0], methods=methods, cache=cache, urls=urls)
+    samples = (
+        [{"data": data, "pretokenised": pretokenised, "offsets": list(offsets or [0])}]
+        if data
+        else [{"dataset": d, "offsets": list(d.tuning)} for d in datasets]
+    )
+    rows = [
+        row
+        for sample in samples
+        for row in evaluate(
+            every=every,
+            methods=methods,
+            cache=cache,
+            urls=urls,
+            **sample,
+        )
+    ]
     margin = _worst_margin(rows)
     ranked = sorted(methods, key=lambda m: -margin[m])
     return [r for m in ranked for r in rows if r["method"] == m]
 
 
+# A source with fewer articles than this in a sample does not decide the tuning: one of a few
+# articles would (the validation chunks hold a few CNN articles beside the Daily Mail ones).
+MIN_DOCUMENTS = 20
+
+
 def _worst_margin(rows: Sequence[dict]) -> dict[str, float]:
-    """Per method, its smallest ROUGE-1 lead over Lead-3 among the per-source datasets."""
+    """Per method, its smallest ROUGE-1 lead over Lead-3 among the per-source datasets with at
+    least :data:`MIN_DOCUMENTS` articles (all of them if none has so many)."""
     rouge1 = {(r["dataset"], r["method"]): r["value"] for r in rows if r["metric"] == "rouge1"}
-    parts = {d for d, _ in rouge1 if not d.split(" ")[-2] == "all"} or {d for d, _ in rouge1}
+    size = {r["dataset"]: r["documents"] for r in rows}
+    parts = {d for d, _ in rouge1 if d.split(" ")[-2] != "all" and size[d] >= MIN_DOCUMENTS}
+    parts = parts or {d for d, _ in rouge1}
     methods = {m for _, m in rouge1}
     return {m: min(rouge1[(d, m)] - rouge1[(d, "lead-3")] for d in parts) for m in methods}
+
+
+def report(cache: Path = CACHE, datasets: Sequence[Dataset] | None = None) -> list[dict]:
+    """The report samples of each evaluation set (default all of :data:`DATASETS`)."""
+    chosen = list(DATASETS.values()) if datasets is None else datasets
+    return [row for dataset in chosen for row in evaluate(dataset=dataset, cache=cache)]
 
 
 def table(rows: Sequence[dict]) -> str:
@@ -430,8 +541,19 @@ def table(rows: Sequence[dict]) -> str:
 def main(argv: Sequence[str] | None = None) -> int:
     parser = argparse.ArgumentParser(description=__doc__.split("\n")[0])
     parser.add_argument("--data", type=Path, help="CSV of article, highlights, id")
+    parser.add_argument(
+        "--dataset",
+        nargs="+",
+        choices=sorted(DATASETS),
+        help="the cached evaluation sets (default all; ignored with --data)",
+    )
+    parser.add_argument(
+        "--pretokenised", action="store_true", help="--data is tokenised lower-case already"
+    )
     parser.add_argument("--urls", type=Path, help="the URL list whose sha1s are the ids")
-    parser.add_argument("--every", type=int, default=EVERY, help="take every k-th article")
+    parser.add_argument(
+        "--every", type=int, help=f"take every k-th article (default the dataset's, or {EVERY})"
+    )
     parser.add_argument(
         "--offset", type=int, nargs="+", help="where the samples start (default k/4 k/2 3k/4)"
     )
@@ -442,12 +564,34 @@ def main(argv: Sequence[str] | None = None) -> int:
     os.environ.setdefault("HF_HUB_OFFLINE", "1")
     os.environ.setdefault("TRANSFORMERS_OFFLINE", "1")
     try:
+        datasets = [DATASETS[n] for n in args.dataset or DATASETS]
         if args.tune:
-            rows = tune(args.data, cache=args.cache, every=args.every, urls=args.urls)
-        else:
-            rows = evaluate(
-                args.data, every=args.every, offsets=args.offset, cache=args.cache, urls=args.urls
+            rows = tune(
+                args.data,
+                args.cache,
+                args.every,
+                args.urls,
+                datasets,
+                args.pretokenised,
+                args.offset,
             )
+        elif args.data:
+            rows = evaluate(
+                args.data,
+                every=args.every,
+                offsets=args.offset,
+                cache=args.cache,
+                urls=args.urls,
+                pretokenised=args.pretokenised,
+            )
+        else:
+            rows = [
+                row
+                for dataset in datasets
+                for row in evaluate(
+                    dataset=dataset, every=args.every, offsets=args.offset, cache=args.cache
+                )
+            ]
     except (FileNotFoundError, ValueError) as error:
         print(error, file=sys.stderr)
         return 2
