@@ -10,6 +10,7 @@ import pytest
 import torch
 import torch.nn.functional as F
 from dagster import Definitions, materialize
+from documents_world import land_documents
 
 from assets.day_metadata import day_entries
 from assets.summaries import defs
@@ -345,29 +346,10 @@ ODD_BODIES = {
 }
 
 
-def _land(store, bodies: dict[str, str]) -> None:
-    rows = len(bodies)
-    store.write_landing(
-        "documents",
-        DAY,
-        pa.table(
-            {
-                "doc_id": list(bodies),
-                "published_at": pa.array(
-                    [1_772_409_600_000_000 + i for i in range(rows)], pa.timestamp("us", tz="UTC")
-                ),
-                "title": [f"Title {name}" for name in bodies],
-                "body": list(bodies.values()),
-            },
-            schema=DOCUMENTS_SCHEMA,
-        ),
-    )
-
-
 def test_odd_documents_get_bounded_summaries_and_labelled_topics(store, resources, instance):
     from inference.segment import LengthCap, within_cap
 
-    _land(store, ODD_BODIES)
+    land_documents(store, DAY, ODD_BODIES)
     result = materialize(
         [documents, document_summaries, daily_digest, *CHECKS],
         partition_key=DAY,
@@ -416,7 +398,7 @@ def test_a_summary_as_long_as_its_document_fails_the_blocking_cap(
     monkeypatch.setattr(module, "extractive_summaries", whole_document)
     article = " ".join(f"word{i % 50}" for i in range(752)) + " end ."
     assert len(article.split()) == 754
-    _land(store, {"article": article.lower(), "short": "One short sentence."})
+    land_documents(store, DAY, {"article": article.lower(), "short": "One short sentence."})
     result = materialize(
         [documents, document_summaries, daily_digest],
         partition_key=DAY,

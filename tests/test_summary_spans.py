@@ -5,13 +5,13 @@ not its document's text still fails. Also: short texts reach the cap's sentence 
 import importlib
 import pickle
 
-import pyarrow as pa
 import pytest
 from dagster import materialize
+from documents_world import land_documents
 
 from assets.summaries.digest import daily_digest
 from assets.summaries.document_summaries import document_summaries
-from assets.summaries.documents import DOCUMENTS_SCHEMA, documents
+from assets.summaries.documents import documents
 from inference.device import make_runtime
 from inference.encoder import load_sentence_encoder
 from inference.normalise import normalise_text
@@ -49,25 +49,6 @@ ARTICLES = {
 }
 
 
-def _land(store, bodies: dict[str, str]) -> None:
-    rows = len(bodies)
-    store.write_landing(
-        "documents",
-        DAY,
-        pa.table(
-            {
-                "doc_id": list(bodies),
-                "published_at": pa.array(
-                    [1_772_409_600_000_000 + i for i in range(rows)], pa.timestamp("us", tz="UTC")
-                ),
-                "title": [f"Title {name}" for name in bodies],
-                "body": list(bodies.values()),
-            },
-            schema=DOCUMENTS_SCHEMA,
-        ),
-    )
-
-
 def _run(store, resources, instance, config: dict | None = None):
     run_config = {"ops": {"document_summaries": {"config": config}}} if config else None
     return materialize(
@@ -86,7 +67,7 @@ def _checks(result) -> dict:
 
 @pytest.mark.parametrize("ranking", ["lead", "pacsum"])
 def test_real_prose_with_lower_case_starts_publishes(store, resources, instance, ranking):
-    _land(store, ARTICLES)
+    land_documents(store, DAY, ARTICLES)
     # 40 words: the lead's long second list item does not fit, so the summary skips it and
     # joins sentences that are not neighbours in the document.
     result = _run(store, resources, instance, {"ranking": ranking, "max_words": 40})
@@ -142,7 +123,7 @@ def test_a_summary_not_in_its_document_fails_the_check(
         return [forge(summaries[0]), *summaries[1:]], embedded
 
     monkeypatch.setattr(module, "extractive_summaries", forging)
-    _land(store, ARTICLES)
+    land_documents(store, DAY, ARTICLES)
     result = _run(store, resources, instance)
     assert not result.success
     drawn = _checks(result)["summaries_drawn_from_documents"]
