@@ -12,7 +12,6 @@ tag, set relative to now: close, far, or closer than the work.
 import datetime as dt
 import json
 import os
-import signal
 import subprocess
 import uuid
 
@@ -31,6 +30,7 @@ from test_deploy_aws import (  # noqa: F401 - module fixtures of the moto/Postgr
     aws_env,
     aws_home,
     aws_instance,
+    dagster_daemon,
     postgres_port,
 )
 
@@ -169,24 +169,8 @@ def _facts(time_left_s: float, work_left_s: float, interruptions: int = 1) -> Ni
 def daemon(aws_env, aws_home, tmp_path_factory):
     env = {**os.environ, **aws_env, "DAGSTER_HOME": str(aws_home)}
     log = tmp_path_factory.mktemp("daemon") / "daemon.log"
-    with log.open("w") as out:
-        process = subprocess.Popen(
-            [BIN / "dagster-daemon", "run", "-w", "workspace.yaml"],
-            cwd=REPO,
-            env=env,
-            stdout=out,
-            stderr=subprocess.STDOUT,
-            start_new_session=True,
-        )
-    try:
+    with dagster_daemon(env, log):
         yield env, log
-    finally:
-        os.killpg(process.pid, signal.SIGTERM)
-        try:
-            process.wait(timeout=30)
-        except subprocess.TimeoutExpired:
-            os.killpg(process.pid, signal.SIGKILL)
-            process.wait()
 
 
 def _launch(env, log, instance, tags: dict) -> DagsterRun:

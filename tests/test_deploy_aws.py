@@ -15,6 +15,7 @@ import time
 import urllib.request
 import uuid
 from collections.abc import Callable, Iterator
+from contextlib import contextmanager
 from pathlib import Path
 from typing import Any, TypeVar
 
@@ -277,13 +278,11 @@ def _launched(
     return run if task and task != not_task else None
 
 
-def test_daemon_launches_on_gpu_spot_and_retries_an_interrupted_run_on_demand(
-    aws_env: dict[str, str], aws_home: Path, aws_instance: DagsterInstance, tmp_path: Path
-) -> None:
-    env = {**os.environ, **aws_env, "DAGSTER_HOME": str(aws_home)}
-    log = tmp_path / "daemon.log"
+@contextmanager
+def dagster_daemon(env: dict[str, str], log: Path) -> Iterator[None]:
+    """The real dagster-daemon on this workspace, its output in ``log``, stopped on exit."""
     with log.open("w") as out:
-        daemon = subprocess.Popen(
+        process = subprocess.Popen(
             [BIN / "dagster-daemon", "run", "-w", "workspace.yaml"],
             cwd=REPO,
             env=env,
@@ -292,6 +291,22 @@ def test_daemon_launches_on_gpu_spot_and_retries_an_interrupted_run_on_demand(
             start_new_session=True,
         )
     try:
+        yield
+    finally:
+        os.killpg(process.pid, signal.SIGTERM)
+        try:
+            process.wait(timeout=30)
+        except subprocess.TimeoutExpired:
+            os.killpg(process.pid, signal.SIGKILL)
+            process.wait()
+
+
+def test_daemon_launches_on_gpu_spot_and_retries_an_interrupted_run_on_demand(
+    aws_env: dict[str, str], aws_home: Path, aws_instance: DagsterInstance, tmp_path: Path
+) -> None:
+    env = {**os.environ, **aws_env, "DAGSTER_HOME": str(aws_home)}
+    log = tmp_path / "daemon.log"
+    with dagster_daemon(env, log):
         run_id = str(uuid.uuid4())
         gpu = [{"type": "GPU", "value": "1"}]
         tags = {
@@ -349,13 +364,6 @@ def test_daemon_launches_on_gpu_spot_and_retries_an_interrupted_run_on_demand(
         retry_ecs_tags = {t["key"]: t["value"] for t in retry_task["tags"]}
         assert retry_ecs_tags["dagster/run_id"] == retry.run_id
         assert retry_ecs_tags[CAPACITY_TAG] == "on-demand"
-    finally:
-        os.killpg(daemon.pid, signal.SIGTERM)
-        try:
-            daemon.wait(timeout=30)
-        except subprocess.TimeoutExpired:
-            os.killpg(daemon.pid, signal.SIGKILL)
-            daemon.wait()
 
 
 # -- capacity_tags --------------------------------------------------------------------------------
