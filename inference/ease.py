@@ -26,6 +26,7 @@ import torch
 
 from inference.adaptive import BatchSizes
 from inference.device import to_device
+from inference.recommender_state import catalogue_from_tensors, catalogue_tensors
 from inference.sparse import SparseRows, Vocabulary
 from inference.topk import DEFAULT_BLOCK_ELEMENTS
 
@@ -112,12 +113,8 @@ class EaseRecommender:
     KIND = "ease"
 
     def to_tensors(self) -> dict[str, torch.Tensor]:
-        return {
-            "user_ids": torch.from_numpy(self.users.ids),
-            "item_ids": torch.from_numpy(self.items.ids),
-            "item_item": self.item_item.float().cpu(),
-            "item_popularity": self.popularity.float().cpu(),
-        }
+        """The state to save as safetensors (vocabularies included, so ids survive a reload)."""
+        return catalogue_tensors(self.users, self.items, self.popularity, item_item=self.item_item)
 
     @classmethod
     def from_tensors(
@@ -130,10 +127,8 @@ class EaseRecommender:
         its scores are sums of small weights, and bf16 would reorder near ties."""
         del dtype
         return cls(
-            users=Vocabulary(tensors["user_ids"].numpy()),
-            items=Vocabulary(tensors["item_ids"].numpy()),
+            **catalogue_from_tensors(tensors, device),
             item_item=tensors["item_item"].to(device, torch.float32),
-            popularity=tensors["item_popularity"].to(device, torch.float32),
         )
 
     def personalised(self, model_rows: np.ndarray, history: SparseRows) -> np.ndarray:

@@ -18,6 +18,7 @@ import torch
 
 from inference.adaptive import BatchSizes
 from inference.device import to_device
+from inference.recommender_state import catalogue_from_tensors, catalogue_tensors
 from inference.sparse import SparseRows, Vocabulary
 
 
@@ -138,14 +139,14 @@ class Recommender:
 
     def to_tensors(self) -> dict[str, torch.Tensor]:
         """The state to save as safetensors (vocabularies included, so ids survive a reload)."""
-        return {
-            "user_ids": torch.from_numpy(self.users.ids),
-            "item_ids": torch.from_numpy(self.items.ids),
-            "user_factors": self.user_factors.float().cpu(),
-            "item_factors": self.item_factors.float().cpu(),
-            "item_bias": self.item_bias.float().cpu(),
-            "item_popularity": self.popularity.float().cpu(),
-        }
+        return catalogue_tensors(
+            self.users,
+            self.items,
+            self.popularity,
+            user_factors=self.user_factors,
+            item_factors=self.item_factors,
+            item_bias=self.item_bias,
+        )
 
     @classmethod
     def from_tensors(
@@ -156,12 +157,10 @@ class Recommender:
     ) -> Recommender:
         """Rebuilds a saved model on ``device``; factors in ``dtype``, biases in fp32."""
         return cls(
-            users=Vocabulary(tensors["user_ids"].numpy()),
-            items=Vocabulary(tensors["item_ids"].numpy()),
+            **catalogue_from_tensors(tensors, device),
             user_factors=tensors["user_factors"].to(device, dtype),
             item_factors=tensors["item_factors"].to(device, dtype),
             item_bias=tensors["item_bias"].to(device, torch.float32),
-            popularity=tensors["item_popularity"].to(device, torch.float32),
         )
 
     def personalised(self, model_rows: np.ndarray, history: SparseRows) -> np.ndarray:
