@@ -11,11 +11,11 @@ from datetime import UTC, datetime
 
 import pyarrow as pa
 import pytest
-from dagster import AssetKey, DagsterInstance, RunConfig, materialize
+from dagster import DagsterInstance, RunConfig, materialize
+from helpers import asset_metadata
 from test_embeddings import DAY as DOCS_DAY
 from test_embeddings import _land_crafted
 
-from assets.day_metadata import day_entries
 from assets.embeddings.document_embeddings import document_embeddings
 from assets.embeddings.schemas import EMBEDDINGS
 from assets.recommendations import interactions, recommendation_model, user_recommendations
@@ -62,14 +62,6 @@ def _inference(**settings) -> InferenceResource:
     return InferenceResource(device="cpu", precision="fp32", max_batch_size=64, **settings)
 
 
-def _metadata(result, asset: AssetKey) -> dict:
-    for event in result.get_asset_materialization_events():
-        mat = event.event_specific_data.materialization
-        if mat.asset_key == asset:
-            return {k: v.value for k, v in day_entries(mat.metadata).items()}
-    raise AssertionError(f"no materialisation of {asset}")
-
-
 def _local_then_ray(assets: list, date: str, storage: StorageResource, read, run_config, **shards):
     """Materialises ``date`` with each executor, in the same shards (a shard is cut into model
     calls on its own, so the shard size decides which rows share a call, under both executors):
@@ -87,7 +79,7 @@ def _local_then_ray(assets: list, date: str, storage: StorageResource, read, run
         assert result.success
         scored = assets[-1].key
         assert all(c.passed for c in result.get_asset_check_evaluations() if c.asset_key == scored)
-        runs.append((read(), _metadata(result, scored)))
+        runs.append((read(), asset_metadata(result, scored)))
     return runs
 
 

@@ -23,11 +23,11 @@ import pyarrow.compute as pc
 import pyarrow.fs as pafs
 import pytest
 import torch
-from dagster import AssetKey, DagsterInstance, materialize
+from dagster import DagsterInstance, materialize
 from fraud_world import trained_fraud_world
+from helpers import asset_metadata
 from safetensors.torch import save_file
 
-from assets.day_metadata import day_entries
 from assets.fraud.accounts import AccountShards, shard_count, shard_profile
 from assets.fraud.assets import fraud_alerts, fraud_scores, transactions
 from assets.fraud.demo_data import generate_day
@@ -108,14 +108,6 @@ def _materialize(fraud: dict, **inference):
     return result
 
 
-def _metadata(result, asset: str) -> dict:
-    for event in result.get_asset_materialization_events():
-        mat = event.event_specific_data.materialization
-        if mat.asset_key == AssetKey(asset):
-            return {k: v.value for k, v in day_entries(mat.metadata).items()}
-    raise AssertionError(f"no materialisation of {asset}")
-
-
 def _outputs(store) -> dict[str, pa.Table]:
     keys = {
         "fraud_scores": "transaction_id",
@@ -138,7 +130,7 @@ def test_one_day_through_ray_equals_the_local_engine_bit_for_bit(fraud, ray) -> 
         assert distributed[asset].equals(table), asset
     scores = distributed["fraud_scores"]
     assert scores.num_rows == 10_000 - 3 and distributed["fraud_scores_quarantine"].num_rows == 3
-    meta = _metadata(result, "fraud_scores")
+    meta = asset_metadata(result, "fraud_scores")
     assert meta["executor"] == "ray" and meta["shards"] == meta["account_shards"] == 7
     assert meta["workers"] == 2 and meta["worker_model_loads"] == 2
     assert meta["rows_in"] == 10_000 and meta["rows_redone"] == 0
@@ -517,7 +509,7 @@ def test_the_own_model_example_runs_unchanged_on_ray(ray, store, tmp_path) -> No
         assert result.success
         doc._assert_day(store, result, day, landed[day], weights)
         outputs[executor] = store.read_output(doc.ASSET, day).sort_by("customer_id")
-        meta = doc._metadata(result, day)
+        meta = asset_metadata(result, doc.ASSET, day)
     assert outputs["ray"].equals(outputs["local"])
     assert meta["executor"] == "ray" and meta["shard_layout"] == "row_ranges"
     assert meta["shards"] == 4 and meta["workers"] == 2

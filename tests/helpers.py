@@ -1,0 +1,58 @@
+"""Helpers shared by the test modules: the CPU resource map and a run's figures for one asset."""
+
+from __future__ import annotations
+
+from pathlib import Path
+from typing import Any
+
+from dagster import AssetKey
+
+from assets.day_metadata import day_entries
+from resources.inference import InferenceResource
+from resources.storage import StorageResource
+
+# Small model calls in full precision: what a test on a CPU can afford and compare exactly.
+CPU_INFERENCE = {"device": "cpu", "precision": "fp32", "max_batch_size": 512}
+
+
+def cpu_inference(**settings: Any) -> InferenceResource:
+    """The inference resource on CPU in fp32, batches of 512 rows unless ``settings`` say else."""
+    return InferenceResource(**(CPU_INFERENCE | settings))
+
+
+def cpu_resources(data_root: Path | str, **inference: Any) -> dict[str, Any]:
+    """The local resource map over ``data_root``: its storage and :func:`cpu_inference`."""
+    return {
+        "storage": StorageResource(data_root=str(data_root)),
+        "inference": cpu_inference(**inference),
+    }
+
+
+def asset_metadata(result, asset: str | AssetKey, partition: str | None = None) -> dict[str, Any]:
+    """Every figure of ``asset``'s materialisation in ``result`` by name, as plain values.
+
+    Args:
+        result: what ``materialize`` or ``execute_in_process`` returned.
+        asset: the asset's key, or its key as a string.
+        partition: which day, where the run materialised several; required then.
+
+    Returns:
+        The metadata entries, the ``detail`` table's rows among them (``day_entries``).
+
+    Raises:
+        AssertionError: the run did not materialise that asset (or day), materialised one day
+            twice, or materialised several days and no ``partition`` says which.
+    """
+    key = asset if isinstance(asset, AssetKey) else AssetKey.from_user_string(asset)
+    events = [
+        e
+        for e in result.get_asset_materialization_events()
+        if e.asset_key == key and (partition is None or e.partition == partition)
+    ]
+    days = [e.partition for e in events]
+    if not events:
+        raise AssertionError(f"{key.to_user_string()} {partition or ''} was not materialised")
+    if len(events) > 1:
+        raise AssertionError(f"{key.to_user_string()} was materialised for {days}: which one?")
+    materialization = events[0].event_specific_data.materialization
+    return {k: v.value for k, v in day_entries(materialization.metadata).items()}
