@@ -8,9 +8,9 @@ from pathlib import Path
 import boto3
 import pytest
 from dagster import DagsterInstance
+from helpers import cpu_resources
 
-from resources.inference import InferenceResource
-from resources.storage import DataStore, StorageResource
+from resources.storage import DataStore
 
 FIXTURES = Path(__file__).parent / "fixtures"
 
@@ -75,10 +75,7 @@ def instance(dagster_home: Path) -> DagsterInstance:
 @pytest.fixture
 def resources(data_root: Path) -> dict:
     """The local resource map, pointed at the temporary data root, small batches on CPU."""
-    return {
-        "storage": StorageResource(data_root=str(data_root)),
-        "inference": InferenceResource(device="cpu", precision="fp32", max_batch_size=512),
-    }
+    return cpu_resources(data_root)
 
 
 @pytest.fixture(scope="session")

@@ -11,10 +11,10 @@ import pyarrow as pa
 import pyarrow.compute as pc
 import pyarrow.parquet as pq
 import pytest
-from dagster import AssetKey, DagsterInstance, materialize
+from dagster import DagsterInstance, materialize
 from fraud_world import trained_fraud_world
+from helpers import asset_metadata
 
-from assets.day_metadata import day_entries
 from assets.fraud.assets import fraud_alerts, fraud_scores, transactions
 from assets.fraud.demo_data import generate_day
 from assets.fraud.schemas import FLAGGED, TRANSACTIONS, TRANSACTIONS_SCHEMA
@@ -48,16 +48,6 @@ def _run(fraud: dict, assets: list, date: str):
         )
 
 
-def _metadata(result, asset: str) -> dict:
-    for event in result.get_asset_materialization_events():
-        if event.asset_key == AssetKey(asset):
-            return {
-                k: v.value
-                for k, v in day_entries(event.event_specific_data.materialization.metadata).items()
-            }
-    raise AssertionError(f"{asset} was not materialised")
-
-
 def _by_id(table: pa.Table, column: str) -> dict:
     return dict(zip(table["transaction_id"].to_pylist(), table[column].to_pylist(), strict=True))
 
@@ -88,7 +78,7 @@ def test_duplicate_ids_across_two_files_still_give_one_alert_per_flagged_score(f
     assert result.success, [e.message for e in result.get_step_failure_events()]
     scores = store.read_output("fraud_scores", date)
     held = store.read_output("fraud_scores_quarantine", date)
-    meta = _metadata(result, "fraud_scores")
+    meta = asset_metadata(result, "fraud_scores")
     assert meta["rows_in"] == landed.num_rows + copies.num_rows == scores.num_rows + held.num_rows
     assert set(held["reason"].to_pylist()) == {"duplicate_transaction_id"}
     alerts = store.read_output("fraud_alerts", date)
@@ -180,7 +170,7 @@ def test_a_full_disk_names_the_file_and_a_rerun_publishes_only_data_and_manifest
     assert names == sorted([MANIFEST, *(f for f in names if f.endswith(".parquet"))])
     assert all(not n.endswith(".tmp") and ".tmp-" not in n for n in names)
     rows = sum(pq.read_metadata(published / n).num_rows for n in names if n != MANIFEST)
-    meta = _metadata(result, "fraud_scores")
+    meta = asset_metadata(result, "fraud_scores")
     assert rows == meta["rows_out"] and meta["rows_in"] == rows + meta["rows_quarantined"]
     assert not list((small_disk / "_staging").glob("**/*"))
 

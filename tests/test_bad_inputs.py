@@ -16,8 +16,8 @@ import pyarrow.parquet as pq
 import pytest
 from dagster import AssetKey, DagsterInstance, Failure, materialize
 from fraud_world import trained_fraud_world
+from helpers import asset_metadata
 
-from assets.day_metadata import day_entries
 from assets.fraud.assets import fraud_alerts, fraud_scores, transactions
 from assets.fraud.demo_data import generate_day as generate_transactions
 from assets.fraud.schemas import TRANSACTIONS, TRANSACTIONS_SCHEMA
@@ -133,16 +133,6 @@ def _score(fraud: dict, date: str, config: dict | None = None):
         )
 
 
-def _metadata(result, asset: str) -> dict:
-    for event in result.get_asset_materialization_events():
-        if event.asset_key == AssetKey(asset):
-            return {
-                k: v.value
-                for k, v in day_entries(event.event_specific_data.materialization.metadata).items()
-            }
-    raise AssertionError(f"{asset} was not materialised")
-
-
 def _failure(result, step: str) -> str:
     assert not result.success
     failures = {e.step_key: e for e in result.get_step_failure_events()}
@@ -176,7 +166,7 @@ def _assert_outcome(store: DataStore, result, date: str, landed: int, outcome) -
         _assert_nothing_published(store, "fraud_scores", date)
         return
     assert result.success
-    meta = _metadata(result, "fraud_scores")
+    meta = asset_metadata(result, "fraud_scores")
     held = store.read_output("fraud_scores_quarantine", date)
     scores = store.read_output("fraud_scores", date)
     quarantined = sum(outcome.reasons.values())
@@ -290,7 +280,7 @@ def test_files_that_are_not_data_are_skipped(fraud: dict) -> None:
             instance=instance,
         )
     assert result.success
-    source, scored = _metadata(result, "transactions"), _metadata(result, "fraud_scores")
+    source, scored = asset_metadata(result, "transactions"), asset_metadata(result, "fraud_scores")
     assert source["dagster/row_count"] == landed == pq.ParquetFile(committed).metadata.num_rows
     assert source["landing_files_skipped"] == 3
     # Nothing is a duplicate, and every committed row is scored once or quarantined once.
@@ -357,7 +347,7 @@ def test_unusable_documents_are_quarantined_by_reason(bad_documents: dict) -> No
     # ...unless the run allows it, when each is set aside with its reason.
     result = _summarise(bad_documents, 0.3)
     assert result.success
-    meta = _metadata(result, "document_summaries")
+    meta = asset_metadata(result, "document_summaries")
     expected = {"invalid_utf8": 1, "empty_text": 1, "text_too_long": 1, "duplicate_doc_id": 1}
     assert meta["quarantine_reasons"] == expected
     held = store.read_output("document_summaries_quarantine", DOCS_DAY)
@@ -430,7 +420,7 @@ def test_unknown_user_and_item_are_counted_not_dropped(recs: dict) -> None:
     cold = int((model.users.index(users) < 0).sum())
     result = _recommend(recs, date)
     assert result.success
-    meta = _metadata(result, "user_recommendations")
+    meta = asset_metadata(result, "user_recommendations")
     assert meta["unknown_items"] == len(np.unique(unknown)) + 1
     assert meta["unknown_item_interactions"] == len(unknown) + 1
     assert meta["cold_start_users"] == cold + 1

@@ -7,6 +7,7 @@ import numpy as np
 import pyarrow as pa
 import torch
 from dagster import AssetKey, Definitions, asset, materialize
+from documents_world import land_crafted_documents
 
 from assets.day_metadata import day_entries
 from assets.embeddings import defs
@@ -35,39 +36,12 @@ CHECKS = {
     "embeddings_have_unit_norm",
     "embeddings_carry_model_version",
 }
-# Crafted documents beside the generated ones: an identical pair, a near and a far one, and one
-# with no text at all, which cannot be embedded.
-CRAFTED = {
-    "same-1": ("Harbour strike ends", "Dock workers returned to work after a week-long strike."),
-    "same-2": ("Harbour strike ends", "Dock workers returned to work after a week-long strike."),
-    "cat": ("Cat naps", "The cat slept all afternoon on the warm windowsill."),
-    "kitten": ("Kitten rests", "A small kitten dozed in the sun by the window."),
-    "rates": ("Rates rise", "The central bank raised interest rates by half a point."),
-    "blank": ("", "   "),
-}
 
 
 def _vectors(store, date: str) -> tuple[pa.Table, dict[str, np.ndarray]]:
     table = store.read_output("document_embeddings", date)
     matrix = np.stack(table["embedding"].to_numpy(zero_copy_only=False))
     return table, dict(zip(table["doc_id"].to_pylist(), matrix, strict=True))
-
-
-def _land_crafted(store) -> list[str]:
-    generate_day(store, DAY, scale=0.02)
-    generated = store.read_landing("documents", DAY, DOCUMENTS_SCHEMA)
-    noon = int(datetime.fromisoformat(DAY).replace(tzinfo=UTC).timestamp() * 1e6) + 43_200_000_000
-    crafted = pa.table(
-        {
-            "doc_id": list(CRAFTED),
-            "published_at": pa.array([noon] * len(CRAFTED), pa.timestamp("us", tz="UTC")),
-            "title": [title for title, _ in CRAFTED.values()],
-            "body": [body for _, body in CRAFTED.values()],
-        },
-        schema=DOCUMENTS_SCHEMA,
-    )
-    store.write_landing("documents", DAY, pa.concat_tables([generated, crafted]))
-    return generated["doc_id"].to_pylist() + list(CRAFTED)
 
 
 def _embed(resources, instance, extra=(), **kwargs):
@@ -126,7 +100,7 @@ def test_a_range_run_embeds_every_document_once_and_records_each_day(store, reso
 def test_identical_texts_match_near_ones_are_closer_and_a_blank_one_is_quarantined(
     store, resources, instance
 ):
-    landed = _land_crafted(store)
+    landed = land_crafted_documents(store, DAY)
     result = _embed(resources, instance, partition_key=DAY)
     assert result.success
     checks = {
@@ -165,7 +139,7 @@ def test_a_vector_off_unit_norm_fails_the_blocking_check_and_stops_downstream(
         return Embeddings(vectors, embedded.model_calls, embedded.padding)
 
     monkeypatch.setattr(module, "embed_documents", one_vector_doubled)
-    _land_crafted(store)
+    land_crafted_documents(store, DAY)
     result = _embed(
         resources, instance, [related_articles], partition_key=DAY, raise_on_error=False
     )

@@ -6,10 +6,10 @@ import numpy as np
 import pyarrow as pa
 import pyarrow.compute as pc
 import pytest
-from dagster import AssetKey, DagsterInstance, materialize
+from dagster import DagsterInstance, materialize
 from fraud_world import trained_fraud_world
+from helpers import asset_metadata
 
-from assets.day_metadata import day_entries
 from assets.fraud.assets import fraud_scores, transactions
 from assets.fraud.demo_data import generate_day
 from assets.fraud.schemas import AMOUNT_CEILING, TRANSACTIONS, TRANSACTIONS_SCHEMA
@@ -50,16 +50,6 @@ def _score(fraud: dict, date: str, max_quarantine_rate: float = 0.01):
         )
 
 
-def _metadata(result, asset: str) -> dict:
-    (event,) = [
-        e for e in result.get_asset_materialization_events() if e.asset_key == AssetKey(asset)
-    ]
-    return {
-        k: v.value
-        for k, v in day_entries(event.event_specific_data.materialization.metadata).items()
-    }
-
-
 def _checks(result) -> dict:
     return {c.check_name: c for c in result.get_asset_check_evaluations()}
 
@@ -94,7 +84,7 @@ def test_an_amount_sweep_never_scores_an_extreme_amount_below_an_ordinary_one_un
     store = fraud["store"]
     scores = store.read_output("fraud_scores", date)
     held = store.read_output("fraud_scores_quarantine", date)
-    meta = _metadata(result, "fraud_scores")
+    meta = asset_metadata(result, "fraud_scores")
     assert meta["rows_in"] == landed.num_rows == scores.num_rows + held.num_rows
     sweep_ids = landed["transaction_id"].to_pylist()[: len(SWEEP)]
     amount_of = dict(zip(sweep_ids, SWEEP, strict=True))
@@ -160,7 +150,7 @@ def test_a_day_whose_amounts_shifted_warns_of_drift_naming_the_feature(fraud) ->
     assert psi["log_amount"] > 0.25 and psi["hour_sin"] < 0.1
     review = checks["features_within_training_range"]
     assert not review.passed  # most amounts are now beyond training: clamped and marked
-    assert _metadata(result, "fraud_scores")["needs_review"] > 0
+    assert asset_metadata(result, "fraud_scores")["needs_review"] > 0
 
 
 def test_an_ordinary_day_passes_the_range_and_drift_checks(fraud) -> None:

@@ -10,8 +10,8 @@ import pyarrow.compute as pc
 import pyarrow.parquet as pq
 import pytest
 from dagster import AssetKey, materialize
+from helpers import asset_metadata
 
-from assets.day_metadata import day_entries
 from assets.fraud import defs
 from assets.fraud.assets import fraud_alerts, fraud_model, fraud_scores, transactions
 from assets.fraud.checks import fraud_model_auprc_above_floor
@@ -28,14 +28,6 @@ from resources.storage import DataStore
 SCALE = 0.02
 DAYS = ["2026-03-01", "2026-03-02", "2026-03-03"]
 ALL = [transactions, fraud_model, fraud_scores, fraud_alerts, fraud_model_auprc_above_floor]
-
-
-def _metadata(result, asset: str, partition: str | None = None) -> dict:
-    for event in result.get_asset_materialization_events():
-        mat = event.event_specific_data.materialization
-        if mat.asset_key == AssetKey(asset) and (partition is None or mat.partition == partition):
-            return {k: v.value for k, v in day_entries(mat.metadata).items()}
-    raise AssertionError(f"no materialisation of {asset} {partition or ''}")
 
 
 def _failure_text(result) -> str:
@@ -106,7 +98,7 @@ def test_one_partition_end_to_end(landed, store, resources, instance):
     result = materialize(ALL, partition_key=day, resources=resources, instance=instance)
     assert result.success
 
-    model = _metadata(result, "fraud_model")
+    model = asset_metadata(result, "fraud_model")
     print(f"generated (scale {SCALE}): AUPRC {model['val_auprc']}, ROC-AUC {model['val_roc_auc']}")
     assert model["reused"] is False and model["training_days"] == 3
     assert model["val_auprc"] >= 0.5 and model["val_roc_auc"] >= 0.9
@@ -121,7 +113,7 @@ def test_one_partition_end_to_end(landed, store, resources, instance):
     assert np.array_equal(scores["flagged"].to_numpy(), score >= np.float32(threshold))
     assert set(scores["model_version"].to_pylist()) == {model["model_version"]}
 
-    meta = _metadata(result, "fraud_scores", day)
+    meta = asset_metadata(result, "fraud_scores", day)
     assert meta["rows_in"] == meta["rows_out"] == scores.num_rows
     assert meta["model_loads"] == 1 and meta["model_version"] == model["model_version"]
     assert meta["oom_backoffs"] == 0 and meta["model_batch_size"] > 0  # the back-off's record
@@ -158,7 +150,7 @@ def test_range_backfill_writes_each_partition_and_loads_the_model_once(
     ]
     assert sorted(days) == DAYS
     for day in DAYS:
-        meta = _metadata(result, "fraud_scores", day)
+        meta = asset_metadata(result, "fraud_scores", day)
         assert meta["model_loads"] == 1 and meta["partitions"] == 3
         assert meta["rows_out"] == meta["dagster/row_count"] == landed[day][TRANSACTIONS]
         assert meta["output"].endswith(f"date={day}")
@@ -169,7 +161,7 @@ def test_model_is_reused_unless_retrain_and_retraining_is_reproducible(landed, r
         result = materialize(
             [fraud_model], run_config=run_config, resources=resources, instance=instance
         )
-        return _metadata(result, "fraud_model")
+        return asset_metadata(result, "fraud_model")
 
     first, again = train(), train()
     assert again["reused"] is True and again["model_version"] == first["model_version"]

@@ -12,8 +12,9 @@ import pyarrow.compute as pc
 import pyarrow.csv as pcsv
 import pyarrow.parquet as pq
 import pytest
-from dagster import AssetKey, DagsterInstance, materialize
+from dagster import DagsterInstance, materialize
 from fraud_world import trained_fraud_world
+from helpers import asset_metadata
 
 from assets.fraud.assets import fraud_scores, transactions
 from assets.fraud.demo_data import generate_day
@@ -168,13 +169,6 @@ def _run(fraud: dict, date: str, storage: StorageResource | None = None):
     return result, logs
 
 
-def _metadata(result, asset: str) -> dict:
-    (event,) = [
-        e for e in result.get_asset_materialization_events() if e.asset_key == AssetKey(asset)
-    ]
-    return {k: v.value for k, v in event.event_specific_data.materialization.metadata.items()}
-
-
 def _assert_conserved(fraud: dict, result, date: str, landed: int) -> None:
     """Every landed row is published once: scored, or quarantined (from the published files)."""
     assert result.success
@@ -209,7 +203,7 @@ def test_a_csv_beside_parquet_fails_the_day_or_is_skipped_and_counted(
     monkeypatch.setenv("NIGHTSHIFT_LANDING_NOT_PARQUET", "skip")
     result, logs = _run(fraud, date, StorageResource(data_root=str(fraud["root"])))
     _assert_conserved(fraud, result, date, 4000)
-    source = _metadata(result, "transactions")
+    source = asset_metadata(result, "transactions")
     assert source["dagster/row_count"] == 4000 and source["landing_files_skipped"] == 1
     named = [m for m in logs if "part-00001.csv (looks like CSV text" in m]
     assert named and "skipped 1 file(s) that are not parquet" in named[0], logs
@@ -226,7 +220,7 @@ def test_parquet_without_the_suffix_is_read(fraud: dict) -> None:
     result, logs = _run(fraud, date)
     assert not any("landing partition empty" in m for m in logs)
     _assert_conserved(fraud, result, date, table.num_rows)
-    source = _metadata(result, "transactions")
+    source = asset_metadata(result, "transactions")
     assert source["dagster/row_count"] == table.num_rows == 5000
     assert source["landing_files_skipped"] == 1
 

@@ -8,9 +8,9 @@ import numpy as np
 import pyarrow as pa
 import pyarrow.compute as pc
 import pytest
-from dagster import AssetKey, DagsterInstance, materialize
+from dagster import DagsterInstance, materialize
+from helpers import asset_metadata
 
-from assets.day_metadata import day_entries
 from assets.fraud.assets import fraud_model, fraud_scores, transactions
 from assets.fraud.demo_data import generate_day as generate_transactions
 from assets.fraud.schemas import TRANSACTIONS, TRANSACTIONS_SCHEMA
@@ -43,14 +43,6 @@ def _failure(result, step: str) -> str:
     failures = {e.step_key: e for e in result.get_step_failure_events()}
     assert set(failures) == {step}, failures
     return failures[step].step_failure_data.error.message
-
-
-def _metadata(result, asset: str) -> dict:
-    for event in result.get_asset_materialization_events():
-        if event.asset_key == AssetKey(asset):
-            mat = event.event_specific_data.materialization
-            return {k: v.value for k, v in day_entries(mat.metadata).items()}
-    raise AssertionError(f"{asset} was not materialised")
 
 
 DOMAINS = {
@@ -136,7 +128,7 @@ def test_naive_timestamps_are_read_as_the_landing_timezone(fraud: dict) -> None:
     assert read["ts"].take(keep).equals(day["ts"].take(keep))  # the same instants as generated
     assert read["ts"][5].as_py() == dt.datetime(2026, 3, 3, 3, 0, 5, tzinfo=dt.UTC)
 
-    meta = _metadata(result, "fraud_scores")
+    meta = asset_metadata(result, "fraud_scores")
     held = store.read_output("fraud_scores_quarantine", DAY)
     scores = store.read_output("fraud_scores", DAY)
     assert meta["quarantine_reasons"] == {"ts_outside_day": 3}
@@ -145,7 +137,7 @@ def test_naive_timestamps_are_read_as_the_landing_timezone(fraud: dict) -> None:
     )
     assert meta["rows_in"] == day.num_rows == scores.num_rows + held.num_rows
     assert meta["landing_timezone"] == NEW_YORK
-    assert _metadata(result, "transactions")["landing_timezone"] == NEW_YORK
+    assert asset_metadata(result, "transactions")["landing_timezone"] == NEW_YORK
 
     # Read as UTC (now a choice someone has to make), the same file shifts the evening rows
     # out of the day and the day is blocked, with the reason counted.
@@ -176,7 +168,7 @@ def test_without_a_landing_timezone_the_metadata_says_naive_is_rejected(tmp_path
             instance=instance,
             raise_on_error=False,
         )
-    assert _metadata(result, "documents")["landing_timezone"] == "none (naive rejected)"
+    assert asset_metadata(result, "documents")["landing_timezone"] == "none (naive rejected)"
 
 
 def test_a_time_the_clocks_skip_fails_naming_the_file_and_the_reading(tmp_path) -> None:

@@ -12,9 +12,8 @@ from datetime import UTC, datetime
 import pyarrow as pa
 import pytest
 from dagster import DagsterInstance, RunConfig, materialize
+from documents_world import land_crafted_documents
 from helpers import asset_metadata
-from test_embeddings import DAY as DOCS_DAY
-from test_embeddings import _land_crafted
 
 from assets.embeddings.document_embeddings import document_embeddings
 from assets.embeddings.schemas import EMBEDDINGS
@@ -33,6 +32,7 @@ from resources.storage import DataStore, StorageResource
 
 TRAINING_DAYS = ["2026-03-01", "2026-03-02", "2026-03-03"]
 DAY = "2026-03-04"
+DOCS_DAY = "2026-03-02"
 SCALE = 0.05  # 1,000 users x 250 items, about 2,000 events a day
 SHARD_USERS = 150  # the day's audience in several shards of users
 HELD = f"{USER_RECOMMENDATIONS}_quarantine"
@@ -174,7 +174,7 @@ def test_recommendations_through_ray_equal_the_local_engine(world, ray) -> None:
 def documents_day(tmp_path_factory) -> tuple[DataStore, StorageResource]:
     root = tmp_path_factory.mktemp("ray-documents") / "data"
     store = DataStore(str(root))
-    _land_crafted(store)
+    land_crafted_documents(store, DOCS_DAY)
     return store, StorageResource(data_root=str(root))
 
 

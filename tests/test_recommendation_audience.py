@@ -12,8 +12,8 @@ import pyarrow.parquet as pq
 import pytest
 import torch
 from dagster import AssetSelection, RunConfig, materialize
+from helpers import asset_metadata
 
-from assets.day_metadata import day_entries
 from assets.recommendations import interactions, recommendation_model, user_recommendations
 from assets.recommendations.assets import UserRecommendationsConfig
 from assets.recommendations.checks import RECOMMENDATION_CHECKS
@@ -64,12 +64,6 @@ def _recommend(resources, instance, date: str, **config):
     )
 
 
-def _metadata(result, asset: str) -> dict:
-    events = result.get_asset_materialization_events()
-    event = [e for e in events if e.asset_key.to_user_string() == asset][-1]
-    return {k: v.value for k, v in day_entries(event.materialization.metadata).items()}
-
-
 def _checks(result) -> dict:
     return {e.check_name: e for e in result.get_asset_check_evaluations()}
 
@@ -104,7 +98,7 @@ def test_audience_is_everyone_seen_in_the_window(
     for user in listed:
         items = out.filter(pc.equal(out["user_id"], user))["item_id"].to_pylist()
         assert len(items) == 5 and not {1, 2} & set(items)
-    meta = _metadata(result, USER_RECOMMENDATIONS)
+    meta = asset_metadata(result, USER_RECOMMENDATIONS)
     assert meta["rows_in"] == meta["audience_users"] == len(pc.unique(out["user_id"]))
 
 
@@ -163,7 +157,7 @@ def test_bad_interactions_are_quarantined_with_reasons_and_conserved(
     result = _recommend(resources, instance, date)
 
     assert result.success  # 5 of ~2,000 rows: within the 1% limit
-    source = _metadata(result, INTERACTIONS)
+    source = asset_metadata(result, INTERACTIONS)
     assert source["rows_quarantined"] == 5
     assert source["rows_used"] + source["rows_quarantined"] == day.num_rows
     assert source["quarantine_reasons"] == {
@@ -184,7 +178,7 @@ def test_bad_interactions_are_quarantined_with_reasons_and_conserved(
     verdict = _checks(result)["interaction_events_are_valid"]
     assert not verdict.passed and verdict.severity.value == "WARN"
     assert "will be quarantined" in verdict.description
-    scored = _metadata(result, USER_RECOMMENDATIONS)
+    scored = asset_metadata(result, USER_RECOMMENDATIONS)
     assert scored["interaction_rows"] == day.num_rows
     assert scored["interaction_rows_used"] + scored["interaction_rows_quarantined"] == day.num_rows
     assert scored["interaction_rows_quarantined"] == 5
@@ -235,7 +229,7 @@ def test_a_day_of_unknown_items_warns(store, resources, instance) -> None:
     verdict = _checks(result)["unknown_item_share_below_limit"]
     assert not verdict.passed and verdict.severity.value == "WARN"
     assert verdict.metadata["unknown_item_share"].value == 1.0
-    assert _metadata(result, USER_RECOMMENDATIONS)["unknown_item_share"] == 1.0
+    assert asset_metadata(result, USER_RECOMMENDATIONS)["unknown_item_share"] == 1.0
     # On the ordinary day it passes.
     assert _checks(_recommend(resources, instance, DAY))["unknown_item_share_below_limit"].passed
 

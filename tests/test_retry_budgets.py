@@ -16,10 +16,10 @@ from dagster import (
     asset,
     materialize,
 )
+from helpers import asset_metadata
 
 from assets.checkpointing import Work, spot_safe
 from assets.common import partition_dates, scoring_metadata
-from assets.day_metadata import day_entries
 from orchestration.jobs import pipeline_jobs
 from policy.partitions import daily_partitions
 from policy.retries import INTERRUPTION_BUDGET
@@ -70,16 +70,11 @@ def _materialize(data_root, instance):
     )
 
 
-def _metadata(result) -> dict:
-    [mat] = result.asset_materializations_for_node("doubled")
-    return {k: v.value for k, v in day_entries(mat.metadata).items()}
-
-
 def test_error_and_soft_interruption_are_counted_apart(data_root, store, instance) -> None:
     PLAN["attempts"] = ["error", signal.SIGUSR1, None]
     result = _materialize(data_root, instance)
     assert result.success
-    meta = _metadata(result)
+    meta = asset_metadata(result, "doubled")
     assert (meta["error_retries"], meta["soft_interruptions"], meta["interruptions"]) == (1, 1, 1)
     # The soft interruption kept the two shards finished before it; the error kept the same two.
     assert meta["shards_resumed"] == 2 and meta["rows_out"] == 1000

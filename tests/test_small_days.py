@@ -7,8 +7,9 @@ import numpy as np
 import pyarrow as pa
 import pyarrow.parquet as pq
 import pytest
-from dagster import AssetKey, DagsterInstance, materialize
+from dagster import DagsterInstance, materialize
 from fraud_world import trained_fraud_world
+from helpers import asset_metadata
 
 from assets.fraud.assets import fraud_scores, transactions
 from assets.fraud.demo_data import generate_day as generate_transactions
@@ -78,14 +79,6 @@ def test_floor_comes_from_config_then_environment(monkeypatch) -> None:
             quarantine_limit()
 
 
-def _metadata(result, asset: str) -> dict:
-    for event in result.get_asset_materialization_events():
-        if event.asset_key == AssetKey(asset):
-            mat = event.event_specific_data.materialization
-            return {k: v.value for k, v in mat.metadata.items()}
-    raise AssertionError(f"{asset} was not materialised")
-
-
 def _failure(result, step: str) -> str:
     assert not result.success
     [failure] = [e for e in result.get_step_failure_events() if e.step_key == step]
@@ -121,7 +114,7 @@ def test_one_bad_document_of_29_is_quarantined_and_the_day_publishes(tmp_path, m
     assert not usable.passed and usable.severity.value == "WARN"
     assert "1 of 29 rows cannot be scored (3.45%, limit 10 rows" in usable.description
     assert "they will be quarantined, not scored" in usable.description
-    meta = _metadata(result, "document_summaries")
+    meta = asset_metadata(result, "document_summaries")
     assert meta["quarantine_reasons"] == {"text_too_long": 1}
     held = store.read_output("document_summaries_quarantine", DAY)
     summaries = store.read_output("document_summaries", DAY)

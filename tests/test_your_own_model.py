@@ -11,10 +11,10 @@ import numpy as np
 import pyarrow as pa
 import pytest
 import torch
-from dagster import AssetKey, Definitions, materialize
+from dagster import Definitions, materialize
+from helpers import asset_metadata
 from safetensors.torch import load_file, save_file
 
-from assets.day_metadata import day_entries
 from examples import churn_scores as example
 from examples.churn_scores import ASSET, CUSTOMERS, CUSTOMERS_SCHEMA, SCORES_SCHEMA, churn_mlp
 from inference.checkpoints import CheckpointError, weights_version
@@ -82,15 +82,6 @@ def _run(resources, instance, model_path, day=DAYS[0], **config):
     )
 
 
-def _metadata(result, day: str) -> dict:
-    [mat] = [
-        e.event_specific_data.materialization
-        for e in result.get_asset_materialization_events()
-        if e.asset_key == AssetKey(ASSET) and e.partition == day
-    ]
-    return {k: v.value for k, v in day_entries(mat.metadata).items()}
-
-
 def _expected(good: dict[str, tuple], weights: Path) -> dict[str, float]:
     """What the model says for each scorable customer, computed here without the runner."""
     net = churn_mlp()
@@ -116,7 +107,7 @@ def _assert_day(store, result, day: str, good: dict[str, tuple], weights: Path) 
     assert Counter(quarantined["reason"].to_pylist()) == dict.fromkeys(BAD, 1)
     assert set(quarantined.column_names) >= {*CUSTOMERS_SCHEMA.names, "row_number", "reason"}
 
-    meta = _metadata(result, day)
+    meta = asset_metadata(result, ASSET, day)
     assert meta["dagster/row_count"] == meta["rows_out"] == GOOD
     assert meta["rows_in"] == GOOD + len(BAD) and meta["rows_quarantined"] == len(BAD)
     assert meta["quarantine_reasons"] == dict.fromkeys(BAD, 1)
