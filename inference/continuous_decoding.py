@@ -71,10 +71,10 @@ def generate_continuous(
         pad_token_id=0 if eos_token_id is None else eos_token_id,
     )
     # Stopping the manager runs gc.collect() twice (in stop() and in the batch processor's
-    # __del__), each a full pass over the whole process heap: 0.24-0.32 s apiece on the 2-core
-    # CPU with dagster imported (profiled: stop() took 0.76 s after 32 requests of 8
-    # tokens that ran in 0.55 s). Freezing the heap as it was before the call leaves those
-    # passes only the objects made here (the manager, its KV cache: still freed as intended).
+    # __del__), each a full pass over the whole process heap, which in a process with dagster
+    # imported can cost more than a short call's decoding. Freezing the heap as it was before
+    # the call leaves those passes only the objects made here (the manager, its KV cache: still
+    # freed as intended).
     frozen = gc.get_freeze_count() == 0
     if frozen:
         gc.freeze()

@@ -7,10 +7,9 @@
 - auto (here): the strategy measured faster on this device for this model (see
   ``generate_tokens``).
 
-Which is faster depends on the device and the model, so it is measured, not assumed: on the
-2-core CPU this was built on, continuous batching ran a 4 x 256 random Llama at 0.72-0.77x the
-tokens/s of static batches of 32 (0.63-0.66x before its teardown's gc passes were cut, see
-generate_continuous; ``python -m benchmarks.bench --only generation``).
+Which is faster depends on the device and the model, so it is measured, not assumed: on a
+small CPU continuous batching runs behind static batches, on CUDA it is meant to run ahead
+(benchmarks/design-notes.md, "Generation", and workload 4 of ``make bench``).
 """
 
 from __future__ import annotations
@@ -43,9 +42,9 @@ def _typical_bucket(plan: list[np.ndarray], limits: np.ndarray) -> np.ndarray:
     """The full bucket whose share of useful decoding steps is closest to the whole plan's.
 
     A static batch runs until its longest request is done, so its tokens/s follows the share
-    of its rows x steps that are useful, which differs a lot between buckets: 0.42 to 0.87 in
-    the benchmark's 8 buckets (0.62 over all), and the middle bucket (0.47) ran at 1,516
-    tokens/s against 2,261 for the whole call. The typical bucket's rate stands for the call.
+    of its rows x steps that are useful, which differs a lot between buckets: a bucket picked
+    by position, not by that share, misjudges the call's rate. The typical bucket's rate
+    stands for the call.
     """
     steps = [len(b) * int(limits[b].max()) for b in plan]
     overall = limits.sum() / max(sum(steps), 1)
@@ -96,15 +95,9 @@ def generate_tokens(
     continuous probe is stopped early, and then only the requests it had not finished. Static's
     probe batch is one of its own length buckets, so when static wins the probe costs only the
     continuous batch's extra time, cut short once it is clearly behind. ``TokenRun.probe``
-    holds both measured rates, the probe's wall time and its cost over the winner.
-
-    Measured (``NIGHTSHIFT_CPU_THREADS=1 python -m benchmarks.bench --only generation``, 2-core
-    CPU, 256 requests, 4 x 256 random Llama): the earlier probe (two spread-out sets of 32, one
-    per strategy, each run to completion) cost ~1.6 s of a 7.7 s call: first call 0.95-0.97x of
-    the better of continuous and static-32. This one, three runs: 1.11x, 1.05x, 1.11x (0.93x,
-    0.89x, 0.93x of static length-bucketed run alone; probe cost 0.51-0.60 s, continuous run to
-    the end of its 32 requests at 1,479-1,756 tokens/s against static's 2,066-2,416, so static
-    kept); once decided 1.18-1.21x.
+    holds both measured rates, the probe's wall time and its cost over the winner. Keeping
+    the probe's outputs is what lets a first call beat the better fixed strategy; a probe run
+    apart from the real work cost more than it won.
 
     The choice is stored in ``decisions`` under the model's device type, so later calls with
     the same dict (one process scoring several partitions) reuse it. A call with fewer than
@@ -149,11 +142,10 @@ _Runner = Callable[..., TokenRun]  # (prompts, max_new_tokens, **options)
 # the fastest pace it has shown over any window of PACE_WINDOW x static's time, it would finish
 # its set after BEHIND x static's time for the same work (judged once tokens have flowed for
 # OBSERVE x that time), or when DEADLINE x that time has passed. Its first step is all prefill
-# (0.45-0.6 s of nothing, then ~2,700 tokens/s of decoding on the 2-core CPU, measured by
-# polling one bucket of the benchmark), so the fastest window once tokens flow, not the mean
-# since the start, is what it is judged by: it is stopped only when behind by more than noise.
-# On the benchmark it is not (its 32 requests take ~1.4-1.6x static's time), so it runs to the
-# end and its results are kept: stopping it then would throw away as much time as it saves.
+# (no tokens for a while, then decoding at full pace), so the fastest window once tokens flow,
+# not the mean since the start, is what it is judged by: it is stopped only when behind by
+# more than noise. Merely slower, it runs to the end and its results are kept: stopping it then
+# would throw away as much time as it saves.
 BEHIND = 1.5
 DEADLINE = 2.0
 PACE_WINDOW = 0.1
@@ -222,7 +214,7 @@ def _probe_then_run(
             t, n = window[-1]
             fastest = max(fastest, (produced - n) / (elapsed - t))
         # Judged only after several windows of flow: the second step may still be prefilling
-        # the requests the first had no room for (a pace of ~900 tokens/s, then ~2,700).
+        # the requests the first had no room for, at a fraction of the decoding pace.
         observed = bool(flowing) and elapsed - flowing[0][0] >= OBSERVE * static_time
         if not observed:
             return False

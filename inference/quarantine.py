@@ -62,7 +62,8 @@ class QuarantineLimit:
 
     def exceeded(self, count: int, rows: int) -> bool:
         """Whether quarantining ``count`` of ``rows`` rows fails the day."""
-        # The share is compared as a rate, exactly as a share-only limit always was.
+        # The share is compared as a rate, not as ``rate * rows`` rows, so no rounding of that
+        # product moves the boundary.
         rate = count / rows if rows else 0.0
         return rate > self.rate and count > self.floor(rows)
 

@@ -30,8 +30,8 @@ DRIFT_BINS = 10
 # Beyond the training range by more than this share of its width, a row is marked for review.
 REVIEW_MARGIN = 0.1
 # Every this-many-th row of a batch is binned for drift: a distribution needs thousands of
-# values, not millions, and binning every row cost 32 ms per 262k-row batch (about 12% of
-# scoring a partition end to end); one in four costs a quarter of that.
+# values, not millions, and binning every row is a noticeable share of scoring a partition
+# end to end; one in four costs a quarter of that.
 DRIFT_STRIDE = 4
 # Statistics names (see StreamStats) under which a scoring pass records what the guard did.
 REVIEW = "needs_review"
@@ -46,7 +46,8 @@ class Guarded:
     x: np.ndarray
     review: np.ndarray  # bool per row: some feature was beyond its range by more than the margin
     clamped: dict[str, int]  # rows clamped per feature (beyond the range at all)
-    histograms: dict[str, np.ndarray]  # counts per drift bin per feature (every DRIFT_STRIDE-th row)
+    # Counts per drift bin per feature, over every DRIFT_STRIDE-th row.
+    histograms: dict[str, np.ndarray]
 
     def record(self, stats: StreamStats) -> None:
         """Adds this batch's figures to a shard's exact statistics."""
@@ -110,9 +111,9 @@ class FeatureRanges:
         review = np.zeros(len(x), bool)
         # Binned before clamping: drift must see how far the day moved, not the clamp.
         counts = self.bin_counts(x[::DRIFT_STRIDE])
-        # Feature by feature on a transposed copy (4 ms for 262k x 15): numpy's reductions
-        # along the rows of a row-major matrix are slow (min and max: 15 ms), and most features
-        # of a batch have nothing to clamp, which their minimum and maximum tell at once.
+        # Feature by feature on a transposed copy: numpy's reductions along the rows of a
+        # row-major matrix are slower than the copy and contiguous reductions together, and most
+        # features of a batch have nothing to clamp, which their minimum and maximum tell at once.
         columns = np.ascontiguousarray(x.T)
         clamped = x
         for j, column in enumerate(columns):

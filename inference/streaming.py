@@ -1,19 +1,18 @@
 """Reading parquet as a stream whose memory does not grow with the file.
 
-pyarrow's defaults are tuned for reading whole tables fast, not for streaming big partitions.
-Measured here streaming a 3M-row, 120 MB file into a slower consumer (a model):
+pyarrow's defaults are tuned for reading whole tables fast, not for streaming big partitions
+into a slower consumer (a model):
 
 - ``pre_buffer=True`` (the default) coalesces and issues the reads of every row group the
-  scan will touch: Arrow's pool peaked at 187 MB with it, 16 MB without it.
-- a dataset scanner (``Dataset.to_batches``) keeps reading ahead while the consumer is busy:
-  even with ``batch_readahead=2`` its peak grew with the file (17 MB at 0.5M rows, 55 MB at
-  3M). A pull-based reader reads a row group only when the next batch is asked for; the
-  engine's prefetch thread already overlaps that read with compute.
+  scan will touch, so Arrow's pool holds the whole scan at once; it is off here.
+- a dataset scanner (``Dataset.to_batches``) keeps reading ahead while the consumer is busy,
+  so even with a small ``batch_readahead`` its peak grows with the file. A pull-based reader
+  reads a row group only when the next batch is asked for; the engine's prefetch thread
+  already overlaps that read with compute.
 
-Memory is then one row group (plus the batches in flight), whatever the file's size: in the
-test above Arrow's peak stayed at 15-16 MB for 0.5M and 3M rows. Columns of a row group are
-decoded on Arrow's threads, which changes no memory bound: on a 1M-row, 7-column landing file
-that took 0.18-0.24 s against 0.28-0.34 s on one thread (2-core box, best of 2 each).
+Memory is then one row group (plus the batches in flight), whatever the file's size. Columns
+of a large row group are decoded on Arrow's threads, which is faster and changes no memory
+bound. The measurements behind these choices: benchmarks/design-notes.md, "Streaming parquet".
 
 Many small files (one per upstream task) cost per file, not per row: :func:`iter_parquet_files`
 reads them whole, a batch's worth of rows ahead, on a few threads, and the caller joins their
@@ -35,8 +34,7 @@ import pyarrow.parquet as pq
 from inference.timestamps import localize
 
 # Row groups below this many rows are decoded on the calling thread: handing each column of a
-# small row group to Arrow's pool costs more than decoding it (500 files of 200 rows, 8 columns:
-# 0.29 s with threads, 0.12 s without; one 100k-row file: 0.015 s either way).
+# small row group to Arrow's pool costs more than decoding it.
 THREADED_ROWS = 32_768
 
 
@@ -78,9 +76,8 @@ def iter_parquet(
 
 
 # Small files are read whole on a few threads, ahead of the consumer: a file costs a fixed CPU
-# time to open and decode whatever its rows (measured at 200 rows: ~65 us, plus ~25 us per column
-# read), which the threads overlap (500 such files, 8 columns: 0.15 s in turn, 0.10 s on 2-4
-# threads on this 2-core box; Arrow's own threads do not help at that size, see THREADED_ROWS).
+# time to open and decode whatever its rows, which the threads overlap; a few threads overlap
+# all there is, and Arrow's own threads do not help at that size (see THREADED_ROWS).
 READ_AHEAD_THREADS = min(4, os.cpu_count() or 1)
 
 
@@ -186,9 +183,8 @@ def release_freed_memory() -> None:
     """Hands heap pages freed by a finished pass back to the OS (glibc's ``malloc_trim``).
 
     A pass over a big partition frees its temporaries, but glibc keeps the pages for reuse, so
-    the next pass starts from the first pass's high-water mark. Measured on a 10M-row fraud
-    partition: 686 MB resident after the feature pre-pass, 577 MB after trimming (1M rows:
-    557 -> 520 MB); what stays is the profile itself. A no-op where glibc is not the allocator.
+    the next pass starts from the first pass's high-water mark; after trimming, what stays is
+    the profile itself. A no-op where glibc is not the allocator.
     """
     try:
         ctypes.CDLL(ctypes.util.find_library("c") or "libc.so.6").malloc_trim(0)

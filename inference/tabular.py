@@ -133,8 +133,8 @@ class TabularScorer:
                 # CPU matmul kernels are chosen by the row count, and a row's score could
                 # differ in its last bit with the number of rows it is called with; at one
                 # shape it does not depend on which rows share its call, so a day scored whole
-                # and scored in shards of accounts agree bit for bit. Measured on a 10k-row
-                # day: 0 differences over 5 shuffles padded, 1-3 rows unpadded.
+                # and scored in shards of accounts agree bit for bit (unpadded, a few rows of a
+                # shuffled day differ).
                 rows = np.concatenate([rows, np.repeat(rows[-1:], sizing.size - n, axis=0)])
             logits = self.model(to_device(torch.from_numpy(rows), device).to(dtype))
             return torch.sigmoid(logits.squeeze(1).float())[:n]

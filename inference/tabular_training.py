@@ -54,8 +54,8 @@ class TrainConfig:
     validation_fraction: float = 0.2
     seed: int = 0
     # Mini-batches of a small MLP are far below the size where intra-op threads pay off; on a
-    # busy CPU extra threads spin-wait on each other (one epoch measured 0.3 s on 1 thread,
-    # 16 s on 2 with the other core loaded). Training on the CPU therefore uses this many.
+    # busy CPU extra threads spin-wait on each other, and an epoch can take many times longer
+    # than on one thread. Training on the CPU therefore uses this many.
     cpu_threads: int = 1
 
 

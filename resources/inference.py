@@ -37,9 +37,11 @@ class InferenceResource(ConfigurableResource):
     shard_rows: int | None = Field(
         default=None,
         description="Input rows per checkpointed shard; a retry redoes at most one shard. "
-        "0 turns checkpointing off; unset, each asset uses its own size (250,000 transactions "
-        "for fraud_scores, 50,000 rows elsewhere); the document assets shard by their own "
-        "docs_per_shard config instead.",
+        "0 turns checkpointing off everywhere; unset, each asset uses its own default: "
+        "250,000 transactions for fraud_scores (assets/fraud/scoring.py), 50,000 input rows "
+        "for the other assets, users for user_recommendations (assets/checkpointing.py). The "
+        "document assets shard by their docs_per_shard config instead (1,024 for "
+        "document_summaries, 4,096 for document_embeddings), which this does not override.",
     )
     lease_seconds: float = Field(
         default=600.0, description="How long a partition's writer lease lasts between shards."
@@ -110,9 +112,8 @@ class InferenceResource(ConfigurableResource):
     @property
     def batch_tokens(self) -> int:
         """The text models' padded-token budget per call: the configured one, else sized to
-        the device. Measured on a 2-core CPU (MiniLM, 300 texts of 10-300 tokens, 1 thread):
-        26 texts/s at 1,024 and 2,048, 24 at 4,096, 19 at 16,384; the demo day's extractive
-        summaries 6.4-7.3 s at 2,048 against 8.3 s at 16,384. A GPU wants the larger calls."""
+        the device. On a CPU bigger calls only pad more and run slower; a GPU wants the larger
+        calls (benchmarks/design-notes.md, "Text batch budget")."""
         if self.max_batch_tokens is not None:
             return self.max_batch_tokens
         return CPU_BATCH_TOKENS if self.runtime.device.type == "cpu" else GPU_BATCH_TOKENS

@@ -19,8 +19,7 @@ from resources.landing_checks import LandingDataError, check_schema
 from resources.landing_files import HEAD_BYTES, MAGICS, looks_like
 
 # Footers and small files fetched at once from an object store, where each read is a round
-# trip; a local disk reads footers faster on the calling thread (500 footers: 0.03-0.05 s in
-# turn, 0.03-0.10 s on pools of 2-8 here).
+# trip; a local disk reads footers at least as fast on the calling thread, so it uses none.
 REMOTE_READ_THREADS = 16
 # A parquet footer takes ~17 KiB in memory (8 columns, one row group): a store keeps those of
 # partitions up to this many files (~34 MiB), so their readers need not read them again; in a
@@ -28,8 +27,8 @@ REMOTE_READ_THREADS = 16
 FOOTERS_KEPT = 2_048
 FOOTER_CHUNK = 256
 # A partition made only of small files (each under THREADED_ROWS rows) is kept decoded for the
-# next pass over it while it takes at most this much memory: a 100k-row day of transactions is
-# about 10 MB. 500 files of 200 rows cost ~0.1 s of fixed per-file work on every pass.
+# next pass over it while it takes at most this much memory (a typical small-file day of
+# transactions is far below it), so the fixed per-file work is paid once, not on every pass.
 SMALL_FILES_CACHE_BYTES = 64 << 20
 # Files whose contract check a store remembers (a row count each, a few hundred bytes).
 CHECKED_KEPT = 200_000

@@ -28,6 +28,7 @@ from assets.fraud.schemas import AMOUNT_CEILING, SCORES, SCREENS, TRANSACTIONS, 
 from assets.gates import day_bounds, empty_landing_error
 from inference.batching import prefetch
 from inference.invariants import StreamStats
+from inference.output_partition import input_fingerprint
 from inference.quarantine import (
     QuarantinePlan,
     Screener,
@@ -37,7 +38,6 @@ from inference.quarantine import (
     not_finite,
     outside,
 )
-from inference.shard_writer import input_fingerprint
 from resources.quality import PositionCursor, sample_positions
 from resources.storage import DataStore
 
@@ -46,8 +46,8 @@ SCREEN_COLUMNS = ["transaction_id", *FEATURE_COLUMNS]
 REQUIRED = ["transaction_id", "account_id", "merchant_id", "amount", "ts", "channel", "country"]
 SCORE_BINS = 20
 # The screening pass reads bigger batches than the model takes: its per-batch costs (Arrow
-# hashing the accounts seen so far, one sort per batch) shrink with fewer batches. Measured on a
-# 1M-row day: 0.29-0.38 s at 262k rows a batch against 0.45-0.53 s at 65k (about 30 MB a batch).
+# hashing the accounts seen so far, one sort per batch) shrink with fewer batches, while a
+# batch of this size stays a few tens of MB.
 SCREEN_BATCH_ROWS = 262_144
 REASONS = (
     *(f"null_{c}" for c in REQUIRED),
@@ -193,7 +193,7 @@ def save_screen(
     (the day's ``transaction_screens`` partition); returns where it went.
 
     ``fraud_scores`` then builds its feature profile from five columns instead of screening
-    the day again (on a 1M-row day that pass was 0.066 s of the checks' cost).
+    the day again.
     """
     record = {
         "rules": SCREEN_RULES_VERSION,

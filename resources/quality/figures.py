@@ -2,8 +2,8 @@
 
 A ``statistics`` expectation reads one row of exact figures. For the two kinds the suites use
 there, a figure between bounds and two figures equal, on plain finite numbers the answer is
-one comparison, while GE spends about 3 ms of Python building and resolving each expectation,
-whatever the rows. Only a pass is answered here: a failure, a null, a flag, a bound that is not
+one comparison, while GE spends milliseconds of Python building and resolving each
+expectation, whatever the rows. Only a pass is answered here: a failure, a null, a flag, a bound that is not
 a plain number, or any other kind or argument goes to GE, which judges it and explains each
 failure with its own result, so every verdict and its evidence are GE's (tests/test_quality.py
 compares them with everything validated by GE).

@@ -40,8 +40,8 @@ def sample_output(
     """A seeded random sample of a published partition's rows, as pandas for GE.
 
     Row counts come from the files' footers; then one row group at a time is read and only its
-    sampled rows are kept, so memory stays at a row group whatever the partition's size (a 10M
-    row ``fraud_scores`` partition read whole took ~700 MB just to sample 10k rows from it).
+    sampled rows are kept, so memory stays at a row group whatever the partition's size (read
+    whole, a large partition costs its full size in memory to sample a few thousand rows).
     """
     files = store.output_files(asset, date)
     if not files:
@@ -65,9 +65,9 @@ def sample_output(
 class StreamedSample:
     """The rows at :func:`sample_positions` of an output, taken while its batches stream past in
     order, so the checks need not read the published partition back: the same rows
-    :func:`sample_output` would read (reading them back cost ~0.045 s of a 1M-row fraud
-    partition's 1.4 s). Complete only when every output row went past, i.e. not on an attempt
-    that resumed finished shards; :meth:`frame` is None then and the caller reads them back.
+    :func:`sample_output` would read, without a second pass over the files. Complete only when
+    every output row went past, i.e. not on an attempt that resumed finished shards;
+    :meth:`frame` is None then and the caller reads them back.
     """
 
     def __init__(self, rows: int, size: int, seed: int):

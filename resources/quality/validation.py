@@ -22,9 +22,9 @@ EXAMPLES = 5
 def preload_great_expectations() -> None:
     """Starts importing great_expectations in a background thread.
 
-    The import takes 2-3 s of mostly Python work, once per process; an asset calls this when it
-    starts, so the import overlaps reading and scoring (which release the GIL) instead of
-    adding to the run after them. Measured on a cold 1M-row fraud_scores run: 1.5-3 s saved.
+    The import takes seconds of mostly Python work, once per process; an asset calls this when
+    it starts, so the import overlaps reading and scoring (which release the GIL) instead of
+    adding to the run after them.
     """
     threading.Thread(target=_preload, name="great-expectations-import", daemon=True).start()
 
@@ -77,10 +77,9 @@ def _validate(
 def _validate_passing_fast(expectations: list[dict], frame: pd.DataFrame, parameters: dict) -> list:
     """Validates with pass/fail results first, then again with details for the failures only.
 
-    GE's cost here is per expectation, not per row: ``BOOLEAN_ONLY`` took 0.043 s against
-    ``SUMMARY``'s 0.084 s for the 15 fraud_scores statistics expectations (best of 3), and a
-    day normally passes, so the details (observed values, unexpected counts and examples) are
-    only worked out for what failed.
+    GE's cost here is per expectation, not per row, and ``BOOLEAN_ONLY`` costs about half of
+    ``SUMMARY``; a day normally passes, so the details (observed values, unexpected counts and
+    examples) are only worked out for what failed.
     """
     numbered = [{**e, "meta": {**e.get("meta", {}), "at": i}} for i, e in enumerate(expectations)]
     results = _validate(numbered, frame, parameters, "BOOLEAN_ONLY")
@@ -119,11 +118,9 @@ def validate(
     at most, and one more for the details of what failed.
 
     Statistics expectations that plainly pass on the exact figures are counted as evaluated
-    without GE (``resources.quality.figures``). Best of 5 on a 1M-row fraud partition
-    (``python -m benchmarks.quality --repeats 5``), against every expectation through GE:
-    fraud_scores suites 0.116 -> 0.053 s, transactions 0.084 -> 0.032 s, the same results. It
-    replaced memoising ``Expectation.configuration`` by patching GE's class at run time, which
-    saved less (0.129 -> 0.082 s and 0.091 -> 0.058 s, best of 5 on the same partition).
+    without GE (``resources.quality.figures``): GE's cost is per expectation, and those are
+    most of them, while the verdicts and evidence stay GE's (``make bench-quality`` measures
+    it, benchmarks/design-notes.md has the figures).
 
     Args:
         suites: the checks to run.
