@@ -1,8 +1,9 @@
 """Versioned model storage: safetensors weights plus a JSON manifest, never pickle.
 
 A model lives at ``<models>/<name>/<version>/{model.safetensors,manifest.json}``; the version
-is a content hash, and ``<models>/<name>/CURRENT`` names the version in use. Loading never
-guesses from file names.
+is a content hash, and ``<models>/<name>/CURRENT`` names the champion, the version that scores
+(``inference/registry.py`` moves it, and the challenger beside it). Loading never guesses from
+file names.
 """
 
 from __future__ import annotations
@@ -64,7 +65,8 @@ def model_version(weights: bytes, manifest: dict[str, Any]) -> str:
 def save_model(
     write: WriteBytes, models_dir: str, name: str, tensors: dict[str, torch.Tensor], manifest: dict
 ) -> str:
-    """Saves a model version and makes it current; returns the version.
+    """Saves a model version's files and returns the version; it moves no alias (a new version
+    becomes challenger or champion through ``inference.registry.register``).
 
     Args:
         write: writes bytes to a path atomically (a DataStore's ``write_bytes``).
@@ -79,12 +81,11 @@ def save_model(
     full_manifest = {**manifest, "name": name, "version": version}
     write(f"{folder}/model.safetensors", weights)
     write(f"{folder}/manifest.json", json.dumps(full_manifest, indent=2, sort_keys=True).encode())
-    # CURRENT is written last, so a reader never sees a version whose files are incomplete.
-    write(f"{models_dir}/{name}/CURRENT", version.encode())
     return version
 
 
 def current_version(read: ReadBytes, models_dir: str, name: str) -> str:
+    """The champion's version, as ``CURRENT`` names it (``registry.champion_version``)."""
     try:
         return read(f"{models_dir}/{name}/CURRENT").decode().strip()
     except (FileNotFoundError, OSError) as exc:
@@ -96,10 +97,10 @@ def current_version(read: ReadBytes, models_dir: str, name: str) -> str:
 def load_model(
     read: ReadBytes, models_dir: str, name: str, version: str | None = None
 ) -> StoredModel:
-    """Loads a model version (the current one by default) and verifies its hash.
+    """Loads a model version (the champion by default) and verifies its hash.
 
     Raises:
-        ModelNotFoundError: no version of the model is current (none was trained).
+        ModelNotFoundError: the model has no champion (none was trained).
         ModelUnusableError: the version's files are missing, unreadable as a model, or fail
             its content hash.
     """

@@ -12,6 +12,8 @@ from fraud_world import trained_fraud_world
 from assets.day_metadata import DETAIL, HEADLINE, PLOTTED, day_figures
 from assets.fraud import fraud_model, fraud_scores
 from assets.fraud.demo_data import generate_day
+from assets.fraud.schemas import MODEL_NAME
+from inference.registry import challenger_version, promote
 from resources.inference import InferenceResource
 from resources.storage import StorageResource
 
@@ -139,6 +141,10 @@ def test_a_scored_day_shows_the_headline_first_and_plots_eight_series(fraud: dic
         assert materialize(
             [fraud_model], resources=fraud["resources"], instance=instance, run_config=retrain
         ).success
+        # Promoted by hand: this test is about the scored days' figures, not the gate.
+        read, models = store.read_bytes, store.models_dir
+        challenger = challenger_version(read, models, MODEL_NAME)
+        promote(read, store.write_bytes, models, MODEL_NAME, challenger, forced=True)
         second = materialize(
             [fraud_scores], partition_key=DAYS[1], resources=fraud["resources"], instance=instance
         )

@@ -167,13 +167,13 @@ def test_model_store_round_trip_and_integrity(store: DataStore) -> None:
     tensors = {"w": torch.randn(4, 3), "b": torch.zeros(3)}
     manifest = {"features": ["a", "b", "c", "d"], "metrics": {"auprc": 0.9}}
     version = save_model(store.write_bytes, store.models_dir, "m", tensors, manifest)
-    loaded = load_model(store.read_bytes, store.models_dir, "m")
+    loaded = load_model(store.read_bytes, store.models_dir, "m", version)
     assert loaded.version == version and loaded.manifest["features"] == manifest["features"]
     assert all(torch.equal(loaded.tensors[k], tensors[k]) for k in tensors)
-    # Same content, same version; new content, new version made current.
+    # Same content, same version; new content, new version (aliases are the registry's).
     assert save_model(store.write_bytes, store.models_dir, "m", tensors, manifest) == version
     v2 = save_model(store.write_bytes, store.models_dir, "m", {"w": torch.ones(1)}, manifest)
-    assert v2 != version and load_model(store.read_bytes, store.models_dir, "m").version == v2
+    assert v2 != version and load_model(store.read_bytes, store.models_dir, "m", v2).version == v2
     assert load_model(store.read_bytes, store.models_dir, "m", version).version == version
     # Tampered weights fail the content hash instead of loading silently.
     store.write_bytes(

@@ -110,7 +110,7 @@ def test_save_load_round_trip_scores_identically(store, creditcard, creditcard_m
     manifest = trained.manifest({"trained_on": {"dataset": "creditcard_sample", "dates": []}})
     tensors = trained.tensors()
     version = save_model(store.write_bytes, store.models_dir, "cc_model", tensors, manifest)
-    stored = load_model(store.read_bytes, store.models_dir, "cc_model")
+    stored = load_model(store.read_bytes, store.models_dir, "cc_model", version)
 
     assert stored.version == version
     assert stored.manifest["features"] == features

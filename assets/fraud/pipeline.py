@@ -39,8 +39,9 @@ from assets.fraud.schemas import (
     TRANSACTIONS_LABELLED,
 )
 from inference.device import Runtime
-from inference.modelstore import load_model, save_model
+from inference.modelstore import load_model
 from inference.ranges import FeatureRanges
+from inference.registry import register, window_of
 from inference.tabular import TabularScorer, TrainConfig, train_classifier
 from resources.storage import DataStore, LandingDataError, Published
 
@@ -93,6 +94,7 @@ def train_and_save(
     manifest = trained.manifest(
         {
             "trained_on": {"dataset": TRANSACTIONS_LABELLED, "dates": dates},
+            "trained_window": window_of(dates),
             # What the score distribution looked like on the training history: the reference
             # the score_distribution_matches_training check compares each day against.
             # Each feature's training range (clamped to at scoring) and drift reference.
@@ -105,7 +107,9 @@ def train_and_save(
         }
     )
     tensors = trained.tensors()
-    version = save_model(store.write_bytes, store.models_dir, MODEL_NAME, tensors, manifest)
+    version, alias = register(
+        store.read_bytes, store.write_bytes, store.models_dir, MODEL_NAME, tensors, manifest
+    )
     log(
         f"trained fraud model {version} on {len(y)} rows in {trained.seconds:.1f}s: "
         f"AUPRC {trained.metrics['val_auprc']:.3f}, ROC-AUC {trained.metrics['val_roc_auc']:.3f}"

@@ -35,8 +35,8 @@ from assets.fraud.schemas import (
 from assets.runner import Day, Model, ScoringSpec
 from inference.device import make_runtime
 from inference.distributed import ShardFunctions, ShardInput
-from inference.modelstore import current_version
 from inference.ranges import REVIEW, Guarded
+from inference.registry import champion_version
 from inference.streaming import release_freed_memory
 from inference.tabular import TabularScorer
 from resources.inference import InferenceResource
@@ -73,7 +73,7 @@ class FraudModel(NamedTuple):
 
 
 def load(store: DataStore, inference: InferenceResource, config: FraudQualityConfig) -> Model:
-    version = current_version(store.read_bytes, store.models_dir, MODEL_NAME)
+    version = champion_version(store.read_bytes, store.models_dir, MODEL_NAME)
     key = f"{MODEL_NAME}:{version}"
     scorer = inference.model(key, lambda runtime: load_scorer(store, version, runtime))
     return Model(

@@ -11,8 +11,9 @@ from assets.recommendations.history import read_interactions
 from assets.recommendations.schemas import RECOMMENDATION_MODEL
 from inference.device import Runtime
 from inference.ease import EaseConfig, EaseRecommender, fit_ease
-from inference.modelstore import current_version, load_model, save_model
+from inference.modelstore import load_model
 from inference.recommend import Recommender, TrainConfig, fit_recommender, holdout_recall
+from inference.registry import champion_version, register, window_of
 from resources.storage import DataStore
 
 RECALL_K = 20
@@ -97,6 +98,7 @@ def train_and_save(
         **({"dims": config.dims} if isinstance(config, TrainConfig) else {}),
         "train_config": config.__dict__,
         "trained_on": {"first_date": dates[0], "last_date": dates[-1], "days": len(dates)},
+        "trained_window": window_of(dates),
         "interactions": len(everything),
         "users": len(model.users),
         "items": len(model.items),
@@ -105,15 +107,20 @@ def train_and_save(
             "final_loss": round(loss, 4) if loss is not None else None,
         },
     }
-    version = save_model(
-        store.write_bytes, store.models_dir, RECOMMENDATION_MODEL, model.to_tensors(), manifest
+    version, _ = register(
+        store.read_bytes,
+        store.write_bytes,
+        store.models_dir,
+        RECOMMENDATION_MODEL,
+        model.to_tensors(),
+        manifest,
     )
     timings["train_seconds"] = round(seconds, 2)
     return TrainedModel(version, {**manifest, "version": version}, timings)
 
 
 def current_model(store: DataStore) -> TrainedModel:
-    """The model CURRENT points to; raises ModelNotFoundError if none was trained."""
+    """The champion; raises ModelNotFoundError if none was trained."""
     stored = load_model(store.read_bytes, store.models_dir, RECOMMENDATION_MODEL)
     return TrainedModel(stored.version, stored.manifest)
 
@@ -129,4 +136,4 @@ def load_recommender(store: DataStore, version: str, runtime: Runtime) -> Model:
 
 
 def current_recommender_version(store: DataStore) -> str:
-    return current_version(store.read_bytes, store.models_dir, RECOMMENDATION_MODEL)
+    return champion_version(store.read_bytes, store.models_dir, RECOMMENDATION_MODEL)
