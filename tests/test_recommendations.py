@@ -11,8 +11,8 @@ import pyarrow.parquet as pq
 import pytest
 import torch
 from dagster import AssetSelection, DagsterInstance, RunConfig, materialize
+from helpers import asset_metadata
 
-from assets.day_metadata import day_entries
 from assets.recommendations import interactions, recommendation_model, user_recommendations
 from assets.recommendations.assets import RecommendationModelConfig, UserRecommendationsConfig
 from assets.recommendations.checks import RECOMMENDATION_CHECKS
@@ -224,13 +224,6 @@ def _run(resources: dict, instance: DagsterInstance, selection: list, k: int = 2
     )
 
 
-def _metadata(result, asset: str) -> dict:
-    """The asset's metadata (a range run records the same metadata once per partition)."""
-    events = result.get_asset_materialization_events()
-    event = [e for e in events if e.asset_key.to_user_string() == asset][-1]
-    return {k: v.value for k, v in day_entries(event.materialization.metadata).items()}
-
-
 def _error(result) -> str:
     return str(result.get_step_failure_events()[0].event_specific_data.error)
 
@@ -248,7 +241,7 @@ def test_materialize_scores_active_users_with_unseen_items(landed, resources, in
     sources = [interactions, recommendation_model]
     trained = _run(resources, instance, sources, partition_key=DAYS[-1])
     assert trained.success
-    model_meta = _metadata(trained, "recommendation_model")
+    model_meta = asset_metadata(trained, "recommendation_model")
     assert model_meta["reused"] is False and model_meta["holdout_date"] == DAYS[-1]
     assert {"recall_at_20", "popularity_recall_at_20", "eval_users"} <= model_meta.keys()
     # A day after training: some of its users and items are new to the model.
@@ -258,7 +251,7 @@ def test_materialize_scores_active_users_with_unseen_items(landed, resources, in
 
     assert result.success
     assert all(check.passed for check in result.get_asset_check_evaluations())
-    meta = _metadata(result, "user_recommendations")
+    meta = asset_metadata(result, "user_recommendations")
     out = landed.read_output(USER_RECOMMENDATIONS, NEXT_DAY).to_pandas()
     # The audience: every user seen within the trailing 90 days, not only the day's.
     audience = pa.concat_tables(
@@ -293,7 +286,9 @@ def test_model_is_reused_unless_retrain_is_set(landed, resources, instance) -> N
         run_config=RunConfig({"recommendation_model": retrain}),
     )
 
-    meta, reused, retrained = (_metadata(r, "recommendation_model") for r in (first, again, forced))
+    meta, reused, retrained = (
+        asset_metadata(r, "recommendation_model") for r in (first, again, forced)
+    )
     assert reused["reused"] is True and retrained["reused"] is False
     assert reused["model_version"] == meta["model_version"]
     assert reused["recall_at_20"] == meta["recall_at_20"]
@@ -332,7 +327,7 @@ def test_rerun_replaces_partitions_and_a_range_loads_the_model_once(
     rerun = _run(resources, instance, [user_recommendations], k=5, tags=tags)
 
     assert rerun.success
-    meta = _metadata(rerun, "user_recommendations")
+    meta = asset_metadata(rerun, "user_recommendations", DAYS[2])
     assert meta["model_loads"] == 1 and meta["partitions"] == 2
     for date in DAYS[1:]:
         out = landed.read_output(USER_RECOMMENDATIONS, date).to_pandas()
