@@ -35,16 +35,16 @@ test: $(STAMP) browser
 browser:
 	bash deploy/local/install-browser.sh
 
-# The throughput benchmark (a few minutes on 2 cores): writes benchmarks/results.json and .md.
-# BENCH_ARGS passes options through, e.g. BENCH_ARGS="--threads 2 --texts 5000" (the issue's
-# 5,000 texts add ~20 minutes on 2 cores; 500 keep the whole run to a few minutes).
+# The throughput benchmark, every workload: writes benchmarks/results.json and .md (how long it
+# takes: docs/benchmarks.md). BENCH_ARGS passes options through, e.g. BENCH_ARGS="--threads 2
+# --texts 5000"; 500 texts keep workload 3 to a small share of the run.
 bench: $(STAMP)
 	$(BIN)/python -m benchmarks.bench --texts 500 $(BENCH_ARGS)
 
 bench-quick: $(STAMP)
 	$(BIN)/python -m benchmarks.bench --quick --out .nightshift/bench $(BENCH_ARGS)
 
-# What the data-quality gates cost on a 1M-row fraud partition, against scoring it (~1 min).
+# What the data-quality gates cost on a 1M-row fraud partition, against scoring it.
 bench-quality: $(STAMP)
 	$(BIN)/python -m benchmarks.quality --rows 1000000 --threads 1 --work .nightshift/bench/quality
 
