@@ -8,5 +8,9 @@
 - ``tags``: every run tag nightshift sets or reads, and the run priorities.
 - ``retries``: the two retry budgets (errors in user code, interruptions).
 - ``capacity``: the run tags that move an often-interrupted run to on-demand capacity.
-- ``training``: which job trains which model.
+- ``deadline``, ``ready_by``: the deadline-aware choice of spot or on-demand, and each asset's
+  ready-by time.
+- ``prices``: node prices per hour (``prices.json``), for the cost ledger and the simulator.
+
+Which job trains which model is each domain's (``assets/<domain>/__init__.py``).
 """
