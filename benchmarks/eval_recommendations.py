@@ -35,7 +35,8 @@ from assets.recommendations import interactions, recommendation_model, user_reco
 from assets.recommendations.assets import RecommendationModelConfig, UserRecommendationsConfig
 from assets.recommendations.schemas import INTERACTIONS, INTERACTIONS_SCHEMA, USER_RECOMMENDATIONS
 from inference.ease import DEFAULT_L2, item_item_weights
-from inference.recommend import SparseRows, Vocabulary, top_k
+from inference.sparse import SparseRows, Vocabulary
+from inference.topk_blocks import top_k
 from resources.inference import InferenceResource
 from resources.storage import DataStore, StorageResource
 

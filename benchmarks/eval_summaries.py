@@ -44,9 +44,11 @@ import torch
 
 from benchmarks.common import metric_table
 from inference.device import make_runtime
+from inference.embeddings import encode
+from inference.encoder import SentenceEncoder, load_sentence_encoder
 from inference.rank import RankerSettings, encoder_can_read
 from inference.segment import ABBREVIATIONS, LengthCap, split_sentences
-from inference.text import SentenceEncoder, encode, load_sentence_encoder, summarise_sentences
+from inference.text import summarise_sentences
 
 ROOT = Path(__file__).resolve().parent.parent
 CACHE = ROOT / ".nightshift" / "eval"
@@ -272,7 +274,7 @@ def _tokenise_word(word: str) -> list[str]:
 
 # -- methods -----------------------------------------------------------------------------------
 class CachedEmbeddings:
-    """Sentence embeddings from :func:`inference.text.encode`, kept on disk between runs."""
+    """Sentence embeddings from :func:`inference.embeddings.encode`, kept on disk between runs."""
 
     def __init__(self, encoder: SentenceEncoder, cache: Path, max_batch_tokens: int = 2048):
         self.encoder, self.max_batch_tokens = encoder, max_batch_tokens

@@ -6,8 +6,9 @@ import numpy as np
 import torch
 
 from benchmarks.common import Workload, best_of
-from inference.recommend import SparseRows, block_size_for, masked_top_k, top_k
-from inference.topk import CHUNK_USERS, ItemTiles, grouped_fits
+from inference.sparse import SparseRows
+from inference.topk import ItemTiles, grouped_fits
+from inference.topk_blocks import block_size_for, masked_top_k, top_k
 
 
 def make_problem(users: int, items: int, dims: int, k: int, seed: int = 0):
@@ -102,10 +103,11 @@ def run(
         it), tile by tile, with no selection at all."""
         tiles = ItemTiles.build(v_cpu, bias_cpu)
         augmented = torch.cat([u_cpu, torch.ones(users, 1)], dim=1)
-        for start in range(0, users, CHUNK_USERS):
-            chunk = augmented[start : start + CHUNK_USERS]
+        step, gemm = tiles.kernel.chunk_users, tiles.kernel.gemm
+        for start in range(0, users, step):
+            chunk = augmented[start : start + step]
             for tile in tiles.tiles:
-                tiles._gemm(chunk, tile)
+                gemm(chunk, tile)
 
     _, torch_gemm = best_of(gemm, 2)
     w.facts["torch_addmm_gemm_s"] = round(torch_gemm, 3)
@@ -113,7 +115,7 @@ def run(
     floor = torch_gemm
     if dev.type == "cpu" and grouped_fits(v_cpu, k):
         _, floor = best_of(tiled_gemm, 2)
-        w.facts["gemm_engine"] = ItemTiles.build(v_cpu[:1], None)._gemm.__name__
+        w.facts["gemm_kernel"] = str(ItemTiles.build(v_cpu[:1], None).kernel)
     w.compare(
         "nightshift top_k (seen excluded)",
         "pure GEMM of the same scores",

@@ -2,8 +2,8 @@
 user (by the model where it can rank them, else by popularity) and recall@K on a held-out day.
 
 The models are the two-tower recommender (``inference.two_tower``) and EASE
-(``inference.ease``); ranking is exact, by ``inference.topk_blocks``. The names of those
-modules that callers use are importable from here too.
+(``inference.ease``); ranking is exact, by ``inference.topk_blocks``. Import their names from
+those modules.
 """
 
 from __future__ import annotations
@@ -15,30 +15,22 @@ from typing import TYPE_CHECKING
 import numpy as np
 
 from inference.sparse import SparseRows, Vocabulary
-from inference.topk_blocks import TopKBlock, block_size_for, iter_top_k, masked_top_k, top_k
-from inference.two_tower import Factors, Recommender, TrainConfig, fit_recommender, train_factors
+
+# block_size_for is listed in __all__ only while assets/recommendations/scoring.py imports it
+# from here rather than from inference.topk_blocks.
+from inference.topk_blocks import block_size_for, iter_top_k, top_k
+from inference.two_tower import Recommender
 
 if TYPE_CHECKING:
     from inference.ease import EaseRecommender
 
 __all__ = [
-    "Factors",
     "HoldoutRecall",
     "RecommendationBatch",
-    "Recommender",
-    "SparseRows",
-    "TopKBlock",
-    "TrainConfig",
-    "Vocabulary",
     "block_size_for",
-    "fit_recommender",
     "holdout_recall",
-    "iter_top_k",
-    "masked_top_k",
     "recall_at_k",
     "recommend",
-    "top_k",
-    "train_factors",
 ]
 
 
@@ -85,9 +77,7 @@ def recommend(
             continue
         seen = history.select(members)
         scorer = model.scorer(None if cold_start else model_rows[members], len(members), seen)
-        blocks = iter_top_k(
-            *scorer, seen, k, block_size, model.block_sizings, tiled=model.tiled
-        )
+        blocks = iter_top_k(*scorer, seen, k, block_size, model.block_sizings, tiled=model.tiled)
         for block in blocks:
             valid = block.items >= 0
             counts = valid.sum(axis=1)

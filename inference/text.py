@@ -1,8 +1,7 @@
 """Extractive summaries: each document's best-ranked sentences, in document order, under a cap.
 
 The sentence encoder (:mod:`inference.encoder`), embeddings (:mod:`inference.embeddings`) and
-topics (:mod:`inference.topics`) live in their own modules; the names other code imports from
-here are re-exported below.
+topics (:mod:`inference.topics`) live in their own modules; import them from there.
 """
 
 from __future__ import annotations
@@ -13,22 +12,14 @@ from dataclasses import replace
 import torch
 
 from inference.embeddings import Embeddings, encode
-from inference.encoder import SentenceEncoder, encoder_version, load_sentence_encoder
+from inference.encoder import SentenceEncoder
 from inference.normalise import normalise_text
 from inference.rank import RankerSettings, encoder_can_read, rank_sentences
 from inference.segment import LengthCap, fit_to_cap, join_sentences, sentence_spans, truncate
-from inference.topics import Topic, build_digest
 
 __all__ = [
-    "Embeddings",
-    "SentenceEncoder",
-    "Topic",
-    "build_digest",
-    "encode",
-    "encoder_version",
     "ExtractiveSummary",
     "extractive_summaries",
-    "load_sentence_encoder",
     "summarise_sentences",
     "summary_length",
     "summary_spans",

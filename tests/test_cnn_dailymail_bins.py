@@ -104,7 +104,7 @@ def test_a_pretokenised_file_is_scored_in_that_form_only(tmp_path):
     from pathlib import Path
 
     from inference.device import make_runtime
-    from inference.text import load_sentence_encoder
+    from inference.encoder import load_sentence_encoder
 
     fixture = Path(__file__).parent / "fixtures" / "summaries_eval_tiny.csv"
     tokenised = tmp_path / "tiny_tokenised.csv"

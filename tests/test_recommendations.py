@@ -27,17 +27,11 @@ from assets.recommendations.schemas import (
 from assets.recommendations.training import current_model
 from inference.adaptive import BatchSizes
 from inference.modelstore import load_model, save_model
-from inference.recommend import (
-    Recommender,
-    SparseRows,
-    TrainConfig,
-    Vocabulary,
-    fit_recommender,
-    holdout_recall,
-    recommend,
-    top_k,
-)
+from inference.recommend import holdout_recall, recommend
 from inference.registry import challenger_version
+from inference.sparse import SparseRows, Vocabulary
+from inference.topk_blocks import top_k
+from inference.two_tower import Recommender, TrainConfig, fit_recommender
 from resources.inference import InferenceResource
 from resources.storage import DataStore, LandingDataError
 

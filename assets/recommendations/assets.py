@@ -38,7 +38,7 @@ from assets.recommendations.training import (
 from assets.runner import score, scoring_asset
 from inference.ease import DEFAULT_L2, DEFAULT_MAX_ITEMS, EaseConfig
 from inference.modelstore import ModelNotFoundError
-from inference.recommend import TrainConfig
+from inference.two_tower import TrainConfig
 from policy.automation import GPU_POOL
 from resources.inference import InferenceResource
 from resources.quality import QualityConfig

@@ -16,7 +16,7 @@ import pyarrow.compute as pc
 
 from assets.recommendations.schemas import EVENT_TYPES, INTERACTIONS, INTERACTIONS_SCHEMA
 from inference.quarantine import QuarantinePlan, Screener, below, is_null, not_finite
-from inference.recommend import Vocabulary
+from inference.sparse import Vocabulary
 from resources.storage import DataStore, LandingDataError
 
 # Why an interaction cannot be used, in priority order: a row gets the first reason that holds.

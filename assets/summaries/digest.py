@@ -12,7 +12,7 @@ from assets.summaries.document_summaries import ASSET as SUMMARIES
 from assets.summaries.document_summaries import document_summaries
 from assets.text_models import encoder_key, sentence_encoder
 from inference.metrics import BatchMetrics
-from inference.text import Topic, build_digest
+from inference.topics import Topic, build_digest
 from policy.automation import GPU_POOL, after_parent_passes_checks
 from resources.inference import InferenceResource
 from resources.storage import StorageResource
