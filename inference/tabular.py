@@ -22,7 +22,6 @@ from inference.ranges import FeatureRanges
 from inference.tabular_metrics import (
     average_precision,
     best_f1_threshold,
-    precision_recall_curve,
     roc_auc,
 )
 from inference.tabular_model import MODEL_KIND, Standardizer, build_mlp, stack_features
@@ -42,7 +41,6 @@ __all__ = [
     "average_precision",
     "best_f1_threshold",
     "build_mlp",
-    "precision_recall_curve",
     "roc_auc",
     "stack_features",
     "stratified_split",
