@@ -5,13 +5,13 @@ from __future__ import annotations
 from pathlib import Path
 
 from dagster import DagsterInstance, materialize
+from helpers import cpu_resources
 
 from assets.fraud.assets import fraud_model
 from assets.fraud.demo_data import generate_day
 from assets.fraud.schemas import MODEL_NAME
 from inference.modelstore import load_model
-from resources.inference import InferenceResource
-from resources.storage import DataStore, StorageResource
+from resources.storage import DataStore
 
 
 def trained_fraud_world(root: Path, trained_on: str, scale: float) -> dict:
@@ -22,10 +22,7 @@ def trained_fraud_world(root: Path, trained_on: str, scale: float) -> dict:
     """
     store = DataStore(str(root))
     generate_day(store, trained_on, scale=scale)
-    resources = {
-        "storage": StorageResource(data_root=str(root)),
-        "inference": InferenceResource(device="cpu", precision="fp32", max_batch_size=512),
-    }
+    resources = cpu_resources(root)
     with DagsterInstance.ephemeral() as instance:
         assert materialize([fraud_model], resources=resources, instance=instance).success
     manifest = load_model(store.read_bytes, store.models_dir, MODEL_NAME).manifest

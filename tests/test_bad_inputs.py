@@ -16,7 +16,7 @@ import pyarrow.parquet as pq
 import pytest
 from dagster import AssetKey, DagsterInstance, Failure, materialize
 from fraud_world import trained_fraud_world
-from helpers import asset_metadata
+from helpers import asset_metadata, cpu_resources
 
 from assets.fraud.assets import fraud_alerts, fraud_scores, transactions
 from assets.fraud.demo_data import generate_day as generate_transactions
@@ -30,8 +30,7 @@ from assets.summaries.digest import daily_digest
 from assets.summaries.document_summaries import document_summaries
 from assets.summaries.documents import DOCUMENTS_SCHEMA, documents
 from inference.device import make_runtime
-from resources.inference import InferenceResource
-from resources.storage import DataStore, StorageResource
+from resources.storage import DataStore
 
 
 @dataclass(frozen=True)
@@ -314,10 +313,7 @@ def bad_documents(tmp_path_factory) -> dict:
     table = table.set_column(2, "title", pa.array(titles))
     table = table.set_column(3, "body", pa.array(bodies, pa.binary()).view(pa.string()))
     store.write_landing("documents", DOCS_DAY, table)
-    resources = {
-        "storage": StorageResource(data_root=str(root)),
-        "inference": InferenceResource(device="cpu", precision="fp32", max_batch_size=64),
-    }
+    resources = cpu_resources(root, max_batch_size=64)
     return {"store": store, "resources": resources, "rows": table.num_rows, "ids": ids}
 
 
@@ -378,10 +374,7 @@ def recs(tmp_path_factory) -> dict:
     store = DataStore(str(root))
     for day in REC_DAYS[:2]:
         generate_interactions(store, day, scale=0.05)
-    resources = {
-        "storage": StorageResource(data_root=str(root)),
-        "inference": InferenceResource(device="cpu", precision="fp32", max_batch_size=512),
-    }
+    resources = cpu_resources(root)
     with DagsterInstance.ephemeral() as instance:
         assert materialize([recommendation_model], resources=resources, instance=instance).success
     version = current_model(store).version

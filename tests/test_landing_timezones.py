@@ -9,7 +9,7 @@ import pyarrow as pa
 import pyarrow.compute as pc
 import pytest
 from dagster import DagsterInstance, materialize
-from helpers import asset_metadata
+from helpers import asset_metadata, cpu_resources
 
 from assets.fraud.assets import fraud_model, fraud_scores, transactions
 from assets.fraud.demo_data import generate_day as generate_transactions
@@ -21,7 +21,6 @@ from assets.summaries.demo_data import generate_day as generate_documents
 from assets.summaries.documents import DATASET, DOCUMENTS_SCHEMA, documents
 from inference.timestamps import LandingTimezones, NonexistentTimeError, localize
 from orchestration.resources import build_resources
-from resources.inference import InferenceResource
 from resources.storage import DataStore, LandingDataError, StorageResource
 
 NEW_YORK = "America/New_York"
@@ -83,8 +82,8 @@ def fraud(tmp_path_factory) -> dict:
     root = tmp_path_factory.mktemp("landing_tz") / "data"
     generate_transactions(DataStore(str(root)), "2026-02-27", scale=0.02)
     resources = {
+        **cpu_resources(root),
         "storage": StorageResource(data_root=str(root), landing_timezone=NEW_YORK),
-        "inference": InferenceResource(device="cpu", precision="fp32", max_batch_size=512),
     }
     with DagsterInstance.ephemeral() as instance:
         assert materialize([fraud_model], resources=resources, instance=instance).success

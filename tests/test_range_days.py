@@ -20,14 +20,13 @@ from dagster import (
     reconstructable,
 )
 from fraud_world import trained_fraud_world
+from helpers import cpu_resources
 
 from assets.day_metadata import day_entries
 from assets.fraud.assets import fraud_scores
 from assets.fraud.demo_data import generate_day
 from assets.fraud.schemas import SCORES, TRANSACTIONS
 from policy.partitions import daily_partitions
-from resources.inference import InferenceResource
-from resources.storage import StorageResource
 
 DAYS = ["2026-06-02", "2026-06-03", "2026-06-04"]
 ROOT = "NIGHTSHIFT_TEST_RANGE_ROOT"
@@ -41,10 +40,7 @@ def range_job():
         partitions_def=daily_partitions,
         executor_def=in_process_executor,
     )
-    resources = {
-        "storage": StorageResource(data_root=os.environ[ROOT]),
-        "inference": InferenceResource(device="cpu", precision="fp32", max_batch_size=512),
-    }
+    resources = cpu_resources(os.environ[ROOT])
     return Definitions(assets=[fraud_scores], jobs=[job], resources=resources).resolve_job_def(
         "fraud_scores_range"
     )

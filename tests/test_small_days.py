@@ -9,7 +9,7 @@ import pyarrow.parquet as pq
 import pytest
 from dagster import DagsterInstance, materialize
 from fraud_world import trained_fraud_world
-from helpers import asset_metadata
+from helpers import asset_metadata, cpu_resources
 
 from assets.fraud.assets import fraud_scores, transactions
 from assets.fraud.demo_data import generate_day as generate_transactions
@@ -22,7 +22,6 @@ from assets.summaries.digest import daily_digest
 from assets.summaries.document_summaries import document_summaries
 from assets.summaries.documents import DOCUMENTS_SCHEMA, documents
 from inference.quarantine import QuarantineLimit, QuarantinePlan, QuarantineRateExceeded
-from resources.inference import InferenceResource
 from resources.quality import quarantine_limit
 from resources.storage import DataStore, StorageResource
 
@@ -95,10 +94,7 @@ def test_one_bad_document_of_29_is_quarantined_and_the_day_publishes(tmp_path, m
     bodies[7] = "A sentence that repeats itself. " * 64_000  # about 2 MB: text_too_long
     day = day.set_column(day.schema.get_field_index("body"), "body", pa.array(bodies))
     store.write_landing("documents", DAY, day)
-    resources = {
-        "storage": StorageResource(data_root=str(tmp_path / "data")),
-        "inference": InferenceResource(device="cpu", precision="fp32", max_batch_size=64),
-    }
+    resources = cpu_resources(tmp_path / "data", max_batch_size=64)
     with DagsterInstance.ephemeral() as instance:
         result = materialize(
             [documents, document_summaries, daily_digest],

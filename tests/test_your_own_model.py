@@ -12,14 +12,13 @@ import pyarrow as pa
 import pytest
 import torch
 from dagster import Definitions, materialize
-from helpers import asset_metadata
+from helpers import asset_metadata, cpu_resources
 from safetensors.torch import load_file, save_file
 
 from examples import churn_scores as example
 from examples.churn_scores import ASSET, CUSTOMERS, CUSTOMERS_SCHEMA, SCORES_SCHEMA, churn_mlp
 from inference.checkpoints import CheckpointError, weights_version
 from resources.inference import InferenceResource
-from resources.storage import StorageResource
 
 DOC = Path(__file__).resolve().parents[1] / "docs" / "your-own-model.md"
 DAYS = ["2026-03-01", "2026-03-02"]
@@ -143,10 +142,7 @@ def test_an_interrupted_day_resumes_from_its_finished_shards(
 ):
     # Shards of 200 rows in model calls of 100: the day is four shards; SIGUSR1 (the scheduler
     # wants the node back) arrives during the third model call, and the step retries in place.
-    resources = {
-        "storage": StorageResource(data_root=str(data_root)),
-        "inference": InferenceResource(device="cpu", max_batch_size=100, shard_rows=200),
-    }
+    resources = cpu_resources(data_root, max_batch_size=100, shard_rows=200)
     calls = []
 
     def interrupt_once(module, inputs, output):
