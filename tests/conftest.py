@@ -12,6 +12,9 @@ from helpers import cpu_resources
 
 from resources.storage import DataStore
 
+# The ECS tests' world (PostgreSQL, moto, the daemon), requested by name from their modules.
+pytest_plugins = ["aws_world"]
+
 FIXTURES = Path(__file__).parent / "fixtures"
 
 

@@ -6,9 +6,6 @@ per second: about 1,000 s of work a night), and the deadline is the run's ``nigh
 tag, set relative to now: close, far, or closer than the work.
 """
 
-# The moto/Postgres fixtures are imported from test_deploy_aws, then requested by name.
-# ruff: noqa: F811
-
 import datetime as dt
 import json
 import os
@@ -17,22 +14,9 @@ import uuid
 
 import boto3
 import pytest
+from aws_world import BIN, CLUSTER, REPO, dagster_daemon, launched, task_of, wait_for
 from dagster import DagsterRun, RunsFilter
 from test_cost_ledger import PLAN, _materialize, no_prices, tripled  # noqa: F401
-from test_deploy_aws import (  # noqa: F401 - module fixtures of the moto/Postgres world
-    BIN,
-    CLUSTER,
-    REPO,
-    _launched,
-    _task_of,
-    _wait_for,
-    aws_endpoint,
-    aws_env,
-    aws_home,
-    aws_instance,
-    dagster_daemon,
-    postgres_port,
-)
 
 from assets.day_metadata import day_entries
 from assets.deadline_capacity import NightFacts, deadline_decision, retry_tags
@@ -180,7 +164,7 @@ def _launch(env, log, instance, tags: dict) -> DagsterRun:
     launch += ["-j", "fraud_scoring_job", "--run-id", run_id, "--tags", json.dumps(tags)]
     done = subprocess.run(launch, cwd=REPO, env=env, capture_output=True, text=True, timeout=180)
     assert done.returncode == 0, done.stderr[-4000:]
-    return _wait_for(lambda: _launched(instance, run_id), 120, "the ECS launch", log)
+    return wait_for(lambda: launched(instance, run_id), 120, "the ECS launch", log)
 
 
 def _interrupt_and_retry(env, log, instance, run: DagsterRun, facts: NightFacts) -> DagsterRun:
@@ -193,9 +177,9 @@ def _interrupt_and_retry(env, log, instance, run: DagsterRun, facts: NightFacts)
 
     def retry_launched() -> DagsterRun | None:
         children = instance.get_runs(RunsFilter(tags={"dagster/parent_run_id": run.run_id}))
-        return _launched(instance, children[0].run_id, task) if children else None
+        return launched(instance, children[0].run_id, task) if children else None
 
-    retry = _wait_for(retry_launched, 120, "the daemon's retry run", log)
+    retry = wait_for(retry_launched, 120, "the daemon's retry run", log)
     # moto's tasks never end: stop both, so the next test's tasks find room on the nodes.
     ecs = boto3.client("ecs")
     for arn in (task, retry.tags["ecs/task_arn"]):
@@ -206,10 +190,10 @@ def _interrupt_and_retry(env, log, instance, run: DagsterRun, facts: NightFacts)
 def test_ecs_interrupted_close_to_the_deadline_retries_on_demand(daemon, aws_instance) -> None:
     env, log = daemon
     run = _launch(env, log, aws_instance, {})
-    assert _task_of(run)["capacityProviderName"] == SPOT_PROVIDER
+    assert task_of(run)["capacityProviderName"] == SPOT_PROVIDER
     # 2.1 h of work left, 2.3 h to 07:00: one more reclaim and restart would not fit.
     retry = _interrupt_and_retry(env, log, aws_instance, run, _facts(2.3 * 3600, 2.1 * 3600))
-    assert _task_of(retry)["capacityProviderName"] == ON_DEMAND_PROVIDER
+    assert task_of(retry)["capacityProviderName"] == ON_DEMAND_PROVIDER
     assert retry.tags[CAPACITY_TAG] == "on-demand"
     assert retry.tags[CAPACITY_REASON_TAG].startswith(
         "on-demand: about 2.1 h of work left, 2.3 h to 07:00"
@@ -221,7 +205,7 @@ def test_ecs_interrupted_far_from_the_deadline_stays_on_spot(daemon, aws_instanc
     env, log = daemon
     run = _launch(env, log, aws_instance, {})
     retry = _interrupt_and_retry(env, log, aws_instance, run, _facts(5.5 * 3600, 3.0 * 3600))
-    assert _task_of(retry)["capacityProviderName"] == SPOT_PROVIDER
+    assert task_of(retry)["capacityProviderName"] == SPOT_PROVIDER
     assert retry.tags[CAPACITY_TAG] == "spot"
     assert retry.tags[CAPACITY_REASON_TAG].startswith("spot: about 3.0 h of work left, 5.5 h")
 
@@ -232,7 +216,7 @@ def test_ecs_a_day_past_saving_retries_on_demand_and_says_so(daemon, aws_instanc
     facts = _facts(1.8 * 3600, 2.1 * 3600)
     assert deadline_decision(facts)[0].rule == CANNOT_MAKE_IT
     retry = _interrupt_and_retry(env, log, aws_instance, run, facts)
-    assert _task_of(retry)["capacityProviderName"] == ON_DEMAND_PROVIDER
+    assert task_of(retry)["capacityProviderName"] == ON_DEMAND_PROVIDER
     assert retry.tags[CAPACITY_REASON_TAG] == (
         "on-demand, and 07:00 cannot be met even so: about 2.1 h of work left, 1.8 h to 07:00 "
         "(the work left is more than the time left)"
@@ -252,7 +236,7 @@ def test_ecs_a_day_that_cannot_make_it_says_so_at_launch_and_launches_on_demand(
         LedgerBook(store.partition_target("fraud_scores", day), "fraud_scores", day).save(ledger)
     ready = dt.datetime.now(dt.UTC).replace(microsecond=0) + dt.timedelta(hours=1)
     run = _launch(env, log, aws_instance, {READY_BY_TAG: ready.isoformat()})
-    assert _task_of(run)["capacityProviderName"] == ON_DEMAND_PROVIDER
+    assert task_of(run)["capacityProviderName"] == ON_DEMAND_PROVIDER
     assert run.tags[CAPACITY_TAG] == "on-demand"
     label = ready.strftime("%H:%M")
     reason = run.tags[CAPACITY_REASON_TAG]
