@@ -9,8 +9,12 @@ executor) once, so no module outside a domain names its jobs, hours or landing d
 from __future__ import annotations
 
 from dataclasses import dataclass
+from typing import TYPE_CHECKING
 
 from dagster import Definitions
+
+if TYPE_CHECKING:
+    from assets.promotion import Gate
 
 
 @dataclass(frozen=True)
@@ -44,10 +48,19 @@ class Pipeline:
 
 @dataclass(frozen=True)
 class TrainingJob:
-    """An on-demand job that retrains ``model`` (an asset key) and makes the new version current."""
+    """An on-demand job that retrains ``model`` (an asset key) into a challenger.
+
+    Attributes:
+        job: the job's name (``<domain>_training_job``).
+        model: the model asset, whose key is also the model's name in the store.
+        gate: how its versions are measured against each other (``assets/promotion.py``): with
+            one, the job runs the blocking promotion check, which promotes a challenger that is
+            at least as good as the champion; without, versions are promoted by hand.
+    """
 
     job: str
     model: str
+    gate: Gate | None = None
 
 
 @dataclass(frozen=True)

@@ -181,6 +181,39 @@ def _cmd_run(args: argparse.Namespace) -> int:
     return 1 if problems else 0
 
 
+def _cmd_promote(args: argparse.Namespace) -> int:
+    """Runs the promotion job for one model in this process; one line says what happened."""
+    from dagster import DagsterInstance
+
+    from inference.registry import default_actor
+    from orchestration.definitions import defs
+    from orchestration.promotion import PROMOTE_JOB, promotion_tags
+
+    if args.force and not args.reason.strip():
+        print('nightshift promote: --force needs --reason "why"', file=sys.stderr)
+        return 2
+    if args.data_root:
+        os.environ["NIGHTSHIFT_DATA_ROOT"] = args.data_root
+    by = args.by or default_actor()
+    fields = ("model", "version", "force", "reason")
+    config = {k: getattr(args, k) for k in fields} | {"by": by}
+    quiet = {"console": {"config": {"log_level": "CRITICAL"}}}
+    with DagsterInstance.get() as instance:
+        result = defs.resolve_job_def(PROMOTE_JOB).execute_in_process(
+            run_config={"ops": {"promote_model": {"config": config}}, "loggers": quiet},
+            instance=instance,
+            tags=promotion_tags(args.model, by, args.force, args.reason),
+            raise_on_error=False,
+        )
+    if not result.success:
+        [failure] = result.get_step_failure_events()
+        print(f"{args.model}: not promoted: {failure.step_failure_data.error.message.strip()}",
+              file=sys.stderr)  # fmt: skip
+        return 1
+    print(result.output_for_node("promote_model"))
+    return 0
+
+
 def _missing_landing(store: DataStore, job_name: str, date: str, data_root: str | None) -> str:
     """Why ``job_name`` cannot run for ``date`` before it starts: a landing dataset it reads
     has no files for the day. Empty when every one has some (a run judges what they hold)."""
@@ -254,6 +287,21 @@ def _add_run(sub) -> None:
     run.set_defaults(func=_cmd_run, opens_instance=True)
 
 
+def _add_promote(sub) -> None:
+    promote = sub.add_parser(
+        "promote",
+        help="make a model version the champion: through the promotion gate, or past it "
+        "with --force and a reason",
+    )
+    promote.add_argument("model", help="the model's name, e.g. fraud_model")
+    promote.add_argument("--version", default="", help="default: the challenger")
+    promote.add_argument("--force", action="store_true", help="promote without the gate")
+    promote.add_argument("--reason", default="", help="why (required with --force)")
+    promote.add_argument("--by", default="", help="who (default $NIGHTSHIFT_USER or the login)")
+    promote.add_argument("--data-root", help="default $NIGHTSHIFT_DATA_ROOT or .nightshift/data")
+    promote.set_defaults(func=_cmd_promote, opens_instance=True)
+
+
 def build_parser() -> argparse.ArgumentParser:
     """The command line: one ``_add_<command>(sub)`` a subcommand. A command that opens the
     Dagster instance sets ``opens_instance=True``, and :func:`main` initialises the instance
@@ -263,6 +311,7 @@ def build_parser() -> argparse.ArgumentParser:
     _add_generate(sub)
     _add_init(sub)
     _add_run(sub)
+    _add_promote(sub)
     _add_simulate(sub)
     return parser
 

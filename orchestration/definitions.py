@@ -9,6 +9,7 @@ from dagster import Definitions
 from assets.domains import DOMAINS
 from orchestration.automation import automation_condition_sensor, run_failure_sensor
 from orchestration.jobs import pipeline_jobs, training_jobs
+from orchestration.promotion import promote_model_job, promotion_checks
 from orchestration.resources import build_resources
 from orchestration.schedules import schedules
 from orchestration.sensors import landing_sensor
@@ -20,7 +21,8 @@ def build_definitions(env: str = "local") -> Definitions:
     return Definitions.merge(
         *(domain.defs for domain in DOMAINS),
         Definitions(
-            jobs=[*pipeline_jobs, *training_jobs],
+            asset_checks=promotion_checks,
+            jobs=[*pipeline_jobs, *training_jobs, promote_model_job],
             schedules=schedules,
             sensors=[landing_sensor, run_failure_sensor, automation_condition_sensor],
             resources=build_resources(env),

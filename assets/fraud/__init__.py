@@ -4,6 +4,7 @@ import dagster
 
 from assets.fraud.assets import fraud_alerts, fraud_model, fraud_scores, transactions
 from assets.fraud.checks import fraud_model_auprc_above_floor
+from assets.fraud.pipeline import FRAUD_GATE
 from assets.wiring import DomainWiring, Pipeline, TrainingJob
 
 defs = dagster.Definitions(
@@ -29,7 +30,7 @@ wiring = DomainWiring(
             scored="fraud_scores",
         ),
     ),
-    training=(TrainingJob(job="fraud_training_job", model="fraud_model"),),
+    training=(TrainingJob(job="fraud_training_job", model="fraud_model", gate=FRAUD_GATE),),
 )
 
 __all__ = ["defs", "fraud_alerts", "fraud_model", "fraud_scores", "transactions", "wiring"]

@@ -95,7 +95,9 @@ TRANSACTIONS_LANDING = LandingSpec(
 
 
 class FraudModelConfig(Config):
-    retrain: bool = Field(default=False, description="Train even if a current model exists.")
+    retrain: bool = Field(
+        default=False, description="Train a challenger even if a champion exists."
+    )
     features: list[str] = Field(default=list(FEATURES), description="Feature columns to train on.")
     history_days: int = Field(default=28, description="Most recent labelled days to train on.")
     hidden: list[int] = Field(default=[64, 32], description="Hidden layer widths of the MLP.")
@@ -117,9 +119,12 @@ def fraud_model(
 
     An MLP over per-transaction features (amount against the account's usual, time of day,
     channel, foreign or rare country, merchants new to the account, bursts of activity), trained
-    on the labelled history (confirmed fraud and chargebacks). The current model is reused
-    unless `retrain` is set; its metadata shows the validation AUPRC and ROC-AUC, the alert
-    threshold and the features with their normalisation.
+    on the labelled history (confirmed fraud and chargebacks). The champion is reused unless
+    `retrain` is set. A retrain leaves out the most recent labelled days the champion did not
+    train on and waits as challenger: the promotion gate compares both on those days and
+    promotes it only if it is at least as good. The metadata shows the validation AUPRC and
+    ROC-AUC, the alert threshold, the training window and the features with their
+    normalisation.
     """
     store = storage.store()
     # A current model whose files are damaged fails at once, naming the fix: retraining over
@@ -129,10 +134,11 @@ def fraud_model(
             try:
                 stored = load_model(store.read_bytes, store.models_dir, MODEL_NAME)
             except ModelNotFoundError:
-                context.log.info("no current fraud model: training one")
+                context.log.info("no fraud model champion: training the first version")
             else:
                 context.log.info(
-                    f"reusing fraud model {stored.version} (set retrain to replace it)"
+                    f"reusing fraud model champion {stored.version} (set retrain to train a "
+                    "challenger)"
                 )
                 metadata = model_metadata(stored.manifest, stored.version)
                 return MaterializeResult(metadata={**metadata, "reused": True})
@@ -146,7 +152,7 @@ def fraud_model(
         seed=config.seed,
     )
     with fail_fast_on_bad_input():
-        version, manifest, seconds = pipeline.train_and_save(
+        version, alias, manifest, seconds = pipeline.train_and_save(
             store,
             config.features,
             config.history_days,
@@ -156,7 +162,12 @@ def fraud_model(
         )
     metadata = model_metadata(manifest, version)
     return MaterializeResult(
-        metadata={**metadata, "reused": False, "training_seconds": round(seconds, 2)}
+        metadata={
+            **metadata,
+            "reused": False,
+            "alias": alias,
+            "training_seconds": round(seconds, 2),
+        }
     )
 
 

@@ -6,10 +6,13 @@ from typing import Any
 
 from dagster import MetadataValue
 
+from inference.registry import trained_window
+
 
 def model_metadata(manifest: dict[str, Any], version: str) -> dict[str, Any]:
     """Version, validation metrics, threshold, training data and the feature normalisation."""
     metrics = manifest["metrics"]
+    window = trained_window(manifest)
     trained_on = manifest.get("trained_on", {})
     dates = trained_on.get("dates", [])
     rows = metrics["train_rows"] + metrics["val_rows"]
@@ -27,6 +30,7 @@ def model_metadata(manifest: dict[str, Any], version: str) -> dict[str, Any]:
         "fraud_rate": round(positives / rows, 6) if rows else 0.0,
         "training_days": len(dates),
         "training_range": f"{dates[0]} .. {dates[-1]}" if dates else "",
+        "trained_through": window[1] if window else "",
         "hidden_layers": MetadataValue.json(manifest["hidden"]),
         "features": MetadataValue.json(manifest["features"]),
         "normalisation": MetadataValue.md(

@@ -4,6 +4,7 @@ import dagster
 
 from assets.recommendations.assets import interactions, recommendation_model, user_recommendations
 from assets.recommendations.checks import RECOMMENDATION_CHECKS
+from assets.recommendations.training import RECOMMENDATION_GATE
 from assets.wiring import DomainWiring, Pipeline, TrainingJob
 
 defs = dagster.Definitions(
@@ -23,5 +24,11 @@ wiring = DomainWiring(
             scored="user_recommendations",
         ),
     ),
-    training=(TrainingJob(job="recommendations_training_job", model="recommendation_model"),),
+    training=(
+        TrainingJob(
+            job="recommendations_training_job",
+            model="recommendation_model",
+            gate=RECOMMENDATION_GATE,
+        ),
+    ),
 )

@@ -1,0 +1,231 @@
+"""The promotion gate: a challenger replaces the champion only when it measures at least as
+well on the same held-out days, the most recent labelled days that neither version trained on.
+
+Plain functions over a DataStore; ``orchestration/promotion.py`` makes them a blocking asset
+check on each training asset and a promotion job. A domain supplies a ``Gate``: which days are
+labelled, and a metric function scoring one version on some of those days.
+"""
+
+from __future__ import annotations
+
+from collections.abc import Callable, Sequence
+from dataclasses import dataclass, field, replace
+
+from inference.device import Runtime
+from inference.modelstore import ModelNotFoundError, load_model
+from inference.registry import (
+    AliasChange,
+    challenger_version,
+    champion_version,
+    promote,
+    trained_window,
+)
+from resources.storage import DataStore
+
+# Two labelled days: enough positives at demo scale for a fraud AUPRC, recent enough to judge
+# the model that will score tomorrow.
+DEFAULT_EVAL_DAYS = 2
+Metrics = dict[str, float]
+# (store, version, days, runtime) -> {metric: value}, higher is better for every metric.
+Evaluate = Callable[[DataStore, str, list[str], Runtime], Metrics]
+
+
+@dataclass(frozen=True)
+class Gate:
+    """How to judge a model's versions against each other.
+
+    Attributes:
+        model: the model's name in the store, which is also its asset key.
+        metrics: the metrics compared, headline first; each must be higher-is-better.
+        labelled_days: the days with labels to evaluate on, oldest first.
+        evaluate: scores one version on some of those days.
+        tolerances: how far below the champion a challenger may measure on each metric and
+            still be promoted: about how far apart two equally good versions measure on
+            ``eval_days`` days (each domain's are measured in docs/models.md).
+        eval_days: how many of the most recent days neither version trained on are used.
+    """
+
+    model: str
+    metrics: tuple[str, ...]
+    labelled_days: Callable[[DataStore], list[str]]
+    evaluate: Evaluate
+    tolerances: Metrics
+    eval_days: int = DEFAULT_EVAL_DAYS
+
+    def __post_init__(self) -> None:
+        if set(self.tolerances) != set(self.metrics):
+            raise ValueError(f"{self.model}: a tolerance for each of {', '.join(self.metrics)}")
+
+
+@dataclass(frozen=True)
+class Verdict:
+    """The gate's judgement of one challenger against the champion."""
+
+    model: str
+    challenger: str
+    champion: str
+    days: list[str]
+    challenger_metrics: Metrics
+    champion_metrics: Metrics
+    tolerances: Metrics
+    promoted: bool
+    change: AliasChange | None = field(default=None, compare=False)
+
+    @property
+    def margins(self) -> Metrics:
+        """Challenger minus champion, per metric."""
+        return {
+            k: round(self.challenger_metrics[k] - self.champion_metrics[k], 6)
+            for k in self.challenger_metrics
+        }
+
+    def summary(self) -> str:
+        """One line with both figures and the margin of every metric."""
+        figures = "; ".join(
+            f"{k}: challenger {self.challenger_metrics[k]:.4f} vs champion "
+            f"{self.champion_metrics[k]:.4f} (margin {self.margins[k]:+.4f}, tolerance "
+            f"{self.tolerances[k]})"
+            for k in self.challenger_metrics
+        )
+        where = f"{self.days[0]}..{self.days[-1]}" if self.days else "no days"
+        outcome = (
+            f"{self.challenger} promoted to champion"
+            if self.promoted
+            else f"{self.challenger} stays challenger, champion {self.champion} keeps scoring"
+        )
+        head = f"{self.model} {self.challenger} against {self.champion} on {where}"
+        return f"{head}: {figures}: {outcome}"
+
+    def metadata(self) -> dict[str, float | str | bool]:
+        """Flat figures for the check's metadata: each metric of both, and the margin."""
+        out: dict[str, float | str | bool] = {
+            "challenger": self.challenger,
+            "champion": self.champion,
+            "promoted": self.promoted,
+            "evaluation_days": ", ".join(self.days),
+        }
+        for k in self.challenger_metrics:
+            out[f"challenger_{k}"] = round(self.challenger_metrics[k], 6)
+            out[f"champion_{k}"] = round(self.champion_metrics[k], 6)
+            out[f"margin_{k}"] = self.margins[k]
+            out[f"tolerance_{k}"] = self.tolerances[k]
+        return out
+
+
+def parse_tolerances(raw: str, metrics: Sequence[str]) -> Metrics:
+    """``0.05`` (every metric) or ``auprc=0.03,recall_at_threshold=0.1`` (those named), as the
+    ``NIGHTSHIFT_PROMOTION_TOLERANCE`` setting writes them; a name not among ``metrics`` is
+    ignored, so one setting serves every model's gate."""
+    out: Metrics = {}
+    for part in filter(None, (p.strip() for p in raw.split(","))):
+        name, _, value = part.rpartition("=")
+        try:
+            number = float(value)
+        except ValueError as exc:
+            raise ValueError(f"tolerance {part!r} is not a number or metric=number") from exc
+        if number < 0:
+            raise ValueError(f"tolerance {part!r}: a tolerance is not negative")
+        out.update({m: number for m in metrics if not name or name.strip() == m})
+    return out
+
+
+class NoEvaluationWindowError(ValueError):
+    """No labelled day is free of both versions' training windows: the gate cannot measure."""
+
+
+def evaluation_days(
+    labelled: Sequence[str], windows: Sequence[tuple[str, str] | None], n: int
+) -> list[str]:
+    """The most recent ``n`` labelled days inside none of the training windows, oldest first.
+
+    A window of None (a version that did not record what it trained on) could hold any day,
+    so no day is free of it.
+    """
+    if any(w is None for w in windows):
+        return []
+    free = [d for d in sorted(labelled) if not any(w[0] <= d <= w[1] for w in windows)]
+    return free[-n:] if n > 0 else []
+
+
+def version_window(store: DataStore, name: str, version: str) -> tuple[str, str] | None:
+    """The days the version trained on, from its manifest."""
+    return trained_window(load_model(store.read_bytes, store.models_dir, name, version).manifest)
+
+
+def held_out_days(store: DataStore, gate: Gate, labelled: Sequence[str]) -> list[str]:
+    """The days a new version must not train on, so the gate can compare it with the champion:
+    the most recent ``gate.eval_days`` labelled days after the last one the champion trained
+    on. Empty when the name has no champion (its first version is compared with nothing), or
+    when no labelled day came after the champion's (the gate will say it cannot measure).
+
+    A new version trains only on days before these, so its window never spans them.
+    """
+    try:
+        champion = champion_version(store.read_bytes, store.models_dir, gate.model)
+    except ModelNotFoundError:
+        return []
+    window = version_window(store, gate.model, champion)
+    if window is None:
+        return []
+    return [d for d in sorted(labelled) if d > window[1]][-gate.eval_days :]
+
+
+def training_days(labelled: Sequence[str], held_out: Sequence[str], history_days: int) -> list[str]:
+    """The most recent ``history_days`` labelled days before the held-out ones."""
+    before = [d for d in sorted(labelled) if not held_out or d < min(held_out)]
+    return before[-history_days:] if history_days > 0 else []
+
+
+def judge(
+    store: DataStore,
+    gate: Gate,
+    runtime: Runtime,
+    challenger: str,
+    by: str,
+    tolerances: Metrics | None = None,
+) -> Verdict:
+    """Evaluates ``challenger`` and the champion on the same held-out days and promotes the
+    challenger when no metric trails the champion's by more than its tolerance (the gate's,
+    or ``tolerances`` where they name a metric).
+
+    Raises:
+        NoEvaluationWindowError: every labelled day is inside a training window.
+    """
+    name, read = gate.model, store.read_bytes
+    tolerance = {**gate.tolerances, **(tolerances or {})}
+    champion = champion_version(read, store.models_dir, name)
+    windows = [version_window(store, name, v) for v in (challenger, champion)]
+    days = evaluation_days(gate.labelled_days(store), windows, gate.eval_days)
+    if not days:
+        raise NoEvaluationWindowError(
+            f"{name}: no labelled day that neither challenger {challenger} (trained on "
+            f"{_span(windows[0])}) nor champion {champion} (trained on {_span(windows[1])}) "
+            "trained on: land newer labels and run `nightshift promote "
+            f'{name}`, or promote by hand with --force --reason "..."'
+        )
+    ours, theirs = (_measure(store, gate, v, days, runtime) for v in (challenger, champion))
+    passed = all(ours[k] >= theirs[k] - tolerance[k] for k in gate.metrics)
+    verdict = Verdict(name, challenger, champion, days, ours, theirs, tolerance, passed)
+    if not passed:
+        return verdict
+    change = promote(
+        read, store.write_bytes, store.models_dir, name, challenger, by, verdict.summary()
+    )
+    return replace(verdict, change=change)
+
+
+def pending_challenger(store: DataStore, name: str) -> str | None:
+    """The version waiting for promotion, if any."""
+    return challenger_version(store.read_bytes, store.models_dir, name)
+
+
+def _measure(store: DataStore, gate: Gate, version: str, days: list[str], runtime: Runtime):
+    measured = gate.evaluate(store, version, days, runtime)
+    missing = [k for k in gate.metrics if k not in measured]
+    if missing:
+        raise KeyError(f"{gate.model}: the gate's metric function returned no {missing}")
+    return {k: float(measured[k]) for k in gate.metrics}
+
+
+def _span(window: tuple[str, str] | None) -> str:
+    return f"{window[0]}..{window[1]}" if window else "days it did not record"
