@@ -46,6 +46,7 @@ from assets.common import (
 )
 from assets.day_metadata import day_figures, day_metadata
 from assets.days import DayRecorder, daily_assets, latest_materialization
+from assets.staleness import load_chosen, point_in_time
 from assets.upstream import jobs_holding, land_unchecked, refuse_blocked
 from policy.automation import GPU_POOL, scored_by_0700_utc
 from policy.tags import PIPELINE_TAG
@@ -162,7 +163,7 @@ def score(
     dates = partition_dates(context)
     record_landing_read(context, store, spec.dataset, dates)
     with fail_fast_on_bad_input():
-        model = spec.load(store, inference, config)
+        model, choice = load_chosen(spec.load, store, inference, config, context.run.tags, dates)
     limit = quarantine_limit(config.max_quarantine_rate, config.quarantine_floor_rows)
     days = DayRecorder(context)
     with spot_safe(context, store, inference) as run:
@@ -195,6 +196,7 @@ def score(
                 **landing_timezone_metadata(store, spec.dataset),
                 **model.metadata,
                 **day.metadata(report),
+                **point_in_time(store, model.version, date, choice),
                 **quarantine_metadata([report.shards] if report.shards else []),
                 "partitions": len(dates),  # days this run covers
                 "check_seconds": check_seconds,

@@ -302,6 +302,58 @@ def _add_promote(sub) -> None:
     promote.set_defaults(func=_cmd_promote, opens_instance=True)
 
 
+def _cmd_stale(args: argparse.Namespace) -> int:
+    """Lists the days scored by a version other than the champion, newest first; exit status 0
+    whether or not any is stale (a listing, not a check)."""
+    from dagster import DagsterInstance
+
+    from orchestration.rescore import TARGETS, last_window, stale_in
+    from resources.storage import DataStore
+
+    if args.data_root:
+        os.environ["NIGHTSHIFT_DATA_ROOT"] = args.data_root
+    store = DataStore(default_data_root())
+    targets = [t for t in TARGETS if args.asset in (None, t.asset)]
+    dates = last_window(args.window)
+    with DagsterInstance.get() as instance:
+        for target in targets:
+            stale = stale_in(instance, store, target, dates)
+            span = f"{dates[0]}..{dates[-1]}" if dates else "no day is over yet"
+            print(f"{target.asset} ({target.model}): {len(stale)} stale day(s) in {span}")
+            for day in stale:
+                print(f"  {day.date}  scored by {day.scored_by}  champion {day.champion}")
+    return 0
+
+
+def _stale_asset(text: str) -> str:
+    """A scored asset whose model the registry holds (imported only when given: loads Dagster)."""
+    from orchestration.rescore import TARGETS_BY_ASSET
+
+    if text not in TARGETS_BY_ASSET:
+        raise argparse.ArgumentTypeError(
+            f"not a scored asset with a registry model: {text!r} "
+            f"(choose from {', '.join(TARGETS_BY_ASSET)})"
+        )
+    return text
+
+
+def _add_stale(sub) -> None:
+    stale = sub.add_parser(
+        "stale", help="list the days scored by a model version other than the champion"
+    )
+    stale.add_argument(
+        "asset", nargs="?", type=_stale_asset, help="default: every scored asset with a model"
+    )
+    stale.add_argument(
+        "--window",
+        type=_at_least_one,
+        default=30,
+        help="the last N daily partitions, ending yesterday (default 30)",
+    )
+    stale.add_argument("--data-root", help="default $NIGHTSHIFT_DATA_ROOT or .nightshift/data")
+    stale.set_defaults(func=_cmd_stale, opens_instance=True)
+
+
 def build_parser() -> argparse.ArgumentParser:
     """The command line: one ``_add_<command>(sub)`` a subcommand. A command that opens the
     Dagster instance sets ``opens_instance=True``, and :func:`main` initialises the instance
@@ -311,6 +363,7 @@ def build_parser() -> argparse.ArgumentParser:
     _add_generate(sub)
     _add_init(sub)
     _add_run(sub)
+    _add_stale(sub)
     _add_promote(sub)
     _add_simulate(sub)
     return parser

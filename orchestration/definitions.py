@@ -9,6 +9,7 @@ from dagster import Definitions
 from assets.domains import DOMAINS
 from orchestration.automation import automation_condition_sensor, run_failure_sensor
 from orchestration.jobs import pipeline_jobs, training_jobs
+from orchestration.rescore import sensors as rescore_sensors
 from orchestration.promotion import promote_model_job, promotion_checks
 from orchestration.resources import build_resources
 from orchestration.schedules import schedules
@@ -24,7 +25,12 @@ def build_definitions(env: str = "local") -> Definitions:
             asset_checks=promotion_checks,
             jobs=[*pipeline_jobs, *training_jobs, promote_model_job],
             schedules=schedules,
-            sensors=[landing_sensor, run_failure_sensor, automation_condition_sensor],
+            sensors=[
+                landing_sensor,
+                run_failure_sensor,
+                automation_condition_sensor,
+                *rescore_sensors,
+            ],
             resources=build_resources(env),
         ),
     )

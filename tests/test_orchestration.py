@@ -41,6 +41,8 @@ def test_definitions_load_with_every_contract_asset() -> None:
         "landing_sensor",
         "run_failure_sensor",
         "automation_condition_sensor",
+        "rescore_stale_sensor",
+        "stale_days_sensor",
     }
 
 

@@ -72,8 +72,14 @@ class FraudModel(NamedTuple):
     reference: list[int] | None
 
 
-def load(store: DataStore, inference: InferenceResource, config: FraudQualityConfig) -> Model:
-    version = champion_version(store.read_bytes, store.models_dir, MODEL_NAME)
+def load(
+    store: DataStore,
+    inference: InferenceResource,
+    config: FraudQualityConfig,
+    version: str | None = None,
+) -> Model:
+    """The champion, or ``version`` where the run chose another (assets/staleness.py)."""
+    version = version or champion_version(store.read_bytes, store.models_dir, MODEL_NAME)
     key = f"{MODEL_NAME}:{version}"
     scorer = inference.model(key, lambda runtime: load_scorer(store, version, runtime))
     return Model(

@@ -69,9 +69,13 @@ class UserRecommendationsConfig(QualityConfig):
 
 
 def load(
-    store: DataStore, inference: InferenceResource, config: UserRecommendationsConfig
+    store: DataStore,
+    inference: InferenceResource,
+    config: UserRecommendationsConfig,
+    version: str | None = None,
 ) -> Model:
-    version = current_recommender_version(store)
+    """The champion, or ``version`` where the run chose another (assets/staleness.py)."""
+    version = version or current_recommender_version(store)
     key = f"{RECOMMENDATION_MODEL}:{version}"
     model = inference.model(key, lambda runtime: load_recommender(store, version, runtime))
     block = block_size_for(len(model.items), inference.max_batch_size)
