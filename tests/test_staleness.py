@@ -5,6 +5,7 @@ from __future__ import annotations
 
 import datetime as dt
 import json
+from types import SimpleNamespace
 
 import pytest
 from dagster import (
@@ -27,6 +28,7 @@ from assets.staleness import (
     ON_DAY_CHOICE,
     ScoredDay,
     champion,
+    load_chosen,
     model_choice,
     point_in_time,
     scored_days,
@@ -314,3 +316,22 @@ def test_a_backfill_can_score_with_the_champion_of_each_day(scored_world, instan
     assert not result.success
     [failure] = [e for e in result.get_step_failure_events() if e.step_key == SCORES]
     assert f"had no champion on {recent[0]}" in failure.step_failure_data.error.message
+
+
+def test_champion_on_day_is_refused_where_it_cannot_be_honoured(tmp_path):
+    store = DataStore(str(tmp_path))
+    on_day, dates = {MODEL_CHOICE_TAG: ON_DAY_CHOICE}, ["2026-06-01"]
+
+    def packaged(store, inference, config):
+        return SimpleNamespace(version="encoder-1")
+
+    def champion_only(store, inference, config):
+        return SimpleNamespace(version="v1")
+
+    assert load_chosen(packaged, store, None, None, {}, dates)[1] == "champion"
+    with pytest.raises(Failure, match="encoder-1 is not a version of the model store"):
+        load_chosen(packaged, store, None, None, on_day, dates)
+    manifest = json.dumps({"name": MODEL_NAME, "version": "v1"}).encode()
+    store.write_bytes(f"{store.models_dir}/{MODEL_NAME}/v1/manifest.json", manifest)
+    with pytest.raises(Failure, match="champion_only loads only the champion"):
+        load_chosen(champion_only, store, None, None, on_day, dates)
