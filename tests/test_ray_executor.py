@@ -488,9 +488,9 @@ def test_a_run_joins_an_existing_cluster_by_its_address(data_root) -> None:
 def test_the_own_model_example_runs_unchanged_on_ray(ray, store, tmp_path) -> None:
     """docs/your-own-model.md's example under the ray executor: its functions are shipped to
     the actors as they are, and the day is the same as on the local engine."""
-    import test_your_own_model as doc
+    import churn_world as doc
 
-    landed = {date: doc._land(store, date, seed) for seed, date in enumerate(doc.DAYS)}
+    landed = {date: doc.land(store, date, seed) for seed, date in enumerate(doc.DAYS)}
     torch.manual_seed(0)
     weights = tmp_path / "churn_mlp.safetensors"
     save_file(doc.churn_mlp().state_dict(), weights)
@@ -505,9 +505,9 @@ def test_the_own_model_example_runs_unchanged_on_ray(ray, store, tmp_path) -> No
             ),
         }
         with DagsterInstance.ephemeral() as instance:
-            result = doc._run(resources, instance, weights, day)
+            result = doc.run(resources, instance, weights, day)
         assert result.success
-        doc._assert_day(store, result, day, landed[day], weights)
+        doc.assert_day(store, result, day, landed[day], weights)
         outputs[executor] = store.read_output(doc.ASSET, day).sort_by("customer_id")
         meta = asset_metadata(result, doc.ASSET, day)
     assert outputs["ray"].equals(outputs["local"])

@@ -3,54 +3,27 @@
 import os
 import re
 import signal
-from collections import Counter
 from pathlib import Path
 from types import SimpleNamespace
 
-import numpy as np
-import pyarrow as pa
 import pytest
 import torch
-from dagster import Definitions, materialize
-from helpers import asset_metadata, cpu_resources
-from safetensors.torch import load_file, save_file
+from churn_world import DAYS, assert_day, land, run
+from dagster import Definitions
+from helpers import cpu_resources
+from safetensors.torch import save_file
 
 from examples import churn_scores as example
-from examples.churn_scores import ASSET, CUSTOMERS, CUSTOMERS_SCHEMA, SCORES_SCHEMA, churn_mlp
+from examples.churn_scores import ASSET, churn_mlp
 from inference.checkpoints import CheckpointError, weights_version
 from resources.inference import InferenceResource
 
 DOC = Path(__file__).resolve().parents[1] / "docs" / "your-own-model.md"
-DAYS = ["2026-03-01", "2026-03-02"]
-GOOD = 600  # scorable customers a day; five more rows a day cannot be scored
-BAD = {
-    "null_customer_id": (None, 12.0, 50.0, 1.0),
-    "null_tenure_months": ("c00900", None, 50.0, 1.0),
-    "non_finite_monthly_spend": ("c00901", 12.0, float("nan"), 1.0),
-    "non_finite_support_tickets": ("c00902", 12.0, 50.0, float("inf")),
-    "duplicate_customer_id": ("c00003", 30.0, 80.0, 0.0),
-}
-CHECKS = {"row_count_matches_input", "churn_probabilities_in_unit_interval"}
-
-
-def _land(store, date: str, seed: int) -> dict[str, tuple]:
-    """Lands a day of customers with one bad row of each kind; returns the good rows by id."""
-    rng = np.random.default_rng(seed)
-    good = [
-        (f"c{i:05d}", rng.uniform(0, 72), rng.uniform(10, 150), float(rng.integers(0, 10)))
-        for i in range(GOOD)
-    ]
-    rows = list(good)
-    for at, row in zip((5, 100, 250, 400, 590), BAD.values(), strict=True):
-        rows.insert(at, row)
-    columns = list(zip(*rows, strict=True))
-    store.write_landing(CUSTOMERS, date, pa.table(columns, schema=CUSTOMERS_SCHEMA))
-    return {row[0]: row[1:] for row in good}
 
 
 @pytest.fixture
 def landed(store) -> dict[str, dict[str, tuple]]:
-    return {date: _land(store, date, seed) for seed, date in enumerate(DAYS)}
+    return {date: land(store, date, seed) for seed, date in enumerate(DAYS)}
 
 
 @pytest.fixture
@@ -63,67 +36,12 @@ def weights(tmp_path) -> Path:
     return path
 
 
-def _run(resources, instance, model_path, day=DAYS[0], **config):
-    tags = {}
-    if day is None:  # the two-day range, as one run
-        tags = {
-            "dagster/asset_partition_range_start": DAYS[0],
-            "dagster/asset_partition_range_end": DAYS[-1],
-        }
-    return materialize(
-        [example.customers, example.churn_scores],
-        partition_key=day,
-        tags=tags,
-        run_config={"ops": {ASSET: {"config": {"model_path": str(model_path), **config}}}},
-        resources=resources,
-        instance=instance,
-        raise_on_error=False,
-    )
-
-
-def _expected(good: dict[str, tuple], weights: Path) -> dict[str, float]:
-    """What the model says for each scorable customer, computed here without the runner."""
-    net = churn_mlp()
-    net.load_state_dict(load_file(weights))
-    with torch.no_grad():
-        p = torch.sigmoid(net(torch.tensor(list(good.values()), dtype=torch.float32)))
-    return dict(zip(good, p.squeeze(1).tolist(), strict=True))
-
-
-def _assert_day(store, result, day: str, good: dict[str, tuple], weights: Path) -> dict:
-    scores = store.read_output(ASSET, day)
-    assert scores.schema.equals(SCORES_SCHEMA)
-    ids, probabilities = scores["customer_id"], scores["churn_probability"]
-    got = dict(zip(ids.to_pylist(), probabilities.to_pylist(), strict=True))
-    assert scores.num_rows == len(got) == GOOD  # one row per good customer, none twice
-    expected = _expected(good, weights)
-    assert got.keys() == expected.keys()
-    assert np.allclose([got[k] for k in expected], list(expected.values()), atol=1e-6)
-    assert all(0.0 <= p <= 1.0 for p in got.values())
-    assert set(scores["model_version"].to_pylist()) == {weights_version(weights)}
-
-    quarantined = store.read_output(f"{ASSET}_quarantine", day)
-    assert Counter(quarantined["reason"].to_pylist()) == dict.fromkeys(BAD, 1)
-    assert set(quarantined.column_names) >= {*CUSTOMERS_SCHEMA.names, "row_number", "reason"}
-
-    meta = asset_metadata(result, ASSET, day)
-    assert meta["dagster/row_count"] == meta["rows_out"] == GOOD
-    assert meta["rows_in"] == GOOD + len(BAD) and meta["rows_quarantined"] == len(BAD)
-    assert meta["quarantine_reasons"] == dict.fromkeys(BAD, 1)
-    assert meta["model_version"] == weights_version(weights) and meta["model_loads"] == 1
-    assert meta["likely_to_churn"] == sum(p >= 0.5 for p in got.values())
-    assert meta["output"].endswith(f"date={day}")
-    checks = [c for c in result.get_asset_check_evaluations() if c.partition == day]
-    assert {c.check_name for c in checks} == CHECKS and all(c.passed for c in checks)
-    return meta
-
-
 def test_one_day_scores_every_good_customer_and_quarantines_the_rest(
     landed, store, resources, instance, weights
 ):
-    result = _run(resources, instance, weights)
+    result = run(resources, instance, weights)
     assert result.success
-    meta = _assert_day(store, result, DAYS[0], landed[DAYS[0]], weights)
+    meta = assert_day(store, result, DAYS[0], landed[DAYS[0]], weights)
     assert meta["partitions"] == 1
     assert not store.output_exists(ASSET, DAYS[1])
 
@@ -131,10 +49,10 @@ def test_one_day_scores_every_good_customer_and_quarantines_the_rest(
 def test_a_range_backfill_records_each_day_and_loads_the_model_once(
     landed, store, resources, instance, weights
 ):
-    result = _run(resources, instance, weights, day=None)
+    result = run(resources, instance, weights, day=None)
     assert result.success
     for day in DAYS:
-        assert _assert_day(store, result, day, landed[day], weights)["partitions"] == 2
+        assert assert_day(store, result, day, landed[day], weights)["partitions"] == 2
 
 
 def test_an_interrupted_day_resumes_from_its_finished_shards(
@@ -153,11 +71,11 @@ def test_an_interrupted_day_resumes_from_its_finished_shards(
 
     hook = torch.nn.modules.module.register_module_forward_hook(interrupt_once)
     try:
-        result = _run(resources, instance, weights)
+        result = run(resources, instance, weights)
     finally:
         hook.remove()
     assert result.success
-    meta = _assert_day(store, result, DAYS[0], landed[DAYS[0]], weights)
+    meta = assert_day(store, result, DAYS[0], landed[DAYS[0]], weights)
     assert (meta["interruptions"], meta["soft_interruptions"]) == (1, 1)
     assert meta["shards_resumed"] == 1 and meta["shards"] == 4
 
@@ -167,7 +85,7 @@ def test_a_pickled_weights_file_is_refused_with_how_to_convert_it(
 ):
     pickled = weights.with_suffix(".pt")
     torch.save(churn_mlp().state_dict(), pickled)
-    result = _run(resources, instance, pickled)
+    result = run(resources, instance, pickled)
     assert not result.success and not store.output_exists(ASSET, DAYS[0])
     [failure] = result.get_step_failure_events()
     assert failure.step_failure_data.error.cls_name == "Failure"  # not retried
@@ -175,7 +93,7 @@ def test_a_pickled_weights_file_is_refused_with_how_to_convert_it(
     assert "holds pickled weights" in message
     # Converting as the message says gives a file that scores.
     exec(re.search(r'python -c "(.+?)"', message).group(1), {})
-    assert _run(resources, instance, pickled.with_suffix(".safetensors")).success
+    assert run(resources, instance, pickled.with_suffix(".safetensors")).success
 
 
 def test_too_many_bad_rows_fail_the_day_and_publish_nothing(
@@ -183,7 +101,7 @@ def test_too_many_bad_rows_fail_the_day_and_publish_nothing(
 ):
     # Five bad rows of 605 (0.83%) are within the default floor of 10 rows: without it, the
     # 0.10% share fails the day.
-    result = _run(resources, instance, weights, max_quarantine_rate=0.001, quarantine_floor_rows=0)
+    result = run(resources, instance, weights, max_quarantine_rate=0.001, quarantine_floor_rows=0)
     assert not result.success and not store.output_exists(ASSET, DAYS[0])
     [failure] = result.get_step_failure_events()
     assert "above the 0.10% quarantine limit; nothing was published" in (
