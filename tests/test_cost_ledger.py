@@ -13,6 +13,7 @@ import numpy as np
 import pyarrow as pa
 import pytest
 from dagster import AssetExecutionContext, MaterializeResult, asset, materialize
+from helpers import cpu_resources
 
 from assets.checkpointing import Work, spot_safe
 from assets.common import partition_dates, scoring_metadata
@@ -71,10 +72,7 @@ def no_prices(monkeypatch: pytest.MonkeyPatch):
 
 
 def _materialize(data_root, instance, tags=None, partition_key=DAY):
-    resources = {
-        "storage": StorageResource(data_root=str(data_root)),
-        "inference": InferenceResource(device="cpu", shard_rows=SHARD_ROWS),
-    }
+    resources = cpu_resources(data_root, shard_rows=SHARD_ROWS)
     return materialize(
         [tripled],
         partition_key=partition_key,

@@ -16,7 +16,7 @@ from dagster import (
     asset,
     materialize,
 )
-from helpers import asset_metadata
+from helpers import asset_metadata, cpu_resources
 
 from assets.checkpointing import Work, spot_safe
 from assets.common import partition_dates, scoring_metadata
@@ -61,10 +61,7 @@ def doubled(
 
 
 def _materialize(data_root, instance):
-    resources = {
-        "storage": StorageResource(data_root=str(data_root)),
-        "inference": InferenceResource(device="cpu", shard_rows=200, interruption_budget=2),
-    }
+    resources = cpu_resources(data_root, shard_rows=200, interruption_budget=2)
     return materialize(
         [doubled], partition_key=DAY, resources=resources, instance=instance, raise_on_error=False
     )
