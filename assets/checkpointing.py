@@ -23,7 +23,7 @@ from __future__ import annotations
 import time
 from collections.abc import Callable, Iterable, Iterator
 from contextlib import ExitStack, contextmanager
-from dataclasses import dataclass, field
+from dataclasses import dataclass, field, replace
 from typing import Any
 
 import pyarrow as pa
@@ -32,33 +32,15 @@ from dagster import AssetExecutionContext, Failure, RetryRequested
 from assets.common import PartitionReport
 from assets.deadline_capacity import NightFacts, deadline_decision, retry_tags
 from assets.observability import GpuMonitor
-from inference.distributed import (
-    FixedProgram,
-    ShardFunctions,
-    ShardInput,
-    ShardJob,
-    ShardPool,
-    ShardProgram,
-    WorkerFigures,
-    row_range_shards,
-    run_distributed,
-)
 from inference.interrupt import InterruptionWatcher
 from inference.ledger import Attempt, LedgerBook, PartitionLedger, recent_rate, sum_figures
+from inference.local_pool import LocalPool
 from inference.metrics import BatchMetrics
-from inference.output_partition import ShardReport
+from inference.output_partition import ShardReport, fingerprint, input_fingerprint
 from inference.quarantine import QuarantinePlan
-from inference.shards import (
-    CountOut,
-    Interrupted,
-    Observe,
-    ObservePrepared,
-    ShardedWriter,
-    Side,
-    fingerprint,
-    input_fingerprint,
-    run_sharded,
-)
+from inference.shard_worker import FixedProgram, ModelStep, ShardInput, ShardJob, ShardProgram
+from inference.shard_writer import ShardedWriter
+from inference.shards import Interrupted, ShardPool, Watch, row_range_shards, run_partition
 from policy.deadline import IDLE, CapacityDecision
 from policy.ready_by import ready_by
 from policy.tags import (
@@ -135,23 +117,65 @@ def run_lineage(context: AssetExecutionContext) -> str:
     return context.run.root_run_id or context.run_id
 
 
+ROW_RANGES = {"shard_layout": "row_ranges"}
+
+
 @dataclass
-class Shards:
-    """How the ``ray`` executor cuts a partition and builds each shard's functions.
+class Input:
+    """A partition's input: its rows, how they are cut into shards, what is set aside.
 
     Args:
-        program: builds a shard's functions in the worker from the rows it scores (the model
-            loaded there once per worker, per-shard state built there).
-        inputs: the shards, each carrying all the rows its state depends on (fraud: every row
-            of a set of accounts); called once staging is settled. None: the local engine's
-            row ranges of the Work's ``batches``.
-        layout: what decides which rows a shard holds; part of the checkpoint's fingerprint,
-            so progress of another layout is never mixed in.
+        batches: the input stream in a deterministic order, cut into row ranges of the
+            partition's shard rows.
+        shards: instead, the domain's own cut, called once staging is settled: each shard
+            carries every row its state depends on (fraud: all rows of a set of accounts).
+        quarantine: rows to set aside, never scored, published to
+            ``outputs/<asset>_quarantine/``; the runner fails the day above its limit.
+        files: the input files, whose identity is part of the checkpoint's fingerprint
+            (the runner's default: the spec's dataset's landing files of the day).
+        layout: what decides which rows a shard holds; part of the fingerprint, so progress
+            of another layout is never mixed in.
     """
 
-    program: ShardProgram
-    inputs: Callable[[], Iterable[ShardInput]] | None = None
-    layout: dict = field(default_factory=lambda: {"shard_layout": "row_ranges"})
+    batches: Iterable[pa.RecordBatch] = ()
+    shards: Callable[[], Iterable[ShardInput]] | None = None
+    quarantine: QuarantinePlan | None = None
+    files: list[str] | None = None
+    layout: dict = field(default_factory=lambda: dict(ROW_RANGES))
+
+
+@dataclass(frozen=True)
+class Output:
+    """What a partition publishes.
+
+    Args:
+        schema: the output schema.
+        side: ``(asset, schema)`` of a side output published in the same commit, its rows
+            picked by the model step's ``side``.
+        sample: take the output checks' row sample as the rows stream (True, or the columns
+            to keep), where shards run in this process; else the checks read it back.
+    """
+
+    schema: pa.Schema
+    side: tuple[str, pa.Schema] | None = None
+    sample: bool | tuple[str, ...] = False
+
+
+@dataclass(frozen=True)
+class Sizes:
+    """Rows per model call and per checkpointed shard.
+
+    Args:
+        batch_size: rows per model call (default: the resource's ``max_batch_size``).
+        shard_rows: rows per shard for this run (e.g. from the asset's config); ignored when
+            the resource turns checkpointing off.
+        default_shard_rows: rows per shard when neither ``shard_rows`` nor the resource sets
+            it: cheap rows (a tabular score) want bigger shards than expensive ones.
+    """
+
+    batch_size: int | None = None
+    shard_rows: int | None = None
+    default_shard_rows: int = DEFAULT_SHARD_ROWS
 
 
 @dataclass
@@ -159,60 +183,40 @@ class Work:
     """One partition's scoring, as a domain describes it to the spot-safe engine.
 
     Args:
-        schema: the output schema.
-        batches: the input stream, in a deterministic order.
-        transform: the model step ``(batch, prepared) -> output rows``.
-        inputs: the input files; their identity is part of the checkpoint's fingerprint.
+        input: the rows, their shards and quarantine.
+        program: builds each shard's model step where the shard runs (its model through
+            ``worker_model``); a :class:`ModelStep` when it needs nothing from the shard.
+        output: the schema, side output and sample.
         depends_on: whatever else decides the output (model version, settings); a change
             discards old progress instead of mixing outputs.
-        prepare: CPU-side preparation, run ahead in a background thread.
-        batch_size: rows per model call (default: the resource's ``max_batch_size``).
-        shard_rows: rows per shard for this run (e.g. from the asset's config); ignored when
-            the resource turns checkpointing off.
-        default_shard_rows: rows per shard when neither ``shard_rows`` nor the resource sets
-            it: cheap rows (a tabular score) want bigger shards than expensive ones.
-        metrics: where timings go.
-        quarantine: rows to set aside, published to ``outputs/<asset>_quarantine/``.
-        observe: adds each output batch to the partition's exact statistics.
-        count_out: input rows an output batch answers for (default: its row count).
-        side: ``(asset, schema, pick)``: a side output published to ``outputs/<asset>/`` in
-            the same commit, ``pick(rows scored, their output)`` choosing its rows.
-        observe_prepared: adds each model call's prepared input (what ``prepare`` returned)
-            to the shard's exact statistics.
-        sample: the output checks' row sample, taken as the rows stream (else read back);
-            not taken when shards run elsewhere (their rows do not pass through this process).
-        shards: how to cut the partition for the ``ray`` executor when its rows depend on
-            other rows; without it, ``ray`` cuts the input into row ranges as ``local`` does,
-            and ships the functions above to the workers.
+        sizes: rows per model call and per shard.
     """
 
-    schema: pa.Schema
-    batches: Iterable[pa.RecordBatch]
-    transform: Callable[[pa.RecordBatch, Any], pa.Table | pa.RecordBatch]
-    inputs: list[str]
+    input: Input
+    program: ShardProgram | ModelStep
+    output: Output
     depends_on: Any
-    prepare: Callable[[pa.RecordBatch], Any] | None = None
-    batch_size: int | None = None
-    shard_rows: int | None = None
-    default_shard_rows: int = DEFAULT_SHARD_ROWS
-    metrics: BatchMetrics = field(default_factory=BatchMetrics)
-    quarantine: QuarantinePlan | None = None
-    observe: Observe | None = None
-    count_out: CountOut | None = None
-    side: tuple[str, pa.Schema, Side] | None = None
-    observe_prepared: ObservePrepared | None = None
-    sample: StreamedSample | None = None
-    shards: Shards | None = None
+    sizes: Sizes = field(default_factory=Sizes)
 
-    def functions(self) -> ShardFunctions:
-        return ShardFunctions(
-            self.transform,
-            self.prepare,
-            self.observe,
-            self.count_out,
-            self.side[2] if self.side else None,
-            self.observe_prepared,
-        )
+
+@dataclass(frozen=True)
+class SampledProgram:
+    """A program whose steps also hand their output to the checks' sample (in this process)."""
+
+    program: ShardProgram
+    sample: StreamedSample
+    columns: tuple[str, ...] | None
+
+    def __call__(self, rows: pa.Table) -> ModelStep:
+        step = self.program(rows)
+        observe, sample, columns = step.observe, self.sample, self.columns
+
+        def sampled(scored: pa.RecordBatch, out: pa.Table, stats) -> None:
+            if observe is not None:
+                observe(scored, out, stats)
+            sample.add(out.select(list(columns)) if columns else out)
+
+        return replace(step, observe=sampled)
 
 
 @dataclass
@@ -264,38 +268,43 @@ class SpotSafeRun:
         self.open_day: OpenDay | None = None
         self.days: dict[str, dict] = {}  # each committed day's ledger figures
 
-    @property
-    def distributed(self) -> bool:
-        """Whether shards run on workers elsewhere (``executor: ray``)."""
-        return self.inference.executor == "ray"
-
     def pool(self) -> ShardPool:
-        """The step's shard workers, started on first use and stopped with the step."""
+        """Where this step's shards run, the inference resource's ``executor``: in this process
+        (``local``) or on Ray workers (``ray``); started on first use, stopped with the step."""
         if self._pool is None:
-            from inference.ray_pool import RayPool, ray_session
-
-            settings = self.inference
-            ray = self._resources.enter_context(
-                ray_session(
-                    settings.ray_address,
-                    settings.ray_workers * settings.ray_cpus_per_worker,
-                    settings.ray_workers * settings.ray_gpus_per_worker,
-                )
-            )
-            pool = RayPool(
-                ray,
-                settings.ray_workers,
-                settings.ray_cpus_per_worker,
-                settings.ray_gpus_per_worker,
-            )
-            self._resources.callback(pool.close)
-            self._pool = pool
-            where = settings.ray_address or "local Ray"
-            self.context.log.info(
-                f"shards run on {settings.ray_workers} Ray workers ({where}), "
-                f"{settings.ray_cpus_per_worker:g} CPU and {settings.ray_gpus_per_worker:g} GPU each"
-            )
+            if self.inference.executor == "ray":
+                self._pool = self._ray_pool()
+            else:
+                pool = LocalPool(self.stop, models=self._step_model)
+                self._resources.callback(pool.close)
+                self._pool = pool
         return self._pool
+
+    def _step_model(self, key: str, loader: Callable[[], Any]) -> Any:
+        """A model for shards run in this process: the one the step loaded under ``key``."""
+        return self.inference.model(key, lambda runtime: loader())
+
+    def _ray_pool(self) -> ShardPool:
+        from inference.ray_pool import RayPool, ray_session
+
+        settings = self.inference
+        ray = self._resources.enter_context(
+            ray_session(
+                settings.ray_address,
+                settings.ray_workers * settings.ray_cpus_per_worker,
+                settings.ray_workers * settings.ray_gpus_per_worker,
+            )
+        )
+        pool = RayPool(
+            ray, settings.ray_workers, settings.ray_cpus_per_worker, settings.ray_gpus_per_worker
+        )
+        self._resources.callback(pool.close)
+        where = settings.ray_address or "local Ray"
+        self.context.log.info(
+            f"shards run on {settings.ray_workers} Ray workers ({where}), "
+            f"{settings.ray_cpus_per_worker:g} CPU and {settings.ray_gpus_per_worker:g} GPU each"
+        )
+        return pool
 
     def close(self) -> None:
         self._resources.close()
@@ -331,27 +340,13 @@ class SpotSafeRun:
         notice = self.watcher.check()
         return notice.reason if notice else None
 
-    def partition(self, asset: str, date: str, work: Work) -> PartitionReport:
-        """Scores one partition (``outputs/<asset>/date=<date>/``) and commits it exactly once."""
-        metrics, quarantine, side = work.metrics, work.quarantine, work.side
-        decided_by = [input_fingerprint(self.store.fs, work.inputs), work.depends_on]
-        if quarantine is not None:
-            decided_by.append(quarantine.digest())
-        if self.distributed and work.shards is not None:
-            decided_by.append(work.shards.layout)
-        writer = ShardedWriter(
-            self.store.partition_target(asset, date),
-            work.schema,
-            fingerprint(*decided_by),
-            self.shard_rows(work.default_shard_rows, work.shard_rows),
-            run_lineage(self.context),
-            self.inference.lease_seconds,
-            quarantine=(
-                self.store.partition_target(quarantine_asset(asset), date) if quarantine else None
-            ),
-            side=self.store.partition_target(side[0], date) if side else None,
-            side_schema=side[1] if side else None,
-        )
+    def partition(
+        self, asset: str, date: str, work: Work, sample: StreamedSample | None = None
+    ) -> PartitionReport:
+        """Scores one partition (``outputs/<asset>/date=<date>/``) and commits it exactly once;
+        ``sample`` takes the checks' sample as the rows stream, where shards run here."""
+        writer = self._writer(asset, date, work)
+        quarantine = work.input.quarantine
         log = ProgressLog(
             self.context.log.info, f"{asset} {date}", quarantine.rows if quarantine else None
         )
@@ -362,27 +357,14 @@ class SpotSafeRun:
             day.attempt.rows, day.saving = rows - resumed, True
             day.save()
 
-        executor: dict = {}
+        pool = self.pool()
+        sample = sample if pool.in_process else None
+        watch = Watch(self.stop, progress, BatchMetrics())
         try:
             with GpuMonitor(str(self.inference.runtime.device)) as gpu:
-                if self.distributed:
-                    shards, executor = self._on_workers(writer, work, progress, self.pool())
-                else:
-                    shards = run_sharded(
-                        writer,
-                        work.batches,
-                        work.transform,
-                        batch_size=work.batch_size or self.inference.max_batch_size,
-                        prepare=work.prepare,
-                        stop=self.stop,
-                        metrics=metrics,
-                        quarantine=quarantine,
-                        observe=work.observe,
-                        count_out=work.count_out,
-                        side=side[2] if side else None,
-                        observe_prepared=work.observe_prepared,
-                        progress=progress,
-                    )
+                shards = run_partition(
+                    writer, self._shards(work, writer), self._job(work, writer, sample), pool, watch
+                )
         except Interrupted:
             day.attempt.interrupted = True
             raise
@@ -396,6 +378,7 @@ class SpotSafeRun:
             )
         # Rows in and out describe the whole partition, resumed shards included; the batch
         # figures (batches, rows_computed) describe the work this attempt did.
+        metrics = watch.metrics
         metrics.rows_in, metrics.rows_out = shards.rows_in, shards.rows_out
         published = Published(uri=shards.uri, rows=shards.rows_out, files=shards.shards)
         return PartitionReport(
@@ -407,9 +390,58 @@ class SpotSafeRun:
             # The ledger's figures (metadata()) price the day over all its attempts.
             price=None,
             capacity=capacity_of(self.context.run.tags),
-            sample=work.sample.frame(published.rows) if work.sample and not executor else None,
-            executor=executor,
+            sample=sample.frame(published.rows) if sample is not None else None,
+            executor={**self._where(pool, watch), **work.input.layout},
         )
+
+    def _writer(self, asset: str, date: str, work: Work) -> ShardedWriter:
+        """The partition's writer, its fingerprint made of everything that decides the output."""
+        quarantine, side = work.input.quarantine, work.output.side
+        decided_by = [input_fingerprint(self.store.fs, work.input.files or []), work.depends_on]
+        if quarantine is not None:
+            decided_by.append(quarantine.digest())
+        decided_by.append(work.input.layout)
+        return ShardedWriter(
+            self.store.partition_target(asset, date),
+            work.output.schema,
+            fingerprint(*decided_by),
+            self.shard_rows(work.sizes.default_shard_rows, work.sizes.shard_rows),
+            run_lineage(self.context),
+            self.inference.lease_seconds,
+            quarantine=(
+                self.store.partition_target(quarantine_asset(asset), date) if quarantine else None
+            ),
+            side=self.store.partition_target(side[0], date) if side else None,
+            side_schema=side[1] if side else None,
+        )
+
+    def _shards(self, work: Work, writer: ShardedWriter) -> Callable[[], Iterable[ShardInput]]:
+        """The partition's shards: the domain's own cut, else row ranges of its batches."""
+        if work.input.shards is not None:
+            return work.input.shards
+        return lambda: row_range_shards(work.input.batches, writer.shard_rows)
+
+    def _job(self, work: Work, writer: ShardedWriter, sample: StreamedSample | None) -> ShardJob:
+        program = work.program
+        if isinstance(program, ModelStep):
+            program = FixedProgram(program)
+        if sample is not None:
+            columns = work.output.sample
+            program = SampledProgram(program, sample, None if columns is True else columns)
+        return ShardJob(
+            writer.files(),
+            program,
+            work.sizes.batch_size or self.inference.max_batch_size,
+            work.input.quarantine,
+            writer.target.uri(writer.target.final_dir),
+        )
+
+    def _where(self, pool: ShardPool, watch: Watch) -> dict[str, Any]:
+        """Where the shards ran, for the metadata: nothing beyond the step when in process."""
+        if pool.in_process:
+            return {}
+        settings = self.inference
+        return {"executor": "ray", "worker_device": settings.device, **watch.figures.as_dict()}
 
     def _open(self, asset: str, date: str, writer: ShardedWriter, rows: int | None) -> OpenDay:
         """Enters this attempt in the day's ledger; at the day's first attempt, says early
@@ -487,34 +519,6 @@ class SpotSafeRun:
             return deadline_decision(self.night_facts(day, interruptions, current))
         except (OSError, ValueError, KeyError, TypeError) as exc:
             return None, f"deadline-aware policy skipped ({exc}); the count-based switch decides"
-
-    def _on_workers(
-        self, writer: ShardedWriter, work: Work, progress: Callable, pool: ShardPool
-    ) -> tuple:
-        """Runs a partition's shards on ``pool``; the driver records and commits them."""
-        # Without Shards the Work's own functions are shipped to the workers as they are.
-        shards = work.shards or Shards(FixedProgram(work.functions()))
-        inputs = shards.inputs or (lambda: row_range_shards(work.batches, writer.shard_rows))
-        job = ShardJob(
-            writer.files(),
-            shards.program,
-            work.batch_size or self.inference.max_batch_size,
-            work.quarantine,
-            writer.target.uri(writer.target.final_dir),
-        )
-        figures = WorkerFigures()
-        report = run_distributed(
-            writer,
-            inputs,
-            job,
-            pool,
-            stop=self.stop,
-            metrics=work.metrics,
-            progress=progress,
-            figures=figures,
-        )
-        executor = {"executor": "ray", "worker_device": self.inference.device, **figures.as_dict()}
-        return report, {**executor, **shards.layout}
 
 
 @contextmanager

@@ -17,7 +17,7 @@ from dagster import (
 from assets.errors import fail_fast_on_bad_input
 from assets.observability import GpuStats, NodePrice, observability_metadata
 from inference.metrics import BatchMetrics
-from inference.shards import ShardReport
+from inference.output_partition import ShardReport
 from policy.partitions import partition_key_error
 from resources.landing_files import NOT_PARQUET_ENV, LandingListing
 from resources.storage import DataStore, Published

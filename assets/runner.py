@@ -54,6 +54,7 @@ from resources.inference import InferenceResource
 from resources.quality import (
     CheckSuite,
     QualityConfig,
+    StreamedSample,
     fail_fast_on_bad_rows,
     preload_great_expectations,
     quarantine_limit,
@@ -174,9 +175,10 @@ def score(
                 )
             with fail_fast_on_bad_input(), fail_fast_on_bad_rows():
                 day = spec.day(run, date, model, config, limit)
+                sample = _prepare(day.work, spec, store, date, config, limit)
                 # After the domain's own screening, whose message names the rows' figures.
                 refuse_blocked(spec.asset, spec.dataset, date, blocked)
-                report = run.partition(spec.asset, date, day.work)
+                report = run.partition(spec.asset, date, day.work, sample)
             log_partition(context, spec.asset, report)
             if day.on_commit is not None:
                 day.on_commit(report)
@@ -208,6 +210,23 @@ def score(
                 figures["commit"] = report.shards.commit
             yield from days.record(spec.asset, date, day_metadata(figures), checks)
     yield from days.finish()
+
+
+def _prepare(
+    work: Work, spec: ScoringSpec, store: DataStore, date: str, config: QualityConfig, limit: float
+) -> StreamedSample | None:
+    """What every day's work gets before it runs: its input files (by default the spec's
+    dataset's landing files of the day), the quarantine limit (above it the day fails before
+    any inference) and, if it asks for one, the output checks' sample taken as rows stream."""
+    if work.input.files is None:
+        work.input.files = store.landing_files(spec.dataset, date)
+    plan = work.input.quarantine
+    if plan is None:
+        return None
+    plan.check_rate(limit, f"{spec.asset} {date}")
+    if not work.output.sample:
+        return None
+    return StreamedSample(plan.rows - plan.count, config.check_sample_rows, config.check_seed)
 
 
 def _recorded_before(context: AssetExecutionContext, asset: str, report: PartitionReport) -> bool:

@@ -35,8 +35,8 @@ from assets.fraud.assets import fraud_scores, transactions
 from assets.fraud.schemas import FLAGGED, SCORES
 from benchmarks.common import QUIET_RUN_CONFIG, Workload, timed
 from benchmarks.fraud_data import train_model, write_partition
-from inference.distributed import RUNNING_DIR
 from inference.output_partition import PROGRESS
+from inference.shard_worker import RUNNING_DIR
 from resources.inference import InferenceResource
 from resources.storage import DataStore, StorageResource
 

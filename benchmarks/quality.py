@@ -47,7 +47,7 @@ from benchmarks.fraud_data import resources, train_model, write_partition
 from inference.invariants import StreamStats
 from inference.metrics import BatchMetrics
 from inference.modelstore import current_version
-from inference.shards import ShardReport
+from inference.output_partition import ShardReport
 from resources.quality import DEFAULT_SAMPLE_ROWS, sample_output, validation
 from resources.storage import DataStore, Published
 

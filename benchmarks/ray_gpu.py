@@ -2,8 +2,8 @@
 
 Synthetic tabular rows (``--rows`` x ``--features`` float32 columns and an id) are scored by a
 random MLP of the fraud model's shape through :class:`~inference.tabular.TabularScorer`, once
-with the local engine (:func:`inference.shards.run_sharded`, this process), then with
-:func:`inference.distributed.run_distributed` on a :class:`~inference.ray_pool.RayPool` of
+in this process (:func:`inference.local_pool.run_local`), then on a
+:class:`~inference.ray_pool.RayPool` of
 GPUs x k actors for each k of ``--workers-per-gpu`` (each actor holding ``1 / k`` of a GPU),
 with the same shards, model calls and partition writer. Reported: rows/s of each, the ratio to
 the local engine, and whether each published partition holds the local one's ids and scores
@@ -37,20 +37,12 @@ import torch
 
 from benchmarks.common import Workload, _cpu_name, peak_rss_mb
 from inference.device import make_runtime
-from inference.distributed import (
-    WAIT_SECONDS,
-    FixedProgram,
-    ShardFunctions,
-    ShardJob,
-    WorkerFigures,
-    row_range_shards,
-    run_distributed,
-    worker_model,
-)
+from inference.local_pool import run_local as run_in_process
 from inference.metrics import BatchMetrics
 from inference.ray_pool import RayPool, ray_session
+from inference.shard_worker import FixedProgram, ModelStep, ShardJob, worker_model
 from inference.shard_writer import ShardedWriter
-from inference.shards import run_sharded
+from inference.shards import WAIT_SECONDS, Watch, WorkerFigures, row_range_shards, run_partition
 from inference.tabular import Standardizer, TabularScorer, build_mlp
 from inference.tabular_model import stack_features
 from resources.datastore import DataStore
@@ -122,8 +114,8 @@ class Scoring:
         scores = scorer.score(x, max_rows=self.batch_size)
         return pa.table({"id": batch["id"], "score": pa.array(scores, pa.float32())})
 
-    def functions(self) -> ShardFunctions:
-        return ShardFunctions(self.transform, prepare=self.prepare)
+    def functions(self) -> ModelStep:
+        return ModelStep(self.transform, prepare=self.prepare)
 
 
 def feature_names(count: int) -> list[str]:
@@ -164,16 +156,10 @@ def _writer(store: DataStore, asset: str, date: str, shard_rows: int) -> Sharded
 def run_local(store, asset, date, batches, scoring, shard_rows) -> tuple[float, BatchMetrics]:
     """Seconds for one partition through the local engine, commit included, and its phases."""
     writer = _writer(store, asset, date, shard_rows)
-    functions = scoring.functions()
     metrics = BatchMetrics()
     began = time.perf_counter()
-    run_sharded(
-        writer,
-        batches,
-        functions.transform,
-        batch_size=scoring.batch_size,
-        prepare=functions.prepare,
-        metrics=metrics,
+    run_in_process(
+        writer, batches, scoring.functions(), scoring.batch_size, watch=Watch(metrics=metrics)
     )
     return time.perf_counter() - began, metrics
 
@@ -185,13 +171,12 @@ def run_ray(store, asset, date, batches, scoring, shard_rows, pool):
     job = ShardJob(writer.files(), FixedProgram(scoring.functions()), scoring.batch_size)
     figures, metrics = WorkerFigures(), BatchMetrics()
     began = time.perf_counter()
-    run_distributed(
+    run_partition(
         writer,
         lambda: row_range_shards(batches, shard_rows),
         job,
         pool,
-        figures=figures,
-        metrics=metrics,
+        Watch(metrics=metrics, figures=figures),
     )
     return time.perf_counter() - began, figures, metrics
 

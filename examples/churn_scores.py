@@ -14,7 +14,7 @@ from dagster import AssetExecutionContext, AssetSpec, Definitions
 from pydantic import Field
 from torch import nn
 
-from assets.checkpointing import SpotSafeRun, Work
+from assets.checkpointing import Input, Output, SpotSafeRun, Work
 from assets.common import PartitionReport
 from assets.days import daily_assets
 from assets.gates import SuiteRun, conservation_figures
@@ -23,6 +23,7 @@ from assets.runner import Day, Model, ScoringSpec, score, scoring_asset
 from inference.checkpoints import load_weights, weights_version
 from inference.invariants import StreamStats
 from inference.screen import screen_required
+from inference.shard_worker import ModelStep
 from inference.tabular_model import stack_features
 from orchestration.resources import build_resources
 from resources.inference import InferenceResource
@@ -64,8 +65,9 @@ def landed(store: DataStore, date: str):
 
 def day(run: SpotSafeRun, date: str, model: Model, config: ChurnConfig, limit: float) -> Day:
     store, net, device = run.store, model.value, run.inference.runtime.device
+    # Rows with no id, a missing feature or a repeated id are set aside, never scored; too
+    # many of them and the runner fails the day before any inference, publishing nothing.
     plan = screen_required(landed(store, date), "customer_id", FEATURES)
-    plan.check_rate(limit, f"{ASSET} {date}")  # too many bad rows: fail, publish nothing
 
     def transform(batch: pa.RecordBatch, x: np.ndarray) -> pa.RecordBatch:
         with torch.inference_mode():
@@ -79,14 +81,10 @@ def day(run: SpotSafeRun, date: str, model: Model, config: ChurnConfig, limit: f
         stats.count("likely_to_churn", (p >= 0.5).sum())
 
     work = Work(
-        SCORES_SCHEMA,
-        landed(store, date),
-        transform,
-        inputs=store.landing_files(CUSTOMERS, date),
+        Input(landed(store, date), quarantine=plan),
+        ModelStep(transform, lambda batch: stack_features(batch, FEATURES), observe=observe),
+        Output(SCORES_SCHEMA),
         depends_on={"model": model.version},  # new weights: old progress is discarded
-        prepare=lambda batch: stack_features(batch, FEATURES),
-        quarantine=plan,
-        observe=observe,
     )
 
     def checks(report: PartitionReport):

@@ -19,7 +19,7 @@ from collections.abc import Iterator
 from contextlib import contextmanager
 from typing import Any
 
-from inference.distributed import ShardInput, ShardJob, ShardResult, compute_shard
+from inference.shard_worker import ShardInput, ShardJob, ShardResult, compute_shard
 
 # Restarts of one actor, and retries of one shard on a restarted actor, before the step fails.
 MAX_RESTARTS = 3
@@ -98,7 +98,9 @@ class ShardWorker:
 
 
 class RayPool:
-    """``workers`` Ray actors computing shards for the distributed driver loop."""
+    """``workers`` Ray actors computing shards for the driver loop (inference/shards.py)."""
+
+    in_process = False
 
     def __init__(self, ray: Any, workers: int, cpus_per_worker: float, gpus_per_worker: float):
         self.ray = ray
@@ -114,6 +116,7 @@ class RayPool:
         self._job: ShardJob | None = None  # the partition being computed, and its object
         self._job_ref: Any = None
         self._load: dict[Any, int] = {}
+        self._rows: dict[Any, int] = {}
         self._busy = [0] * workers
 
     def pids(self) -> list[int]:
@@ -129,6 +132,7 @@ class RayPool:
         )
         self._busy[slot] += 1
         self._load[handle] = slot
+        self._rows[handle] = shard.rows.num_rows
         return handle
 
     def wait(self, handles: list[Any], timeout: float) -> list[Any]:
@@ -140,6 +144,7 @@ class RayPool:
 
     def result(self, handle: Any) -> ShardResult:
         self._busy[self._load.pop(handle)] -= 1
+        self._rows.pop(handle, None)
         try:
             return self.ray.get(handle)
         except self.ray.exceptions.RayTaskError as exc:
@@ -147,10 +152,18 @@ class RayPool:
             cause = exc.cause if isinstance(exc.cause, BaseException) else None
             raise (cause or exc) from None
 
-    def cancel(self, handles: list[Any]) -> None:
-        for handle in handles:
+    def stop(self, handles: list[Any]) -> tuple[list[ShardResult], int]:
+        """Cancels the shards not finished; those finished are returned, the others' rows
+        are the work lost."""
+        if not handles:
+            return [], 0
+        done, running = self.ray.wait(handles, num_returns=len(handles), timeout=0)
+        lost = 0
+        for handle in running:
             self.ray.cancel(handle)
             self._busy[self._load.pop(handle)] -= 1
+            lost += self._rows.pop(handle, 0)
+        return [self.result(handle) for handle in done], lost
 
     def close(self) -> None:
         for actor in self.actors:

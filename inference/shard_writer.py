@@ -44,19 +44,9 @@ from inference.output_partition import (
     SIDE_DIR,
     PartitionTarget,
     ShardReport,
-    input_fingerprint,
 )
 from inference.partition_commit import commit_beside, commit_by_manifest, swap_in
 from inference.partition_io import PartitionIO
-
-# input_fingerprint lived here; assets/fraud/quality.py still imports it from this module.
-__all__ = [
-    "ShardFileTargets",
-    "ShardFiles",
-    "ShardedWriter",
-    "input_fingerprint",
-    "write_shard_files",
-]
 
 
 @dataclass

@@ -1,63 +1,48 @@
-"""Sharded, checkpointed execution of one output partition, published exactly once.
+"""The one driver loop: a partition cut into shards, computed by a pool, published exactly once.
 
-A partition's input is cut into shards of ``shard_rows`` rows in input order; each shard is cut
-into model batches. Finished shards are checkpointed by a :class:`ShardedWriter` (see
-``inference.shard_writer``): a retry skips them and redoes at most the shard that was in
-flight, and the partition is committed once every shard is present.
+The driver (the Dagster step) keeps what makes a partition exactly once: the lease, the
+progress file and the commit (:class:`~inference.shard_writer.ShardedWriter`). It reads the
+partition's shards, skips those an earlier attempt finished, hands the others to a
+:class:`ShardPool` and records each shard once the pool has written its files. Where a shard is
+computed is the pool's business: in this process (:class:`inference.local_pool.LocalPool`) or on
+Ray actors (:class:`inference.ray_pool.RayPool`); the loop is the same. So:
 
-Rows a quarantine plan sets aside never reach the model; they are written with their shard and
-published to the asset's quarantine partition in the same commit. Every model call is checked
-for row conservation before its rows can reach a shard, and its exact statistics are kept with
-the shard's checkpoint.
+- a shard whose computation dies leaves no progress entry: it is computed again (by the next
+  attempt, or Ray's task retry) and its files are overwritten, never duplicated;
+- a driver that dies leaves the progress file: the next attempt skips every recorded shard;
+- a stop (the node is going away) stops the shards in flight at a model-call boundary, keeps
+  every finished one and raises :class:`Interrupted`.
+
+Shards carry their own rows, so a shard may be any set of rows: a range of the input
+(:func:`row_range_shards`), or every row of a set of accounts. Each row keeps its position in
+the partition's input order, which is what the quarantine plan is keyed by.
 """
 
 from __future__ import annotations
 
 import time
-from collections import Counter
-from collections.abc import Callable, Iterable
-from concurrent.futures import Future, ThreadPoolExecutor
+from collections.abc import Callable, Iterable, Iterator
+from contextlib import closing, suppress
 from dataclasses import dataclass, field
-from typing import Any
+from typing import Any, Protocol
 
+import numpy as np
 import pyarrow as pa
 
 from inference.batching import Prefetcher, rebatch
-from inference.invariants import StreamStats
 from inference.metrics import BatchMetrics
-from inference.output_partition import (
-    MANIFEST,
-    PROGRESS,
-    QUARANTINE_DIR,
-    QUARANTINED_PREFIX,
-    PartitionTarget,
-    ShardReport,
-    fingerprint,
-    input_fingerprint,
-)
-from inference.quarantine import REASON, QuarantinePlan, RowConservationError
+from inference.output_partition import ShardReport
+from inference.shard_worker import ShardInput, ShardJob, ShardResult, ShardStopped, StopCheck
 from inference.shard_writer import ShardedWriter
 
-__all__ = [
-    "MANIFEST",
-    "PROGRESS",
-    "QUARANTINE_DIR",
-    "QUARANTINED_PREFIX",
-    "CountOut",
-    "Interrupted",
-    "Observe",
-    "ObservePrepared",
-    "PartitionTarget",
-    "Progress",
-    "ShardReport",
-    "Side",
-    "ShardedWriter",
-    "fingerprint",
-    "input_fingerprint",
-    "publish",
-    "run_sharded",
-    "score_batch",
-]
+# Seconds between stop checks while the driver waits for the pool.
+WAIT_SECONDS = 0.25
+# Shards read ahead of the pool, beyond those it holds.
+READ_AHEAD = 1
+
+# Told after each shard this attempt records: (input rows read so far, of them rows of shards
+# an earlier attempt finished, shards finished so far).
+Progress = Callable[[int, int, int], None]
 
 
 class Interrupted(Exception):
@@ -66,7 +51,7 @@ class Interrupted(Exception):
     def __init__(self, reason: str, shards_done: int, rows_discarded: int, interruptions: int):
         super().__init__(
             f"interrupted ({reason}) with {shards_done} shards finished; "
-            f"{rows_discarded} rows of the shard in flight will be redone on retry "
+            f"{rows_discarded} rows of the shards in flight will be redone on retry "
             f"(interruption {interruptions} of this partition)"
         )
         self.reason = reason
@@ -75,168 +60,195 @@ class Interrupted(Exception):
         self.interruptions = interruptions
 
 
-Transform = Callable[[pa.RecordBatch, Any], pa.Table | pa.RecordBatch]
-Prepare = Callable[[pa.RecordBatch], Any]
-StopCheck = Callable[[], str | None]
-# Adds one model call's exact statistics (rows scored, their output) to its shard's.
-Observe = Callable[[pa.RecordBatch, pa.Table, StreamStats], None]
-# How many input rows an output batch answers for (recommendations: distinct users).
-CountOut = Callable[[pa.Table], int]
-# Adds what preparing one model call's rows found (e.g. features clamped) to its shard's stats.
-ObservePrepared = Callable[[Any, StreamStats], None]
-# The side-output rows of one model call (rows scored, their output), committed with the shard.
-Side = Callable[[pa.RecordBatch, pa.Table], pa.Table]
-# Told after each shard this attempt writes: (input rows read so far, of them rows of shards an
-# earlier attempt finished, shards finished so far).
-Progress = Callable[[int, int, int], None]
+class ShardPool(Protocol):
+    """Where shards are computed. ``slots``: shards handed out at once (their rows are held
+    until they are done); ``in_process``: whether shards run in this process."""
+
+    slots: int
+    in_process: bool
+
+    def submit(self, job: ShardJob, shard: ShardInput) -> Any: ...
+
+    def wait(self, handles: list[Any], timeout: float) -> list[Any]: ...
+
+    def result(self, handle: Any) -> ShardResult: ...
+
+    def stop(self, handles: list[Any]) -> tuple[list[ShardResult], int]:
+        """Stops the shards of ``handles``: the results of those that finished anyway, and
+        the rows of work the others lose."""
+        ...
 
 
 @dataclass
-class _Shard:
-    """The shard being computed: its outputs, quarantined rows and statistics so far."""
+class WorkerFigures:
+    """What the workers did for one partition, for its metadata."""
 
-    index: int
-    outputs: list[pa.Table] = field(default_factory=list)
-    quarantined: list[pa.Table] = field(default_factory=list)
-    side: list[pa.Table] = field(default_factory=list)
-    stats: StreamStats = field(default_factory=StreamStats)
-    rows_in: int = 0
-    rows_scored: int = 0
+    shards: dict[str, int] = field(default_factory=dict)  # worker -> shards computed
+    peak_rss_mib: dict[str, float] = field(default_factory=dict)  # worker -> its peak RSS
+    model_loads: dict[str, int] = field(default_factory=dict)  # worker -> models loaded so far
+    rows_redone: int = 0
+    shards_redone: int = 0
+
+    def add(self, result: ShardResult) -> None:
+        name = result.worker
+        self.shards[name] = self.shards.get(name, 0) + 1
+        self.peak_rss_mib[name] = max(self.peak_rss_mib.get(name, 0.0), result.peak_rss_mib)
+        self.model_loads[name] = result.model_loads
+        if result.rows_redone:
+            self.rows_redone += result.rows_redone
+            self.shards_redone += 1
+
+    def as_dict(self) -> dict[str, Any]:
+        return {
+            "workers": len(self.shards),
+            "worker_shards": dict(sorted(self.shards.items())),
+            "worker_peak_rss_mib": round(max(self.peak_rss_mib.values(), default=0.0), 1),
+            "worker_model_loads": sum(self.model_loads.values()),
+            "shards_redone_by_workers": self.shards_redone,
+        }
 
 
-def run_sharded(
-    writer: ShardedWriter,
-    batches: Iterable[pa.RecordBatch],
-    transform: Transform,
-    *,
-    batch_size: int,
-    prepare: Prepare | None = None,
-    stop: StopCheck = lambda: None,
-    metrics: BatchMetrics | None = None,
-    prefetch_depth: int = 2,
-    prepare_workers: int = 2,
-    quarantine: QuarantinePlan | None = None,
-    observe: Observe | None = None,
-    count_out: CountOut | None = None,
-    progress: Progress | None = None,
-    side: Side | None = None,
-    observe_prepared: ObservePrepared | None = None,
-) -> ShardReport:
-    """Runs the model over the input in shards and commits the partition.
-
-    Reading runs in a background thread, ``prefetch_depth`` batches ahead of the model, and
-    ``prepare`` (tokenising, assembling features) on ``prepare_workers`` threads, so two
-    batches can be prepared at once while the model runs (Arrow, numpy and tokenizers release
-    the GIL); results come back in input order. Batches of finished shards are read but
-    neither prepared nor computed.
+@dataclass
+class Watch:
+    """What the driver reports to and asks while it runs a partition.
 
     Args:
-        writer: the partition's writer (``begin`` is called here).
-        batches: the input as record batches, in a deterministic order.
-        transform: the model step: ``(batch, prepared) -> output rows``.
-        batch_size: rows per model call.
-        prepare: CPU-side preparation of one batch; ``prepared`` is the batch itself without it.
-        stop: returns a reason when the node is going away; checked before every batch.
-        metrics: receives per-batch timings and the read/preprocess/compute/write split.
-        prefetch_depth: batches read and prepared ahead.
-        prepare_workers: threads preparing batches.
-        quarantine: rows to set aside instead of scoring; the model never sees them.
-        observe: adds each model call (rows scored, output) to its shard's statistics.
-        count_out: input rows an output batch answers for (default: its row count).
-        progress: told after each shard written: the input rows read so far, how many of them
-            belong to shards an earlier attempt finished, and the shards finished so far.
-        side: picks each model call's side-output rows (the writer must have a side target).
-        observe_prepared: adds each model call's prepared input to its shard's statistics.
+        stop: returns a reason when the node is going away; checked while waiting on shards.
+        progress: told after each shard recorded.
+        metrics: receives the read/preprocess/compute/write split and per-call timings.
+        figures: what the workers did.
+    """
+
+    stop: StopCheck = lambda: None
+    progress: Progress | None = None
+    metrics: BatchMetrics = field(default_factory=BatchMetrics)
+    figures: WorkerFigures = field(default_factory=WorkerFigures)
+
+
+def run_partition(
+    writer: ShardedWriter,
+    shards: Callable[[], Iterable[ShardInput]],
+    job: ShardJob,
+    pool: ShardPool,
+    watch: Watch | None = None,
+) -> ShardReport:
+    """Computes a partition's shards on ``pool`` and commits it once every shard is recorded.
+
+    ``shards`` is called after the writer's ``begin`` (staging is then settled) and read lazily:
+    at most ``pool.slots`` shards' rows are held at once, so the next shard is read while one
+    computes. Finished shards of an earlier attempt are skipped.
 
     Raises:
-        Interrupted: ``stop`` fired; finished shards are kept for the retry.
-        RowConservationError: the model step answered for more or fewer rows than it was
-            given; nothing is committed.
+        Interrupted: ``watch.stop`` fired; the shards in flight were stopped, finished ones kept.
+        RowConservationError: a model call answered for more or fewer rows than it was given;
+            nothing is committed.
     """
-    metrics = metrics or BatchMetrics()
-    workers = ThreadPoolExecutor(max(1, prepare_workers), thread_name_prefix="nightshift-prepare")
-
-    def staged():
-        # Shards are cut by input rows, then each into model batches: a batch never spans two
-        # shards, and a different batch size on the retry does not invalidate the progress.
-        offset = 0
-        for shard, rows in enumerate(rebatch(batches, writer.shard_rows or (1 << 62))):
-            for batch in rebatch([rows], batch_size):
-                start, offset = offset, offset + batch.num_rows
-                if writer.done(shard):
-                    yield shard, batch, None, None, _ready(None, 0.0)
-                    continue
-                started = time.perf_counter()
-                good, held = quarantine.split(batch, start) if quarantine else (batch, None)
-                split = time.perf_counter() - started
-                if prepare and good.num_rows:
-                    yield shard, batch, good, held, workers.submit(_timed, prepare, good, split)
-                else:
-                    yield shard, batch, good, held, _ready(good, split)
-
-    def interrupt(reason: str, shard: int | None, rows: int) -> Interrupted:
-        writer.record_interruption(shard, rows)
-        return Interrupted(reason, len(writer.progress.shards), rows, writer.progress.interruptions)
-
+    loop = _Loop(writer, pool, watch or Watch())
     try:
-        # Inside the try: a begin that fails after taking the lease (no space left for the
-        # progress file) must still release it, or the next run waits for it to expire.
         report = writer.begin()
         if report.already_committed:
             return report
-        source = Prefetcher(staged(), depth=prefetch_depth)
-        current: _Shard | None = None
-        shards = rows_read = rows_resumed = 0
-
-        def finish(shard: _Shard) -> None:
-            _finish_shard(writer, shard, metrics)
-            if progress is not None:
-                progress(rows_read, rows_resumed, len(writer.progress.shards))
-
-        clock = time.perf_counter()
-        for shard, batch, good, held, preparing in source:
-            prepared, prep_seconds = preparing.result()
-            metrics.add_phase("read", time.perf_counter() - clock)
-            metrics.add_phase("preprocess", prep_seconds)
-            metrics.observe_queue_depth(source.depth)
-            if current is None or shard != current.index:
-                if current is not None and not writer.done(current.index):
-                    finish(current)
-                current, shards = _Shard(shard), shard + 1
-                if writer.done(shard):
-                    report.shards_resumed += 1
-                else:
-                    writer.start_shard(shard)
-            if writer.done(shard):
-                rows_read += batch.num_rows
-                rows_resumed += batch.num_rows
-                clock = time.perf_counter()
-                continue
-            reason = stop()
-            if reason:
-                raise interrupt(reason, shard, current.rows_in)
-            if held is not None:
-                current.quarantined.append(held)
-                for why, n in Counter(held.column(REASON).to_pylist()).items():
-                    current.stats.count(f"{QUARANTINED_PREFIX}{why}", n)
-            if good.num_rows:
-                _score(
-                    current, good, prepared, transform, metrics, writer, observe, count_out, side
-                )
-                if observe_prepared is not None:
-                    observe_prepared(prepared, current.stats)
-            current.rows_in += batch.num_rows
-            rows_read += batch.num_rows
-            clock = time.perf_counter()
-        if current is not None and not writer.done(current.index):
-            finish(current)
-        reason = stop()
+        count = loop.run(shards(), job)
+        reason = loop.watch.stop()
         if reason:
-            raise interrupt(reason, None, 0)
-        return publish(writer, shards, metrics)
+            raise loop.interrupted(reason, 0)
+        return publish(writer, count, loop.watch.metrics)
     finally:
-        workers.shutdown(wait=True, cancel_futures=True)
+        loop.abandon()
         writer.close()
+
+
+class _Loop:
+    """The shards handed to the pool and not yet recorded, and the rows read so far."""
+
+    def __init__(self, writer: ShardedWriter, pool: ShardPool, watch: Watch):
+        self.writer, self.pool, self.watch = writer, pool, watch
+        self.pending: dict[Any, ShardInput] = {}
+        self.rows_read = self.rows_resumed = 0
+
+    def run(self, shards: Iterable[ShardInput], job: ShardJob) -> int:
+        """Hands out every shard not finished before; returns how many shards there are.
+
+        The next shard is read on a thread while the pool computes one (a pool in this process
+        computes it on this thread)."""
+        ahead = iter(Prefetcher(shards, depth=READ_AHEAD))
+        with closing(ahead):
+            count = self._hand_out(ahead, job)
+        self.collect(block=True)
+        return count
+
+    def _hand_out(self, shards: Iterator[ShardInput], job: ShardJob) -> int:
+        count = 0
+        started = time.perf_counter()
+        for shard in shards:
+            count = max(count, shard.index + 1)
+            if self.writer.done(shard.index):
+                self.writer.report.shards_resumed += 1
+                self.rows_read += shard.rows.num_rows
+                self.rows_resumed += shard.rows.num_rows
+                continue
+            self.watch.metrics.add_phase("read", time.perf_counter() - started)
+            self.pending[self.pool.submit(job, shard)] = shard
+            self.collect(block=False)
+            started = time.perf_counter()
+        return count
+
+    def collect(self, block: bool) -> None:
+        """Records finished shards: all of them (``block``), else until a slot is free."""
+        while self.pending:
+            reason = self.watch.stop()
+            if reason:
+                raise self.stop(reason)
+            # Wait only when every slot is taken (or at the end); otherwise take what is ready
+            # and go back to hand out the next shard.
+            full = block or len(self.pending) >= self.pool.slots
+            for handle in self.pool.wait(list(self.pending), WAIT_SECONDS if full else 0.0):
+                try:
+                    result = self.pool.result(handle)
+                except ShardStopped as stopped:  # the pool saw the stop first
+                    self.pending.pop(handle)
+                    raise self.stop(stopped.reason, stopped.rows_done) from None
+                self.record(self.pending.pop(handle), result)
+            if not block and len(self.pending) < self.pool.slots:
+                return
+
+    def record(self, shard: ShardInput, result: ShardResult) -> None:
+        writer = self.writer
+        writer.report.rows_redone += result.rows_redone
+        writer.record_shard(
+            result.index, result.files, result.rows_in, result.stats, result.rows_scored
+        )
+        self.watch.metrics.merge(result.metrics)
+        self.watch.figures.add(result)
+        self.rows_read += shard.rows.num_rows
+        if self.watch.progress is not None:
+            self.watch.progress(self.rows_read, self.rows_resumed, len(writer.progress.shards))
+
+    def stop(self, reason: str, rows_lost: int = 0) -> Interrupted:
+        """Stops the shards in flight, records those that finished anyway, and says how far
+        the partition got."""
+        handles = list(self.pending)
+        finished, lost = self.pool.stop(handles)
+        by_index = {s.index: s for s in self.pending.values()}
+        self.pending.clear()
+        for result in sorted(finished, key=lambda r: r.index):
+            self.record(by_index[result.index], result)
+        return self.interrupted(reason, rows_lost + lost)
+
+    def interrupted(self, reason: str, rows_lost: int) -> Interrupted:
+        writer = self.writer
+        writer.record_interruption(None, rows_lost)
+        return Interrupted(
+            reason, len(writer.progress.shards), rows_lost, writer.progress.interruptions
+        )
+
+    def abandon(self) -> None:
+        """After a failure: stops what is still in flight, so nothing writes into staging once
+        the lease is released (the failure itself is what the caller sees)."""
+        if self.pending:
+            with suppress(Exception):
+                self.pool.stop(list(self.pending))
+            self.pending.clear()
 
 
 def publish(writer: ShardedWriter, shards: int, metrics: BatchMetrics) -> ShardReport:
@@ -250,75 +262,10 @@ def publish(writer: ShardedWriter, shards: int, metrics: BatchMetrics) -> ShardR
     return writer.report
 
 
-def _timed(prepare: Prepare, good: pa.RecordBatch, seconds: float) -> tuple[Any, float]:
-    started = time.perf_counter()
-    prepared = prepare(good)
-    return prepared, seconds + time.perf_counter() - started
-
-
-def _ready(prepared: Any, seconds: float) -> Future:
-    done: Future = Future()
-    done.set_result((prepared, seconds))
-    return done
-
-
-def _score(
-    shard: _Shard,
-    good: pa.RecordBatch,
-    prepared: Any,
-    transform: Transform,
-    metrics: BatchMetrics,
-    writer: ShardedWriter,
-    observe: Observe | None,
-    count_out: CountOut | None,
-    side: Side | None,
-) -> None:
-    """One model call, checked for row conservation before its rows can reach a shard."""
-    where = writer.target.uri(writer.target.final_dir)
-    out = score_batch(good, prepared, transform, metrics, count_out, where, shard.index)
-    if observe is not None:
-        observe(good, out, shard.stats)
-    shard.outputs.append(out)
-    if side is not None:
-        shard.side.append(side(good, out))
-    shard.rows_scored += good.num_rows
-
-
-def score_batch(
-    good: pa.RecordBatch,
-    prepared: Any,
-    transform: Transform,
-    metrics: BatchMetrics,
-    count_out: CountOut | None,
-    where: str,
-    shard: int,
-) -> pa.Table:
-    """Runs the model step on one batch and checks it answered for exactly its rows."""
-    started = time.perf_counter()
-    out = transform(good, prepared)
-    elapsed = time.perf_counter() - started
-    out = out if isinstance(out, pa.Table) else pa.Table.from_batches([out])
-    answered = count_out(out) if count_out else out.num_rows
-    if answered != good.num_rows:
-        raise RowConservationError(
-            f"{where}: the model step answered for {answered} rows but was given "
-            f"{good.num_rows} (shard {shard}); a model call must never drop or add rows, "
-            "so nothing was committed"
-        )
-    metrics.record_batch(good.num_rows, out.num_rows, elapsed)
-    metrics.add_phase("compute", elapsed)
-    return out
-
-
-def _finish_shard(writer: ShardedWriter, shard: _Shard, metrics: BatchMetrics) -> None:
-    started = time.perf_counter()
-    writer.write_shard(
-        shard.index,
-        shard.outputs,
-        shard.rows_in,
-        quarantined=shard.quarantined,
-        stats=shard.stats,
-        rows_scored=shard.rows_scored,
-        side=shard.side,
-    )
-    metrics.add_phase("write", time.perf_counter() - started)
+def row_range_shards(batches: Iterable[pa.RecordBatch], shard_rows: int) -> Iterator[ShardInput]:
+    """The input cut into shards of ``shard_rows`` rows in input order (0: one shard)."""
+    offset = 0
+    for index, rows in enumerate(rebatch(batches, shard_rows or (1 << 62))):
+        table = pa.Table.from_batches([rows])
+        yield ShardInput(index, table, np.arange(offset, offset + rows.num_rows, dtype=np.int64))
+        offset += rows.num_rows

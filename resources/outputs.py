@@ -13,7 +13,8 @@ import pyarrow.dataset as ds
 import pyarrow.fs as pafs
 
 from inference.leases import CasStore, LocalCasStore, S3CasStore
-from inference.shards import MANIFEST, PartitionTarget, ShardedWriter
+from inference.output_partition import MANIFEST, PartitionTarget
+from inference.shard_writer import ShardedWriter
 from resources.filestore import FileStore
 
 

@@ -15,10 +15,11 @@ import pytest
 from dagster import AssetExecutionContext, MaterializeResult, asset, materialize
 from helpers import cpu_resources
 
-from assets.checkpointing import Work, spot_safe
+from assets.checkpointing import Input, Output, Sizes, Work, spot_safe
 from assets.common import partition_dates, scoring_metadata
 from assets.day_metadata import day_entries, day_metadata
 from inference.ledger import PartitionLedger, ledger_path, sum_figures
+from inference.shard_worker import ModelStep
 from policy.partitions import daily_partitions
 from policy.prices import (
     NODE_TYPE_SETTING,
@@ -57,7 +58,9 @@ def tripled(
 
     with spot_safe(context, store, inference) as run:
         for date in partition_dates(context):
-            work = Work(SCHEMA, batches, transform, inputs=[], depends_on="v1", batch_size=BATCH)
+            work = Work(
+                Input(batches, files=[]), ModelStep(transform), Output(SCHEMA), "v1", Sizes(BATCH)
+            )
             report = run.partition("tripled", date, work)
             metadata = scoring_metadata(report, model_version="v1", device="cpu", model_loads=0)
     return MaterializeResult(metadata=day_metadata({**metadata, **run.metadata()}))

@@ -17,6 +17,7 @@ from assets.fraud.demo_data import generate_day
 from assets.fraud.gates import SCORE_SUITES, score_figures
 from assets.gates import conservation_figures
 from inference.invariants import StreamStats, population_stability
+from inference.local_pool import run_local
 from inference.quarantine import (
     QuarantinePlan,
     QuarantineRateExceeded,
@@ -25,7 +26,9 @@ from inference.quarantine import (
     blank,
     invalid_utf8,
 )
-from inference.shards import Interrupted, ShardedWriter, run_sharded
+from inference.shard_worker import ModelStep
+from inference.shard_writer import ShardedWriter
+from inference.shards import Interrupted, Watch
 from inference.tabular import TabularScorer
 from resources.inference import InferenceResource
 from resources.quality import (
@@ -150,6 +153,13 @@ def _observe(scored: pa.RecordBatch, out: pa.Table, stats: StreamStats) -> None:
     stats.count("y_sum", int(out["y"].to_numpy().sum()))
 
 
+def _score(writer, batches, model, *, batch_size, stop=None, quarantine=None, observe=None):
+    """The partition's row ranges scored in this process by the one engine loop."""
+    watch = Watch(stop or (lambda: None))
+    step = ModelStep(model, observe=observe)
+    return run_local(writer, batches, step, batch_size, quarantine, watch)
+
+
 def test_quarantined_rows_survive_a_resume_exactly_once(any_store: DataStore) -> None:
     store = any_store
     ids = np.arange(1000)
@@ -157,13 +167,13 @@ def test_quarantined_rows_survive_a_resume_exactly_once(any_store: DataStore) ->
     bad = [5, 150, 420, 421, 999]  # in shards 0, 0, 2, 2 and 4
     first = Doubler(stop_after=500)
     with pytest.raises(Interrupted):
-        run_sharded(
+        _score(
             _writer(store), batches, first, batch_size=50, stop=first.stop,
             quarantine=_plan(1000, bad), observe=_observe,
         )  # fmt: skip
     assert not store.output_exists("out", DAY) and not store.output_exists("out_quarantine", DAY)
     retry = Doubler()
-    report = run_sharded(
+    report = _score(
         _writer(store), batches, retry, batch_size=64, quarantine=_plan(1000, bad), observe=_observe
     )
     held = store.read_output("out_quarantine", DAY)
@@ -194,10 +204,10 @@ def test_a_crash_between_the_two_commits_is_redone_whole(store: DataStore, monke
 
     monkeypatch.setattr(writer, "_commit_by_rename", crash)
     with pytest.raises(MemoryError):
-        run_sharded(writer, batches, Doubler(), batch_size=100, quarantine=_plan(1000, [7, 700]))
+        _score(writer, batches, Doubler(), batch_size=100, quarantine=_plan(1000, [7, 700]))
     assert store.output_exists("out_quarantine", DAY) and not store.output_exists("out", DAY)
     retry = Doubler()
-    report = run_sharded(
+    report = _score(
         _writer(store), batches, retry, batch_size=100, quarantine=_plan(1000, [7, 700])
     )
     assert retry.rows == 0 and report.shards_resumed == 5  # every shard was already done
@@ -208,7 +218,7 @@ def test_a_crash_between_the_two_commits_is_redone_whole(store: DataStore, monke
 def test_a_model_call_that_loses_a_row_fails_and_commits_nothing(store: DataStore) -> None:
     batches = [pa.record_batch({"id": np.arange(500)})]
     with pytest.raises(RowConservationError, match="answered for 99 rows but was given 100"):
-        run_sharded(_writer(store), batches, Doubler(drop=True), batch_size=100)
+        _score(_writer(store), batches, Doubler(drop=True), batch_size=100)
     assert not store.output_exists("out", DAY) and not store.output_exists("out_quarantine", DAY)
 
 
@@ -265,7 +275,7 @@ def test_suites_report_counts_percentages_and_offending_values(capfd) -> None:
 def test_fraud_figures_hold_every_statistic_the_suites_read(store: DataStore) -> None:
     from assets.common import PartitionReport
     from inference.metrics import BatchMetrics
-    from inference.shards import ShardReport
+    from inference.output_partition import ShardReport
     from resources.storage import Published
 
     shards = ShardReport(rows_in=10, rows_out=9, rows_scored=9, rows_quarantined=1)

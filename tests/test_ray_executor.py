@@ -34,18 +34,11 @@ from assets.fraud.demo_data import generate_day
 from assets.fraud.pipeline import SCORED_COLUMNS
 from assets.fraud.quality import screen_transactions
 from assets.fraud.schemas import TRANSACTIONS, TRANSACTIONS_SCHEMA
-from inference.distributed import (
-    RUNNING_DIR,
-    ShardFunctions,
-    ShardJob,
-    WorkerFigures,
-    row_range_shards,
-    run_distributed,
-)
 from inference.quarantine import RowConservationError
 from inference.ray_pool import RayPool, ray_session
+from inference.shard_worker import RUNNING_DIR, ModelStep, ShardJob
 from inference.shard_writer import ShardedWriter
-from inference.shards import Interrupted
+from inference.shards import Interrupted, Watch, WorkerFigures, row_range_shards, run_partition
 from resources.inference import InferenceResource
 from resources.storage import DataStore, StorageResource
 
@@ -150,13 +143,13 @@ class SlowDouble:
 
     seconds: float
 
-    def __call__(self, rows: pa.Table) -> ShardFunctions:
+    def __call__(self, rows: pa.Table) -> ModelStep:
         def transform(batch: pa.RecordBatch, prepared) -> pa.Table:
             time.sleep(self.seconds)
             ids = batch["id"].to_numpy()
             return pa.table({"id": ids, "y": ids * 2.0})
 
-        return ShardFunctions(transform)
+        return ModelStep(transform)
 
 
 def _engine_writer(store: DataStore, lineage: str = "run-a") -> ShardedWriter:
@@ -212,13 +205,13 @@ def test_a_killed_ray_worker_costs_at_most_its_shard_and_is_counted(ray, any_sto
     killer.start()
     try:
         figures = WorkerFigures()
-        report = run_distributed(
+        report = run_partition(
             writer,
             lambda: row_range_shards(_engine_input(), ENGINE_SHARD_ROWS),
             # 0.8 s a shard: the kill lands inside the shard it was aimed at
             _engine_job(writer, seconds=0.2),
             pool,
-            figures=figures,
+            Watch(figures=figures),
         )
     finally:
         killer.join()
@@ -238,7 +231,7 @@ import sys, time
 sys.path.insert(0, {tests!r})
 import ray
 import test_ray_executor as t
-from inference.distributed import row_range_shards, run_distributed
+from inference.shards import row_range_shards, run_partition
 from inference.quarantine import RowConservationError
 from inference.ray_pool import RayPool, ray_session
 from inference.shards import Interrupted
@@ -249,7 +242,7 @@ with ray_session("", num_cpus=2, num_gpus=0) as session:
     store = DataStore({root!r})
     writer = t._engine_writer(store)
     pool = RayPool(session, workers=2, cpus_per_worker=1, gpus_per_worker=0)
-    run_distributed(
+    run_partition(
         writer,
         lambda: row_range_shards(t._engine_input(), t.ENGINE_SHARD_ROWS),
         t._engine_job(writer, seconds=0.25),
@@ -280,7 +273,7 @@ def test_a_killed_driver_is_resumed_from_its_finished_shards(ray, store, data_ro
     pool = RayPool(ray, workers=2, cpus_per_worker=1, gpus_per_worker=0)
     try:
         writer = _engine_writer(store)  # the retry: same lineage, takes its lease over at once
-        report = run_distributed(
+        report = run_partition(
             writer,
             lambda: row_range_shards(_engine_input(), ENGINE_SHARD_ROWS),
             _engine_job(writer, seconds=0.0),
@@ -340,8 +333,8 @@ def test_a_shards_profile_stays_bounded_when_the_day_grows_tenfold_in_rows_and_a
 class DropsARow:
     """A model step that answers for one row fewer than it was given."""
 
-    def __call__(self, rows: pa.Table) -> ShardFunctions:
-        return ShardFunctions(
+    def __call__(self, rows: pa.Table) -> ModelStep:
+        return ModelStep(
             lambda batch, prepared: pa.table(
                 {"id": batch["id"][1:], "y": [0.0] * (batch.num_rows - 1)}
             )
@@ -355,7 +348,7 @@ def test_a_shards_own_error_reaches_the_driver_and_nothing_is_committed(ray, sto
     writer = _engine_writer(store)
     try:
         with pytest.raises(RowConservationError, match="answered for 49 rows but was given 50"):
-            run_distributed(
+            run_partition(
                 writer,
                 lambda: row_range_shards(_engine_input(), ENGINE_SHARD_ROWS),
                 ShardJob(writer.files(), DropsARow(), batch_size=50),
@@ -377,16 +370,16 @@ def test_an_interrupted_driver_cancels_its_shards_and_the_retry_resumes(ray, sto
 
     try:
         with pytest.raises(Interrupted) as err:
-            run_distributed(
+            run_partition(
                 writer,
                 lambda: row_range_shards(_engine_input(), ENGINE_SHARD_ROWS),
                 _engine_job(writer, seconds=0.05),
                 pool,
-                stop=stop,
+                Watch(stop),
             )
         assert not store.output_exists("out", "2026-03-01")
         retry = _engine_writer(store)
-        report = run_distributed(
+        report = run_partition(
             retry,
             lambda: row_range_shards(_engine_input(), ENGINE_SHARD_ROWS),
             _engine_job(retry, seconds=0.0),
@@ -405,7 +398,7 @@ import sys
 sys.path.insert(0, {tests!r})
 import ray
 import test_ray_executor as t
-from inference.distributed import row_range_shards, run_distributed
+from inference.shards import row_range_shards, run_partition
 from inference.ray_pool import RayPool, ray_session
 from resources.storage import DataStore, StorageResource
 
@@ -416,7 +409,7 @@ for n, address in enumerate(sys.argv[1:]):
         store = DataStore({root!r})
         writer = t._engine_writer(store, lineage=f"run-{{n}}")
         pool = RayPool(session, workers=2, cpus_per_worker=1, gpus_per_worker=0)
-        report = run_distributed(
+        report = run_partition(
             writer,
             lambda: row_range_shards(t._engine_input(), t.ENGINE_SHARD_ROWS),
             t._engine_job(writer, seconds=0.0),
@@ -519,12 +512,12 @@ def test_the_own_model_example_runs_unchanged_on_ray(ray, store, tmp_path) -> No
 class Times:
     factor: float
 
-    def __call__(self, rows: pa.Table) -> ShardFunctions:
+    def __call__(self, rows: pa.Table) -> ModelStep:
         def transform(batch: pa.RecordBatch, prepared) -> pa.Table:
             ids = batch["id"].to_numpy()
             return pa.table({"id": ids, "y": ids * self.factor})
 
-        return ShardFunctions(transform)
+        return ModelStep(transform)
 
 
 def test_one_pool_computes_each_day_of_a_range_with_that_days_job(ray, store) -> None:
@@ -538,7 +531,7 @@ def test_one_pool_computes_each_day_of_a_range_with_that_days_job(ray, store) ->
         for day, factor in days.items():
             target = store.partition_target("out", day)
             writer = ShardedWriter(target, SCHEMA, f"fp-{day}", ENGINE_SHARD_ROWS, "run-a")
-            run_distributed(
+            run_partition(
                 writer,
                 lambda: row_range_shards(_engine_input(), ENGINE_SHARD_ROWS),
                 ShardJob(writer.files(), Times(factor), batch_size=50),

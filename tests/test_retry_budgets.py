@@ -18,8 +18,9 @@ from dagster import (
 )
 from helpers import asset_metadata, cpu_resources
 
-from assets.checkpointing import Work, spot_safe
+from assets.checkpointing import Input, Output, Sizes, Work, spot_safe
 from assets.common import partition_dates, scoring_metadata
+from inference.shard_worker import ModelStep
 from orchestration.jobs import pipeline_jobs
 from policy.partitions import daily_partitions
 from policy.retries import INTERRUPTION_BUDGET
@@ -54,7 +55,9 @@ def doubled(
 
     with spot_safe(context, store, inference) as run:
         [date] = partition_dates(context)
-        work = Work(SCHEMA, batches, transform, inputs=[], depends_on="v1", batch_size=100)
+        work = Work(
+            Input(batches, files=[]), ModelStep(transform), Output(SCHEMA), "v1", Sizes(100)
+        )
         report = run.partition("doubled", date, work)
     metadata = scoring_metadata(report, model_version="v1", device="cpu", model_loads=0)
     return MaterializeResult(metadata={**metadata, **run.metadata()})

@@ -10,8 +10,11 @@ import pyarrow.compute as pc
 import pytest
 
 from inference.leases import PartitionLeasedError, acquire_lease
+from inference.local_pool import run_local
 from inference.metrics import BatchMetrics
-from inference.shards import Interrupted, ShardedWriter, run_sharded
+from inference.shard_worker import ModelStep
+from inference.shard_writer import ShardedWriter
+from inference.shards import Interrupted, Watch
 from resources.storage import DataStore
 
 SCHEMA = pa.schema([("id", pa.int64()), ("y", pa.float64())])
@@ -42,6 +45,12 @@ class Model:
         return None
 
 
+def _run(writer, batches, model, *, batch_size, stop=None, metrics=None, progress=None, **step):
+    """The partition's row ranges scored in this process by the one engine loop."""
+    watch = Watch(stop or (lambda: None), progress, metrics or BatchMetrics())
+    return run_local(writer, batches, ModelStep(model, **step), batch_size, watch=watch)
+
+
 def _writer(store: DataStore, fp: str = "fp1", shard_rows: int = 200, lineage: str = "run-a"):
     return ShardedWriter(
         store.partition_target("out", "2026-03-01"), SCHEMA, fp, shard_rows, lineage
@@ -57,13 +66,13 @@ def test_interrupted_run_resumes_and_matches_an_uninterrupted_one(any_store, sto
     store = any_store
     first = Model(stop_after_rows=stop_after)
     with pytest.raises(Interrupted) as err:
-        run_sharded(_writer(store), _input(), first, batch_size=50, stop=first.stop)
+        _run(_writer(store), _input(), first, batch_size=50, stop=first.stop)
     assert not store.output_exists("out", "2026-03-01")
     finished = err.value.shards_done
     computed = min(1000, -(-stop_after // 50) * 50)  # the stop is seen at batch boundaries
     assert first.rows == computed and finished == computed // 200
     retry = Model()
-    report = run_sharded(_writer(store), _input(), retry, batch_size=64, stop=retry.stop)
+    report = _run(_writer(store), _input(), retry, batch_size=64, stop=retry.stop)
     out = store.read_output("out", "2026-03-01")
     assert out["y"].to_pylist() == _expected()
     assert report.shards_resumed == finished and report.attempt == 2 and report.interruptions == 1
@@ -74,9 +83,9 @@ def test_interrupted_run_resumes_and_matches_an_uninterrupted_one(any_store, sto
 def test_killed_run_redoes_at_most_the_shard_in_flight(any_store) -> None:
     store = any_store
     with pytest.raises(MemoryError):
-        run_sharded(_writer(store), _input(), Model(fail_after_rows=450), batch_size=50)
+        _run(_writer(store), _input(), Model(fail_after_rows=450), batch_size=50)
     retry = Model()
-    report = run_sharded(_writer(store, lineage="run-a"), _input(), retry, batch_size=50)
+    report = _run(_writer(store, lineage="run-a"), _input(), retry, batch_size=50)
     assert store.read_output("out", "2026-03-01")["y"].to_pylist() == _expected()
     assert report.shards_resumed == 2 and retry.rows == 600 and report.rows_redone == 200
 
@@ -84,9 +93,9 @@ def test_killed_run_redoes_at_most_the_shard_in_flight(any_store) -> None:
 def test_a_changed_fingerprint_discards_old_progress(store) -> None:
     first = Model(stop_after_rows=600)
     with pytest.raises(Interrupted):
-        run_sharded(_writer(store, fp="model-v1"), _input(), first, batch_size=100, stop=first.stop)
+        _run(_writer(store, fp="model-v1"), _input(), first, batch_size=100, stop=first.stop)
     retry = Model()
-    report = run_sharded(_writer(store, fp="model-v2"), _input(), retry, batch_size=100)
+    report = _run(_writer(store, fp="model-v2"), _input(), retry, batch_size=100)
     assert report.shards_resumed == 0 and retry.rows == 1000 and report.attempt == 1
 
 
@@ -94,12 +103,12 @@ def test_rerun_replaces_a_committed_partition_and_a_retry_after_commit_is_a_no_o
     any_store,
 ) -> None:
     store = any_store
-    run_sharded(_writer(store, lineage="run-a"), _input(), Model(), batch_size=100)
+    _run(_writer(store, lineage="run-a"), _input(), Model(), batch_size=100)
     again = Model()
-    report = run_sharded(_writer(store, lineage="run-a"), _input(), again, batch_size=100)
+    report = _run(_writer(store, lineage="run-a"), _input(), again, batch_size=100)
     assert report.already_committed and again.rows == 0
     fresh = Model()
-    run_sharded(_writer(store, lineage="run-b"), _input(300), fresh, batch_size=100)
+    _run(_writer(store, lineage="run-b"), _input(300), fresh, batch_size=100)
     out = store.read_output("out", "2026-03-01")
     assert fresh.rows == 300 and out.num_rows == 300
     manifest = json.loads(
@@ -109,13 +118,13 @@ def test_rerun_replaces_a_committed_partition_and_a_retry_after_commit_is_a_no_o
 
 
 def test_empty_input_publishes_an_empty_partition(store) -> None:
-    report = run_sharded(_writer(store), [], Model(), batch_size=10)
+    report = _run(_writer(store), [], Model(), batch_size=10)
     assert report.rows_out == 0 and store.read_output("out", "2026-03-01").num_rows == 0
 
 
 def test_checkpointing_off_writes_no_progress(store) -> None:
     metrics = BatchMetrics()
-    run_sharded(_writer(store, shard_rows=0), _input(), Model(), batch_size=100, metrics=metrics)
+    _run(_writer(store, shard_rows=0), _input(), Model(), batch_size=100, metrics=metrics)
     assert store.read_output("out", "2026-03-01").num_rows == 1000
     assert metrics.batches == 10 and metrics.phase_seconds["compute"] > 0
 
@@ -126,10 +135,10 @@ def test_a_live_lease_of_another_lineage_blocks_a_second_writer(any_store) -> No
     lease = acquire_lease(target.cas, target.lease_path, "run-x", seconds=60)
     # The holder is this very process, alive: another lineage must not write beside it.
     with pytest.raises(PartitionLeasedError, match="being written by lineage run-x"):
-        run_sharded(_writer(store, lineage="run-y"), _input(), Model(), batch_size=100)
+        _run(_writer(store, lineage="run-y"), _input(), Model(), batch_size=100)
     assert not store.output_exists("out", "2026-03-01")
     lease.release()
-    run_sharded(_writer(store, lineage="run-y"), _input(), Model(), batch_size=100)
+    _run(_writer(store, lineage="run-y"), _input(), Model(), batch_size=100)
     assert store.output_exists("out", "2026-03-01")
 
 
@@ -137,7 +146,7 @@ def test_an_expired_lease_is_taken_over(any_store) -> None:
     store = any_store
     target = store.partition_target("out", "2026-03-01")
     acquire_lease(target.cas, target.lease_path, "run-x", seconds=-1)
-    run_sharded(_writer(store, lineage="run-y"), _input(), Model(), batch_size=100)
+    _run(_writer(store, lineage="run-y"), _input(), Model(), batch_size=100)
     assert store.read_output("out", "2026-03-01").num_rows == 1000
 
 
@@ -176,7 +185,7 @@ def test_batches_prepared_on_several_threads_reach_the_model_in_input_order(stor
         ids = batch["id"].to_numpy()
         return pa.table({"id": ids, "y": ids * 2.0})
 
-    run_sharded(_writer(store), _input(), model, batch_size=25, prepare=prepare, prepare_workers=3)
+    _run(_writer(store), _input(), model, batch_size=25, prepare=prepare)
     assert [first for first, _ in seen] == sorted(first for first, _ in seen)
     assert all(first == prepared for first, prepared in seen)
     assert store.read_output("out", "2026-03-01")["y"].to_pylist() == _expected()
@@ -184,11 +193,9 @@ def test_batches_prepared_on_several_threads_reach_the_model_in_input_order(stor
 
 def test_progress_is_told_after_each_shard_with_resumed_rows_apart(store) -> None:
     with pytest.raises(MemoryError):
-        run_sharded(_writer(store), _input(), Model(fail_after_rows=450), batch_size=50)
+        _run(_writer(store), _input(), Model(fail_after_rows=450), batch_size=50)
     told: list[tuple[int, int, int]] = []
-    run_sharded(
-        _writer(store), _input(), Model(), batch_size=50, progress=lambda *a: told.append(a)
-    )
+    _run(_writer(store), _input(), Model(), batch_size=50, progress=lambda *a: told.append(a))
     # Shards of 200 rows: the first attempt finished two, this one writes the other three.
     assert told == [(600, 400, 3), (800, 400, 4), (1000, 400, 5)]
 
@@ -238,9 +245,9 @@ def test_a_side_output_survives_a_resume_exactly_once_in_the_same_commit(any_sto
 
     first = Model(stop_after_rows=500)
     with pytest.raises(Interrupted):
-        run_sharded(writer(), _input(), first, batch_size=64, stop=first.stop, side=even)
+        _run(writer(), _input(), first, batch_size=64, stop=first.stop, side=even)
     assert not store.output_exists("out_side", day)
-    report = run_sharded(writer(), _input(), Model(), batch_size=64, side=even)
+    report = _run(writer(), _input(), Model(), batch_size=64, side=even)
 
     side = store.read_output("out_side", day)
     assert sorted(side["id"].to_pylist()) == list(range(0, 1000, 2))

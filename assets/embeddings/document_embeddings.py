@@ -2,8 +2,8 @@
 
 A document is embedded in chunks of the encoder's window, pooled into one vector
 (:func:`inference.embeddings.embed_documents`). Each document is embedded alone, so shards are
-row ranges of the day under both executors; with ``ray`` the encoder is loaded by each worker
-(:class:`EmbeddingProgram`), not sent from the step.
+row ranges of the day; the encoder is taken where each shard runs (:class:`EmbeddingProgram`),
+never sent from the step.
 """
 
 from dataclasses import dataclass
@@ -13,7 +13,7 @@ import pyarrow as pa
 from dagster import AssetExecutionContext
 from pydantic import Field
 
-from assets.checkpointing import Shards, SpotSafeRun, Work
+from assets.checkpointing import Input, Output, Sizes, SpotSafeRun, Work
 from assets.common import PartitionReport
 from assets.embeddings.checks import (
     EMBEDDING_SUITES,
@@ -35,12 +35,12 @@ from assets.text_workers import (
 )
 from inference.checkpoints import CheckpointError
 from inference.chunks import Chunking
-from inference.distributed import ShardFunctions, worker_model
 from inference.embeddings import embed_documents
 from inference.encoder import SentenceEncoder
 from inference.normalise import normalise_text
+from inference.shard_worker import ModelStep, worker_model
 from resources.inference import InferenceResource
-from resources.quality import QualityConfig, StreamedSample, locate_in_landing
+from resources.quality import QualityConfig, locate_in_landing
 from resources.storage import DataStore, StorageResource
 
 # The encoder's padded-token budget per call, as the metadata names it.
@@ -122,8 +122,9 @@ def embed_batch(
 
 @dataclass(frozen=True)
 class EmbeddingProgram:
-    """A shard's functions, built in the worker: the encoder loaded once per worker process
-    on its device, model calls sized for that device, model figures in the shard's statistics."""
+    """A shard's model step, built where it runs: the encoder (the step's own in its process,
+    else loaded once per worker process on its device), model calls sized for that device,
+    model figures in the shard's statistics."""
 
     key: str
     loader: LoadEncoder
@@ -132,7 +133,7 @@ class EmbeddingProgram:
     max_batch_tokens: int | None
     max_batch_size: int
 
-    def __call__(self, rows: pa.Table) -> ShardFunctions:
+    def __call__(self, rows: pa.Table) -> ModelStep:
         encoder = worker_model(self.key, self.loader)
         tokens = worker_batch_tokens(self.max_batch_tokens, encoder.runtime.device)
         metrics = ModelMetrics()
@@ -146,18 +147,19 @@ class EmbeddingProgram:
         transform = embed_batch(
             encoder, self.chunking, self.version, metrics, tokens, self.max_batch_size
         )
-        return ShardFunctions(transform, document_texts, observe)
+        return ModelStep(transform, document_texts, observe=observe)
 
 
 def load(store: DataStore, inference: InferenceResource, config: EmbeddingsConfig) -> Model:
     encoder = sentence_encoder(inference)
-    width = encoder.model.config.hidden_size
+    chunking = document_chunking(encoder, config)
+    width = chunking.dimension(encoder.model.config.hidden_size)
     if width != DIMENSION:
         raise CheckpointError(
-            f"{encoder.version} writes {width}-dimensional vectors but {EMBEDDINGS} holds "
-            f"{DIMENSION}: change the contract (assets/embeddings/schemas.py) with the model"
+            f"{encoder.version} with {chunking.describe()} writes {width}-dimensional vectors "
+            f"but {EMBEDDINGS} holds {DIMENSION}: change the contract "
+            "(assets/embeddings/schemas.py) with the model"
         )
-    chunking = document_chunking(encoder, config)
     metadata = {"dimension": DIMENSION, "encoder_version": encoder.version}
     return Model(vectors_version(encoder, chunking), encoder_key(), encoder, metadata=metadata)
 
@@ -165,44 +167,23 @@ def load(store: DataStore, inference: InferenceResource, config: EmbeddingsConfi
 def day(run: SpotSafeRun, date: str, model: Model, config: EmbeddingsConfig, limit: float) -> Day:
     """One day's documents, screened as for summaries, embedded in checkpointed shards."""
     store, encoder, version, inference = run.store, model.value, model.version, run.inference
-    chunking = document_chunking(encoder, config)
-    plan = locate_in_landing(screen_documents(store, date).plan, store, DATASET, date)
-    plan.check_rate(limit, f"{EMBEDDINGS} {date}")
-    metrics = ModelMetrics()
-    sample = StreamedSample(plan.rows - plan.count, config.check_sample_rows, config.check_seed)
-    observer = embedding_observer(version)
-
-    def observe(scored: pa.RecordBatch, out: pa.Table, stats) -> None:
-        observer(scored, out, stats)
-        sample.add(out.select(SAMPLE_COLUMNS))
-
-    shards = None
-    if run.distributed:  # row ranges, as locally; the encoder loaded by each worker
-        program = EmbeddingProgram(
-            model.key,
-            LoadEncoder(inference.device, inference.precision),
-            chunking,
-            version,
-            inference.max_batch_tokens,
-            inference.max_batch_size,
-        )
-        shards = Shards(program)
+    program = EmbeddingProgram(
+        model.key,
+        LoadEncoder(inference.device, inference.precision),
+        document_chunking(encoder, config),
+        version,
+        inference.max_batch_tokens,
+        inference.max_batch_size,
+    )
     work = Work(
-        EMBEDDINGS_SCHEMA,
-        store.iter_landing(DATASET, date, DOCUMENTS_SCHEMA, SCREEN_COLUMNS),
-        embed_batch(
-            encoder, chunking, version, metrics, inference.batch_tokens, inference.max_batch_size
+        Input(
+            store.iter_landing(DATASET, date, DOCUMENTS_SCHEMA, SCREEN_COLUMNS),
+            quarantine=locate_in_landing(screen_documents(store, date).plan, store, DATASET, date),
         ),
-        inputs=store.landing_files(DATASET, date),
+        program,
+        Output(EMBEDDINGS_SCHEMA, sample=tuple(SAMPLE_COLUMNS)),
         depends_on={"model": version},
-        prepare=document_texts,
-        batch_size=config.docs_per_chunk,
-        shard_rows=config.docs_per_shard,
-        metrics=metrics,
-        quarantine=plan,
-        observe=observe,
-        sample=sample,
-        shards=shards,
+        sizes=Sizes(batch_size=config.docs_per_chunk, shard_rows=config.docs_per_shard),
     )
 
     def checks(report: PartitionReport):
@@ -216,11 +197,9 @@ def day(run: SpotSafeRun, date: str, model: Model, config: EmbeddingsConfig, lim
         )
 
     def metadata(report: PartitionReport) -> dict:
+        # The model's figures came back with the shards, wherever they ran.
         budget = encoder.token_budget(inference.batch_tokens)
-        figures = {"model_calls": metrics.model_calls, **budget.describe(BUDGET)}
-        if shards is not None:  # embedded on the workers: their figures came with the shards
-            figures.update(worker_metadata(report.shards.stats, BUDGET))
-        return figures
+        return {**budget.describe(BUDGET), **worker_metadata(report.shards.stats, BUDGET)}
 
     return Day(work, checks, metadata)
 
@@ -235,14 +214,17 @@ def document_embeddings(
     storage: StorageResource,
     inference: InferenceResource,
 ):
-    """A 384-dimensional unit vector for every document published that day, for semantic
+    """A 1,408-dimensional unit vector for every document published that day, for semantic
     search and related-article lookups: doc_id, embedding (float32, L2 norm 1, so a dot
-    product is the cosine similarity) and the model_version that wrote it.
+    product is the cosine similarity) and the model_version that wrote it. A query is embedded
+    the same way (`inference.embeddings.embed_documents` with the same chunking).
 
     Each document's title and body, normalised to plain text, are cut into chunks of the
     packaged all-MiniLM-L6-v2 sentence encoder's 256-token window at sentence ends; the first
     `chunks_per_document` chunks are embedded (mean pooling over tokens) and pooled into one
-    vector, chunk i weighted `chunk_decay ** i`. The model version names the encoder and the
+    384-dimensional vector, chunk i weighted `chunk_decay ** i`. Beside it come the document's
+    words hashed into 1,024 signed buckets (`inference.lexical`), so names and numbers a query
+    shares with its document count; the two parts weigh equally in a dot product. The model version names the encoder and the
     chunking: vectors of different model versions are not comparable. Blocking checks count, over every row, that
     each screened document has exactly one vector of the model's dimension, finite and of
     unit norm. Documents that cannot be embedded (no or repeated id, no text, not UTF-8, too

@@ -1,12 +1,12 @@
-"""``fraud_scores`` cut by account for shard workers: each shard holds every row of its accounts.
+"""``fraud_scores`` cut by account: each shard holds every row of its accounts.
 
 Per-account features (counts, usual amount, merchants and countries seen, bursts) need all of an
-account's rows. A shard that holds whole accounts builds its own profile from its rows alone, so a
-worker's memory follows its shard, not the day, and shards are independent of each other.
+account's rows. A shard that holds whole accounts builds its own profile from its rows alone, so memory follows
+the shard, not the day (in the step's process as on a worker), and shards are independent.
 
 Two figures are day-wide: each country's share of the day's transactions and each merchant's
 reach in accounts. Both are sums over shards (accounts never span two), so the driver adds them
-up before any shard is scored and sends them with the job; a shard's profile then gives every
+up before any shard is scored and they travel with the job; a shard's profile then gives every
 row exactly the features the whole-day profile gives it (rows keep their input order within an
 account, so even float sums are the same).
 
@@ -21,7 +21,7 @@ import math
 import tempfile
 import zlib
 from collections import Counter
-from collections.abc import Iterable, Iterator
+from collections.abc import Callable, Iterable, Iterator
 from dataclasses import dataclass, replace
 from pathlib import Path
 
@@ -31,18 +31,18 @@ import pyarrow.compute as pc
 import pyarrow.ipc as ipc
 
 from assets.fraud.profile import PROFILE_COLUMNS, PartitionProfile, ProfileBuilder
-from inference.distributed import ShardFunctions, ShardInput, worker_model
 from inference.quarantine import QuarantinePlan
+from inference.shard_worker import ModelStep, ShardInput, worker_model
 
 POSITION = "_position"
-# Rows held back across all shards while the day is written into shard files (about 90 bytes
-# a row of the scored columns: ~45 MB whatever the day's size), so each shard's file gets few,
-# large row groups rather than one per shard per input batch.
+# Rows held back across all shards while the day is written into shard files (a few tens of
+# MB of the scored columns, whatever the day's size), so each shard's file gets few, large
+# row groups rather than one per shard per input batch.
 BUFFER_ROWS = 500_000
 MIN_ROW_GROUP = 1_024
 # The shard files are scratch, written and read once or twice on this machine: Arrow's own
-# format with lz4. Measured on a 1M-row day: write 0.12 s, read 0.04 s, 52 MB, against
-# parquet's 0.27 s, 0.18 s, 22 MB.
+# format with lz4, faster to write and read than parquet at the cost of disk (figures in
+# benchmarks/runner-2026-12-01/engine.md).
 SCRATCH_FORMAT = ipc.IpcWriteOptions(compression="lz4")
 
 
@@ -89,14 +89,22 @@ class DayFigures:
         )
 
 
+@dataclass
+class DayWide:
+    """The day-wide figures, filled in when the day is written into shard files (once the
+    step holds the partition's lease), before any shard is scored."""
+
+    figures: DayFigures | None = None
+
+
 class AccountShards:
     """A day's rows written into one file per shard of accounts, in a temporary folder."""
 
-    def __init__(self, shards: int, plan: QuarantinePlan):
+    def __init__(self, shards: int, plan: QuarantinePlan, day_wide: DayWide | None = None):
         self.shards, self.plan = shards, plan
+        self.day_wide = day_wide if day_wide is not None else DayWide()
         self._folder = tempfile.TemporaryDirectory(prefix="nightshift-account-shards-")
         self.folder = Path(self._folder.name)
-        self.figures: DayFigures | None = None
         self.schema: pa.Schema | None = None
 
     def path(self, shard: int) -> Path:
@@ -150,14 +158,14 @@ class AccountShards:
                 writer.close()
         names = sorted(countries)
         reach = self._merchant_reach()
-        self.figures = DayFigures(
+        self.day_wide.figures = DayFigures(
             rows=self.plan.rows - self.plan.count,
             countries=pa.array(names, pa.string()),
             country_counts=np.array([countries[n] for n in names], np.int64),
             merchants=pa.array(sorted(reach), pa.string()),
             merchant_reach=np.array([reach[m] for m in sorted(reach)], np.int64),
         )
-        return self.figures
+        return self.day_wide.figures
 
     def _merchant_reach(self) -> Counter:
         """Distinct accounts per merchant over clean rows, shard by shard (accounts never span
@@ -213,14 +221,16 @@ def shard_profile(rows: pa.Table, figures: DayFigures) -> PartitionProfile:
 
 @dataclass(frozen=True)
 class AccountShardProgram:
-    """Builds a shard's scoring functions in the worker: its profile, and the model (loaded
-    once per worker process from the model store)."""
+    """Builds a shard's model step where it runs: its profile, and the model (the step's own
+    in its process, else loaded once per worker process from the model store)."""
 
     key: str
-    loader: object  # () -> the scorer, picklable
-    figures: DayFigures
-    functions: object  # (scorer, profile) -> ShardFunctions
+    loader: Callable[[], object]  # () -> the scorer, picklable
+    day_wide: DayWide
+    step: Callable[[object, PartitionProfile], ModelStep]  # (scorer, profile) -> its step
 
-    def __call__(self, rows: pa.Table) -> ShardFunctions:
+    def __call__(self, rows: pa.Table) -> ModelStep:
+        if self.day_wide.figures is None:
+            raise RuntimeError("a shard of accounts was scored before the day was cut")
         scorer = worker_model(self.key, self.loader)
-        return self.functions(scorer, shard_profile(rows, self.figures))
+        return self.step(scorer, shard_profile(rows, self.day_wide.figures))

@@ -16,8 +16,8 @@ from assets.fraud.quality import QUARANTINED_REASONS, trailing_flagged_rates
 from assets.fraud.schemas import SCORES, TRANSACTIONS, TRANSACTIONS_SCHEMA
 from assets.gates import LandingGate, SuiteRun, conservation_figures
 from inference.invariants import StreamStats, population_stability
+from inference.output_partition import ShardReport
 from inference.ranges import CLAMPED_PREFIX, REVIEW, FeatureRanges
-from inference.shards import ShardReport
 from resources.quality import load_suites, sample_output
 from resources.storage import DataStore
 

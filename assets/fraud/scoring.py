@@ -16,8 +16,13 @@ import numpy as np
 import pyarrow as pa
 from pydantic import Field
 
-from assets.checkpointing import Shards, SpotSafeRun, Work
-from assets.fraud.accounts import AccountShardProgram, AccountShards, shard_count
+from assets.checkpointing import Input, Output, Sizes, SpotSafeRun, Work
+from assets.fraud.accounts import (
+    AccountShardProgram,
+    AccountShards,
+    DayWide,
+    shard_count,
+)
 from assets.fraud.gates import SCORE_SUITES, score_check_results
 from assets.fraud.pipeline import SCORED_COLUMNS, flagged_details, load_scorer, score_reference
 from assets.fraud.profile import PartitionProfile
@@ -34,24 +39,22 @@ from assets.fraud.schemas import (
 )
 from assets.runner import Day, Model, ScoringSpec
 from inference.device import make_runtime
-from inference.distributed import ShardFunctions, ShardInput
 from inference.ranges import REVIEW, Guarded
 from inference.registry import champion_version
-from inference.streaming import release_freed_memory
+from inference.shard_worker import ModelStep, ShardInput
 from inference.tabular import TabularScorer
 from resources.inference import InferenceResource
-from resources.quality import QualityConfig, StreamedSample, locate_in_landing
+from resources.quality import QualityConfig, locate_in_landing
 from resources.storage import DataStore
 
-# Rows whose features are assembled together while scoring (a shard is cut at shard_rows, so
-# at most that). Each batch's code lookups hash the whole account vocabulary once, so bigger is
-# cheaper: on a 1M-row day (186k accounts), features only, 1.53 s in batches of 4,096 rows (the
-# resource's default model batch), 0.52 s in 65,536, 0.39 s in 262,144; the scoring pass end to
-# end 0.58-0.60 s at 65,536 against 0.46-0.50 s at 262,144. About 60 MB of temporaries each.
+# Rows whose features are assembled together (one call of the step; the model itself runs in
+# calls of the resource's max_batch_size). Each call's code lookups hash the whole account
+# vocabulary of the shard once, so fewer, larger calls cost less; the temporaries stay tens of
+# MB (benchmarks/runner-2026-12-01/engine.md).
 FEATURE_ROWS = 262_144
-# Transactions per checkpointed shard unless the resource sets one: about 0.25 s of scoring on
-# one CPU core, so a retry redoes little, while a 1M-row day is 4 shard files instead of 20
-# (each shard costs a parquet file and two progress writes).
+# Transactions per checkpointed shard unless the resource sets one: large enough that a day is
+# a few shard files and progress writes, small enough that a retry redoes little and a shard's
+# profile stays small.
 SHARD_ROWS = 250_000
 
 
@@ -92,62 +95,53 @@ def load(
 
 
 def day(run: SpotSafeRun, date: str, model: Model, config: FraudQualityConfig, limit: float) -> Day:
-    """One day of transactions, scored in checkpointed shards.
+    """One day of transactions, scored in checkpointed shards of whole accounts.
 
     Transactions that cannot be scored are quarantined to ``fraud_scores_quarantine`` with
-    their reason; above ``limit`` of the day the step fails before any inference. The output
-    checks' seeded sample is taken as the scores stream. Features beyond the model's training
+    their reason; above ``limit`` of the day the step fails before any inference. Each shard
+    holds every row of its accounts (assets/fraud/accounts.py), so the account profile is built
+    per shard and memory follows the shard, not the day. Features beyond the model's training
     range are clamped to it and their rows marked ``needs_review`` (see inference.ranges).
     """
     store, (scorer, reference), version = run.store, model.value, model.version
-    threshold, ranges = np.float32(scorer.threshold), scorer.ranges
-    model_rows = run.inference.max_batch_size
-    common = dict(
-        inputs=store.landing_files(TRANSACTIONS, date),
-        depends_on={"model": version, "threshold": float(threshold)},
-        # Features are assembled for up to FEATURE_ROWS rows at a time (per-call lookups cost
-        # about as much as a 50k-row batch's own work), and scored in model calls of the
-        # resource's max_batch_size.
-        batch_size=max(FEATURE_ROWS, model_rows),
-        default_shard_rows=SHARD_ROWS,
+    settings = run.inference
+    # The landing checks' plan for these exact files, if they ran; else the day is screened.
+    plan = load_screen(store, date, config.amount_ceiling)
+    if plan is None:
+        plan = screen_transactions(store, date, amount_ceiling=config.amount_ceiling).plan
+    plan = locate_in_landing(plan, store, TRANSACTIONS, date)
+    count = shard_count(plan.rows - plan.count, run.shard_rows(SHARD_ROWS))
+    day_wide = DayWide()
+
+    def shards() -> Iterator[ShardInput]:
+        cut = AccountShards(count, plan, day_wide)
+        try:
+            cut.write(
+                store.iter_landing(TRANSACTIONS, date, TRANSACTIONS_SCHEMA, columns=SCORED_COLUMNS)
+            )
+            yield from cut.inputs()
+        finally:
+            cut.close()
+
+    program = AccountShardProgram(
+        model.key,
+        _LoadScorer(store, version, settings.device, settings.precision),
+        day_wide,
+        _ScoringStep(version, settings.max_batch_size),
     )
-    if run.distributed:
-        work = _by_account(run, date, model, config, limit, common)
-    else:
-        # The landing checks' plan for these exact files, if they ran: then only the profile
-        # is built.
-        screen = screen_transactions(
-            store,
-            date,
-            build_profile=True,
-            plan=load_screen(store, date, config.amount_ceiling),
-            amount_ceiling=config.amount_ceiling,
-        )
-        plan = locate_in_landing(screen.plan, store, TRANSACTIONS, date)
-        plan.check_rate(limit, f"{SCORES} {date}")
-        profile = screen.profile()
-        del screen  # the builder's buffers: only the finished profile is needed from here
-        release_freed_memory()
-        sample = StreamedSample(plan.rows - plan.count, config.check_sample_rows, config.check_seed)
-        functions = scoring_functions(scorer, profile, version, model_rows)
-        observer = functions.observe
-
-        def observe(scored: pa.RecordBatch, out: pa.Table, stats) -> None:
-            observer(scored, out, stats)
-            sample.add(out)
-
-        work = Work(
-            SCORES_SCHEMA,
-            store.iter_landing(TRANSACTIONS, date, TRANSACTIONS_SCHEMA, columns=SCORED_COLUMNS),
-            functions.transform,
-            prepare=functions.prepare,
+    work = Work(
+        Input(
+            shards=shards,
             quarantine=plan,
-            observe=observe,
-            observe_prepared=functions.observe_prepared,
-            side=(FLAGGED, FLAGGED_SCHEMA, flagged_details),
-            sample=sample,
-            **common,
-        )
+            layout={"shard_layout": "account_hash", "account_shards": count},
+        ),
+        program,
+        Output(SCORES_SCHEMA, side=(FLAGGED, FLAGGED_SCHEMA), sample=True),
+        depends_on={"model": version, "threshold": float(scorer.threshold)},
+        sizes=Sizes(
+            batch_size=max(FEATURE_ROWS, settings.max_batch_size), default_shard_rows=SHARD_ROWS
+        ),
+    )
 
     def checks(report):
         return score_check_results(
@@ -156,7 +150,7 @@ def day(run: SpotSafeRun, date: str, model: Model, config: FraudQualityConfig, l
             version=version,
             threshold=scorer.threshold,
             reference=reference,
-            ranges=ranges,
+            ranges=scorer.ranges,
             sample_rows=config.check_sample_rows,
             seed=config.check_seed,
         )
@@ -164,7 +158,7 @@ def day(run: SpotSafeRun, date: str, model: Model, config: FraudQualityConfig, l
     def metadata(report) -> dict:
         counts = report.shards.stats.counts
         return {
-            **scorer.batch_sizing(run.inference.max_batch_size).describe(),
+            **scorer.batch_sizing(settings.max_batch_size).describe(),
             "flagged": counts.get("flagged", 0),
             "needs_review": counts.get(REVIEW, 0),
         }
@@ -172,11 +166,11 @@ def day(run: SpotSafeRun, date: str, model: Model, config: FraudQualityConfig, l
     return Day(work, checks, metadata)
 
 
-def scoring_functions(
+def scoring_step(
     scorer: TabularScorer, profile: PartitionProfile, version: str, model_rows: int
-) -> ShardFunctions:
-    """Featurise against ``profile``, clamp to the training ranges, score, observe: the same
-    functions for the whole day here and for one shard of accounts on a worker."""
+) -> ModelStep:
+    """Featurise against ``profile`` (one shard's accounts), clamp to the training ranges,
+    score in calls of ``model_rows``, observe."""
     threshold, ranges = np.float32(scorer.threshold), scorer.ranges
 
     def prepare(batch: pa.RecordBatch) -> Guarded:
@@ -198,29 +192,30 @@ def scoring_functions(
             schema=SCORES_SCHEMA,
         )
 
-    return ShardFunctions(
+    return ModelStep(
         transform,
         prepare,
         observe=score_observer(float(threshold), version),
-        side=flagged_details,
         observe_prepared=lambda guarded, stats: guarded.record(stats),
+        side=flagged_details,
     )
 
 
 @dataclass(frozen=True)
-class _ShardFunctions:
-    """``scoring_functions`` with the version and batch size bound (picklable for workers)."""
+class _ScoringStep:
+    """``scoring_step`` with the version and batch size bound (picklable for workers)."""
 
     version: str
     model_rows: int
 
-    def __call__(self, scorer: TabularScorer, profile: PartitionProfile) -> ShardFunctions:
-        return scoring_functions(scorer, profile, self.version, self.model_rows)
+    def __call__(self, scorer: TabularScorer, profile: PartitionProfile) -> ModelStep:
+        return scoring_step(scorer, profile, self.version, self.model_rows)
 
 
 @dataclass(frozen=True)
 class _LoadScorer:
-    """Loads the scorer in a worker process, on the device the worker has."""
+    """Loads the scorer where the shard runs, on the device given (a worker's own, or the
+    step's: in the step's process the scorer it loaded is used instead)."""
 
     store: DataStore
     version: str
@@ -229,54 +224,6 @@ class _LoadScorer:
 
     def __call__(self) -> TabularScorer:
         return load_scorer(self.store, self.version, make_runtime(self.device, self.precision))
-
-
-def _scored_by_shards(batch: pa.RecordBatch, prepared) -> pa.Table:
-    """The Work's own model step when its shards' program builds the real one on workers."""
-    raise RuntimeError("fraud_scores cut by account is scored by its shards' program")
-
-
-def _by_account(
-    run: SpotSafeRun, date: str, model: Model, config: FraudQualityConfig, limit: float, common
-) -> Work:
-    """The day cut into shards of whole accounts for workers elsewhere (assets/fraud/accounts):
-    no day-wide profile is built here, and each worker's profile holds its shard's accounts."""
-    store = run.store
-    plan = load_screen(store, date, config.amount_ceiling)
-    if plan is None:  # the landing checks did not run on these files: screen them (no profile)
-        plan = screen_transactions(store, date, amount_ceiling=config.amount_ceiling).plan
-    plan = locate_in_landing(plan, store, TRANSACTIONS, date)
-    plan.check_rate(limit, f"{SCORES} {date}")
-    settings = run.inference
-    shards = AccountShards(
-        shard_count(plan.rows - plan.count, run.shard_rows(common["default_shard_rows"])), plan
-    )
-    figures = shards.write(
-        store.iter_landing(TRANSACTIONS, date, TRANSACTIONS_SCHEMA, columns=SCORED_COLUMNS)
-    )
-
-    def inputs() -> Iterator[ShardInput]:
-        try:
-            yield from shards.inputs()
-        finally:
-            shards.close()
-
-    program = AccountShardProgram(
-        model.key,
-        _LoadScorer(store, model.version, settings.device, settings.precision),
-        figures,
-        _ShardFunctions(model.version, settings.max_batch_size),
-    )
-    layout = {"shard_layout": "account_hash", "account_shards": shards.shards}
-    return Work(
-        SCORES_SCHEMA,
-        (),  # the shards carry the rows
-        _scored_by_shards,
-        quarantine=plan,
-        side=(FLAGGED, FLAGGED_SCHEMA, flagged_details),
-        shards=Shards(program, inputs, layout),
-        **common,
-    )
 
 
 FRAUD_SCORES = ScoringSpec(

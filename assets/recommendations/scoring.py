@@ -3,19 +3,16 @@ rank the day's audience.
 
 The audience is every user seen within the trailing window (or ever); each user's history is
 every landed day up to and including the scored one, so re-running an old day does not exclude
-items the user only found later. Users are scored in checkpointed shards; with the ``ray``
-executor each shard carries its users' history to a worker (assets/recommendations/user_shards).
+items the user only found later. Users are scored in checkpointed shards of users, each carrying
+its users' history (assets/recommendations/user_shards), wherever the shards run.
 """
 
 from __future__ import annotations
 
-from collections import Counter
-
 import numpy as np
-import pyarrow as pa
 from pydantic import Field
 
-from assets.checkpointing import DEFAULT_SHARD_ROWS, Shards, SpotSafeRun, Work
+from assets.checkpointing import DEFAULT_SHARD_ROWS, Input, Output, Sizes, SpotSafeRun, Work
 from assets.common import PartitionReport
 from assets.recommendations.audience import (
     DEFAULT_AUDIENCE_DAYS,
@@ -25,7 +22,7 @@ from assets.recommendations.audience import (
 )
 from assets.recommendations.gates import RECOMMENDATION_SUITES, recommendation_check_results
 from assets.recommendations.history import read_day, read_interactions
-from assets.recommendations.quality import eligible_items, list_observer, user_plan, users_answered
+from assets.recommendations.quality import eligible_items, user_plan
 from assets.recommendations.schemas import (
     INTERACTIONS,
     RECOMMENDATION_MODEL,
@@ -36,7 +33,6 @@ from assets.recommendations.training import current_recommender_version, load_re
 from assets.recommendations.user_shards import (
     LoadRecommender,
     UserShardProgram,
-    rank_block,
     ranking_counts,
     shard_counts,
     user_shards,
@@ -88,8 +84,9 @@ def day(
 ) -> Day:
     """Recommends for the day's audience in checkpointed shards of users."""
     store, recommender, version = run.store, model.value, model.version
-    block = model.metadata["block_users"]
     activity = read_day(store, date, recommender.items)
+    # The day's interactions that cannot be used (not the audience's quarantine, which the
+    # runner limits): too many fail the day before its history is read.
     activity.plan.check_rate(limit, f"{INTERACTIONS} {date}")
     landed = store.landing_dates(INTERACTIONS)
     audience = build_audience(store, landed, date, config.audience, config.audience_days)
@@ -97,52 +94,35 @@ def day(
     history = [d for d in landed if d <= date]
     seen_users, seen_items = read_interactions(store, history, users=users).pairs
     # Only catalogue items can be recommended or feed the model: the rest need not be held.
-    # Sorted by user, so each block of (sorted) users takes one contiguous slice.
+    # Sorted by user, so each shard of (sorted) users takes one contiguous slice.
     known_items = recommender.items.index(seen_items) >= 0
     order = np.argsort(seen_users[known_items], kind="stable")
-    seen_users, seen_items = seen_users[known_items][order], seen_items[known_items][order]
+    seen = (seen_users[known_items][order], seen_items[known_items][order])
     known = int((recommender.users.index(users) >= 0).sum())
-    counts = Counter(
-        model_users=known,
-        cold_start_users=len(users) - known,
-        popularity_ranked_users=0,
-        users_short_of_k=0,
-        unknown_items=activity.unknown_items,
-        unknown_item_interactions=activity.unknown_item_interactions,
-        interaction_rows=activity.rows,
-        interaction_rows_used=activity.rows_used,
-        interaction_rows_quarantined=activity.plan.count,
-    )
-
-    def transform(batch: pa.RecordBatch, block_users: np.ndarray) -> pa.Table:
-        seen = (seen_users, seen_items)
-        return rank_block(recommender, seen, block_users, config.k, block, version, counts)
-
-    everything = np.ones(len(seen_items), bool)
-    eligible = eligible_items(users, (seen_users, seen_items), len(recommender.items), everything)
+    counts = {
+        "model_users": known,
+        "cold_start_users": len(users) - known,
+        "unknown_items": activity.unknown_items,
+        "unknown_item_interactions": activity.unknown_item_interactions,
+        "interaction_rows": activity.rows,
+        "interaction_rows_used": activity.rows_used,
+        "interaction_rows_quarantined": activity.plan.count,
+    }
+    eligible = eligible_items(users, seen, len(recommender.items), np.ones(len(seen[1]), bool))
     plan = user_plan(users, eligible)
-    plan.check_rate(limit, f"{USER_RECOMMENDATIONS} {date}")
-    shards = None
-    if run.distributed:
-        shards = _by_user(run, model, config, users, (seen_users, seen_items), plan)
     work = Work(
-        RECOMMENDATIONS_SCHEMA,
-        [pa.record_batch({"user_id": pa.array(users, pa.int64())})],
-        transform,
-        inputs=[f for d in history for f in store.landing_files(INTERACTIONS, d)],
+        _by_user(run, model, config, users, seen, plan),
+        _program(run, model, config),
+        Output(RECOMMENDATIONS_SCHEMA),
         depends_on={
             "model": version,
             "k": config.k,
             "audience": audience.mode,
             "audience_days": audience.days,
         },
-        prepare=lambda batch: batch["user_id"].to_numpy(),
-        batch_size=block,
-        quarantine=plan,
-        observe=list_observer(users, eligible, config.k),
-        count_out=users_answered,
-        shards=shards,
+        sizes=Sizes(batch_size=model.metadata["block_users"]),
     )
+    work.input.files = [f for d in history for f in store.landing_files(INTERACTIONS, d)]
 
     def checks(report: PartitionReport):
         return recommendation_check_results(
@@ -158,13 +138,12 @@ def day(
         )
 
     def metadata(report: PartitionReport) -> dict:
-        figures = {"oom_backoffs": recommender.block_sizings.ooms, **counts}
-        if shards is not None:  # ranked on the workers: their figures came with the shards
-            figures.update(ranking_counts(report.shards.stats))
+        # The ranking's own figures came back with the shards, wherever they ran.
         return {
             "audience_users": len(users),
             "unknown_item_share": round(activity.unknown_item_share, 6),
-            **figures,
+            **counts,
+            **ranking_counts(report.shards.stats),
         }
 
     return Day(work, checks, metadata, on_commit=lambda report: save_audience(store, audience))
@@ -177,26 +156,27 @@ def _by_user(
     users: np.ndarray,
     seen: tuple[np.ndarray, np.ndarray],
     plan: QuarantinePlan,
-) -> Shards:
-    """The audience cut for workers elsewhere (assets/recommendations/user_shards): ranges of
-    users carrying their history, the model loaded once per worker."""
-    settings = run.inference
+) -> Input:
+    """The audience cut into ranges of users carrying their history (users with nothing left
+    to recommend, quarantined, in shards of their own after them)."""
     shard_rows = run.shard_rows(DEFAULT_SHARD_ROWS)
-    held = np.zeros(len(users), bool)  # users with nothing left to recommend: no history
+    held = np.zeros(len(users), bool)
     held[plan.positions] = True
+    layout = {"shard_layout": "user_ranges", **shard_counts(len(users), plan.count, shard_rows)}
+    return Input(
+        shards=lambda: user_shards(users, seen, held, shard_rows), quarantine=plan, layout=layout
+    )
 
-    def inputs():
-        return user_shards(users, seen, held, shard_rows)
 
-    program = UserShardProgram(
+def _program(run: SpotSafeRun, model: Model, config: UserRecommendationsConfig) -> UserShardProgram:
+    settings = run.inference
+    return UserShardProgram(
         model.key,
         LoadRecommender(run.store, model.version, settings.device, settings.precision),
         model.version,
         config.k,
         model.metadata["block_users"],
     )
-    layout = {"shard_layout": "user_ranges", **shard_counts(len(users), plan.count, shard_rows)}
-    return Shards(program, inputs, layout)
 
 
 USER_RECOMMENDATIONS_SPEC = ScoringSpec(

@@ -1,18 +1,17 @@
-"""``user_recommendations`` for shard workers: each shard of users carries their history.
+"""``user_recommendations`` in shards of users, each carrying their history.
 
 A user's list depends on every item they ever interacted with (those are never recommended),
 over every landed day up to the scored one. The driver reads that history once (the quarantine
-plan needs it anyway) and cuts the sorted audience into row ranges of ``shard_rows`` users, as
-the local engine does; each shard's rows carry their users' seen items as a list column, so a
-worker needs only its shard and the model, which it loads once from the model store.
+plan needs it anyway) and cuts the sorted audience into row ranges of ``shard_rows`` users; each
+shard's rows carry their users' seen items as a list column, so a shard needs only its rows and
+the model (the step's own in its process, else loaded once per worker from the model store).
 
 Users with nothing left to recommend (quarantined, ``no_unseen_items``) need no history: they
-travel in shards of their own after the ranges, as ``user_id`` alone, so their quarantined rows
-are published exactly as the local engine publishes them.
+travel in shards of their own after the ranges, as ``user_id`` alone, with their quarantined rows.
 
-The figures the local engine keeps on the driver while ranking (users ranked by popularity,
-users short of k, out-of-memory back-offs) are recorded into each shard's statistics instead,
-so they come back with the shard and the driver sums them.
+The ranking's own figures (users ranked by popularity, users short of k, out-of-memory
+back-offs) are recorded into each shard's statistics, so they come back with the shard and the
+driver sums them.
 """
 
 from __future__ import annotations
@@ -29,9 +28,9 @@ from assets.recommendations.quality import eligible_items, list_observer, users_
 from assets.recommendations.schemas import RECOMMENDATIONS_SCHEMA
 from assets.recommendations.training import load_recommender
 from inference.device import make_runtime
-from inference.distributed import ShardFunctions, ShardInput, worker_model
 from inference.invariants import StreamStats
 from inference.recommend import RecommendationBatch, recommend
+from inference.shard_worker import ModelStep, ShardInput, worker_model
 from resources.storage import DataStore
 
 SEEN = "seen_items"
@@ -89,7 +88,7 @@ def user_shards(
     """The audience (sorted) in ranges of ``shard_rows`` users with their seen items, then
     the ``held`` (quarantined) users in shards of their own without history.
 
-    A user's position is its place in ``users``, the local engine's input order.
+    A user's position is its place in ``users``, the partition's input order.
     """
     size = shard_rows or max(1, len(users))
     index = 0
@@ -157,8 +156,8 @@ class LoadRecommender:
 
 @dataclass(frozen=True)
 class UserShardProgram:
-    """Builds a shard's functions in the worker from its users and their history; the model
-    is loaded once per worker process."""
+    """Builds a shard's model step where it runs from its users and their history; the model
+    is the step's own in its process, else loaded once per worker process."""
 
     key: str
     loader: LoadRecommender
@@ -166,7 +165,7 @@ class UserShardProgram:
     k: int
     block: int
 
-    def __call__(self, rows: pa.Table) -> ShardFunctions:
+    def __call__(self, rows: pa.Table) -> ModelStep:
         recommender = worker_model(self.key, self.loader)
         users = rows["user_id"].to_numpy()
         seen = _shard_seen(rows)
@@ -190,4 +189,4 @@ class UserShardProgram:
                 stats.count(f"{RANKING_PREFIX}{name}", counts[name])
             counts.clear()
 
-        return ShardFunctions(transform, _user_ids, observe, users_answered)
+        return ModelStep(transform, _user_ids, users_answered, observe)

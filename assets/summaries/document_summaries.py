@@ -1,8 +1,7 @@
 """``document_summaries``: a short summary of every document of the day.
 
-Each document is summarised alone, so shards are row ranges of the day under both executors;
-with ``ray`` the summariser's model is loaded by each worker (:class:`SummaryProgram`), not sent
-from the step.
+Each document is summarised alone, so shards are row ranges of the day; the summariser's model
+is taken where each shard runs (:class:`SummaryProgram`), never sent from the step.
 """
 
 from collections.abc import Callable
@@ -13,7 +12,7 @@ import pyarrow as pa
 from dagster import AssetExecutionContext
 from pydantic import Field
 
-from assets.checkpointing import Shards, SpotSafeRun, Work
+from assets.checkpointing import Input, Output, Sizes, SpotSafeRun, Work
 from assets.common import PartitionReport
 from assets.runner import Day, Model, ScoringSpec, score, scoring_asset
 from assets.summaries.documents import documents
@@ -41,10 +40,10 @@ from assets.text_workers import (
 )
 from inference.adaptive import AdaptiveBatchSize
 from inference.decoding import static_sizing
-from inference.distributed import ShardFunctions, worker_model
 from inference.generate import Generator, generate_summaries
 from inference.rank import RankerSettings
 from inference.segment import LengthCap, fit_summary
+from inference.shard_worker import ModelStep, worker_model
 from inference.text import SentenceEncoder, extractive_summaries, summary_spans
 from resources.inference import InferenceResource
 from resources.quality import QualityConfig, locate_in_landing
@@ -178,9 +177,9 @@ def _summarise_with(
 
 @dataclass(frozen=True)
 class SummaryProgram:
-    """A shard's functions, built in the worker: the summariser's model loaded once per worker
-    process on its device, model calls sized for that device, model figures in the shard's
-    statistics (assets/text_workers.py)."""
+    """A shard's model step, built where it runs: the summariser's model (the step's own in its
+    process, else loaded once per worker process on its device), model calls sized for that
+    device, model figures in the shard's statistics (assets/text_workers.py)."""
 
     config: SummariesConfig
     key: str
@@ -189,7 +188,7 @@ class SummaryProgram:
     max_batch_tokens: int | None
     max_batch_size: int
 
-    def __call__(self, rows: pa.Table) -> ShardFunctions:
+    def __call__(self, rows: pa.Table) -> ModelStep:
         model = worker_model(self.key, self.loader)
         tokens = worker_batch_tokens(self.max_batch_tokens, model.runtime.device)
         summarise, sizing = _summarise_with(self.config, model, tokens, self.max_batch_size)
@@ -205,7 +204,7 @@ class SummaryProgram:
             figures.record(stats)
 
         transform = _summarise_batch(summarise, self.version, metrics)
-        return ShardFunctions(transform, _texts, observe)
+        return ModelStep(transform, _texts, observe=observe)
 
 
 def _program(run: SpotSafeRun, model: Model, config: SummariesConfig) -> SummaryProgram:
@@ -257,32 +256,22 @@ def load(store: DataStore, inference: InferenceResource, config: SummariesConfig
 
 def day(run: SpotSafeRun, date: str, model: Model, config: SummariesConfig, limit: float) -> Day:
     """One day's documents, screened, then summarised in checkpointed shards of documents."""
-    store, (summarise, sizing) = run.store, model.value
-    plan = locate_in_landing(screen_documents(store, date).plan, store, DATASET, date)
-    plan.check_rate(limit, f"{ASSET} {date}")
-    metrics = ModelMetrics()
+    store, (_, sizing) = run.store, model.value
     extractive, cap = config.mode == "extractive", length_cap(config)
-
-    # Each document alone: under ray, row ranges as locally, the model loaded by each worker.
-    shards = Shards(_program(run, model, config)) if run.distributed else None
     work = Work(
-        SUMMARIES_SCHEMA,
-        store.iter_landing(DATASET, date, DOCUMENTS_SCHEMA, SCREEN_COLUMNS),
-        _summarise_batch(summarise, model.version, metrics),
-        inputs=store.landing_files(DATASET, date),
+        Input(
+            store.iter_landing(DATASET, date, DOCUMENTS_SCHEMA, SCREEN_COLUMNS),
+            quarantine=locate_in_landing(screen_documents(store, date).plan, store, DATASET, date),
+        ),
+        _program(run, model, config),
+        Output(SUMMARIES_SCHEMA),
         # The columns too: shards checkpointed under another output contract are not resumed.
         depends_on={
             "model": model.version,
             "config": _output_settings(config),
             "columns": SUMMARIES_SCHEMA.to_string(),
         },
-        prepare=_texts,
-        batch_size=config.docs_per_chunk,
-        shard_rows=config.docs_per_shard,
-        metrics=metrics,
-        quarantine=plan,
-        observe=summary_observer(model.version, extractive=extractive, cap=cap),
-        shards=shards,
+        sizes=Sizes(batch_size=config.docs_per_chunk, shard_rows=config.docs_per_shard),
     )
 
     def checks(report: PartitionReport):
@@ -297,10 +286,8 @@ def day(run: SpotSafeRun, date: str, model: Model, config: SummariesConfig, limi
         )
 
     def metadata(report: PartitionReport) -> dict:
-        figures = {"model_calls": metrics.model_calls, **sizing().describe(BUDGET)}
-        if shards is not None:  # summarised on the workers: their figures came with the shards
-            figures.update(worker_metadata(report.shards.stats, BUDGET))
-        return figures
+        # The model's figures came back with the shards, wherever they ran.
+        return {**sizing().describe(BUDGET), **worker_metadata(report.shards.stats, BUDGET)}
 
     return Day(work, checks, metadata)
 
