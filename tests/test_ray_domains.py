@@ -13,7 +13,7 @@ import pyarrow as pa
 import pytest
 from dagster import DagsterInstance, RunConfig, materialize
 from documents_world import land_crafted_documents
-from helpers import asset_metadata
+from helpers import asset_metadata, cpu_inference
 
 from assets.embeddings.document_embeddings import document_embeddings
 from assets.embeddings.schemas import EMBEDDINGS
@@ -59,7 +59,7 @@ def ray():
 
 
 def _inference(**settings) -> InferenceResource:
-    return InferenceResource(device="cpu", precision="fp32", max_batch_size=64, **settings)
+    return cpu_inference(max_batch_size=64, **settings)
 
 
 def _local_then_ray(assets: list, date: str, storage: StorageResource, read, run_config, **shards):
