@@ -2,7 +2,8 @@
 
 from __future__ import annotations
 
-from collections.abc import Iterator
+from collections.abc import Callable, Iterator
+from contextlib import ExitStack
 from pathlib import Path
 
 import boto3
@@ -16,6 +17,27 @@ from resources.storage import DataStore
 pytest_plugins = ["aws_world"]
 
 FIXTURES = Path(__file__).parent / "fixtures"
+
+# Modules whose tests must not overlap with each other under pytest-xdist (`make test` runs two
+# workers): the UI tests share one `dagster dev` (a session fixture, built once per worker) and
+# drive one browser; each Ray module starts a local Ray with every core of the machine. A group
+# runs on one worker, in file order; under xdist the groups go out first, as the longest chains.
+GROUPS = {"test_ui_": "ui", "test_ray_": "ray"}
+
+
+def pytest_collection_modifyitems(config: pytest.Config, items: list[pytest.Item]) -> None:
+    """Marks each test of a group with its name (``-m ui``, ``-m "not ray"``) and its xdist
+    group; under xdist, the groups go to the front of the run."""
+    for item in items:
+        if group := _group(item):
+            item.add_marker(getattr(pytest.mark, group))
+            item.add_marker(pytest.mark.xdist_group(group))
+    if hasattr(config, "workerinput"):  # an xdist worker; a plain run keeps file order
+        items.sort(key=lambda item: _group(item) is None)  # stable: file order within each part
+
+
+def _group(item: pytest.Item) -> str | None:
+    return next((g for prefix, g in GROUPS.items() if item.path.name.startswith(prefix)), None)
 
 
 @pytest.fixture
@@ -84,12 +106,33 @@ def resources(data_root: Path) -> dict:
 @pytest.fixture(scope="session")
 def ui_stack(tmp_path_factory: pytest.TempPathFactory) -> Iterator:
     """`dagster dev` on loopback over demo data, with a fraud_scores backfill launched and the
-    landing sensor started from the UI; shared by the GraphQL and browser tests, stopped after."""
+    landing sensor started from the UI; shared by the GraphQL and browser tests, stopped after
+    the last test that uses it (see ``pytest_runtest_teardown``)."""
     from ui_stack import dagster_dev, start_operating
 
-    with dagster_dev(tmp_path_factory.mktemp("ui")) as stack:
+    with ExitStack() as running:
+        stack = running.enter_context(dagster_dev(tmp_path_factory.mktemp("ui")))
         start_operating(stack)
+        _STOP_UI.append(running.close)
         yield stack
+
+
+_STOP_UI: list[Callable[[], None]] = []
+
+
+@pytest.hookimpl(wrapper=True)
+def pytest_runtest_teardown(item: pytest.Item, nextitem: pytest.Item | None):
+    """Stops the UI stack once its last user is torn down, not at the end of the session: its
+    webserver and daemon would otherwise keep running beside every later test of the process.
+    "Last" is over the whole collection, so under xdist only the worker that ran it stops it."""
+    result = yield
+    if _STOP_UI and item is _last_user(item.session, "ui_stack"):
+        _STOP_UI.pop()()
+    return result
+
+
+def _last_user(session: pytest.Session, fixture: str) -> pytest.Item | None:
+    return next((i for i in reversed(session.items) if fixture in i.fixturenames), None)
 
 
 @pytest.fixture(scope="session")
