@@ -335,3 +335,10 @@ def test_champion_on_day_is_refused_where_it_cannot_be_honoured(tmp_path):
     store.write_bytes(f"{store.models_dir}/{MODEL_NAME}/v1/manifest.json", manifest)
     with pytest.raises(Failure, match="champion_only loads only the champion"):
         load_chosen(champion_only, store, None, None, on_day, dates)
+
+
+def test_stale_names_the_assets_it_can_list(capsys):
+    with pytest.raises(SystemExit) as exit_status:
+        main(["stale", "document_summaries"])
+    assert exit_status.value.code == 2
+    assert "fraud_scores, user_recommendations" in capsys.readouterr().err
