@@ -25,6 +25,7 @@ FIXTURES = Path(__file__).parent / "fixtures"
 GROUPS = {"test_ui_": "ui", "test_ray_": "ray"}
 
 
+@pytest.hookimpl(tryfirst=True)  # before xdist's worker reads the xdist_group marks
 def pytest_collection_modifyitems(config: pytest.Config, items: list[pytest.Item]) -> None:
     """Marks each test of a group with its name (``-m ui``, ``-m "not ray"``) and its xdist
     group; under xdist, the groups go to the front of the run."""
@@ -37,7 +38,27 @@ def pytest_collection_modifyitems(config: pytest.Config, items: list[pytest.Item
 
 
 def _group(item: pytest.Item) -> str | None:
-    return next((g for prefix, g in GROUPS.items() if item.path.name.startswith(prefix)), None)
+    return _group_of(item.path.name)
+
+
+def _group_of(filename: str) -> str | None:
+    return next((g for prefix, g in GROUPS.items() if filename.startswith(prefix)), None)
+
+
+@pytest.hookimpl(tryfirst=True)
+def pytest_xdist_make_scheduler(config: pytest.Config, log):
+    """``--dist loadgroup`` with the groups above, read from each test's file name: xdist 3.8
+    tells the scheduler a test's group by renaming its node id, which pytest 9 ignores."""
+    if config.getvalue("dist") != "loadgroup":
+        return None
+    from xdist.scheduler import LoadGroupScheduling
+
+    class ModuleGroups(LoadGroupScheduling):
+        def _split_scope(self, nodeid: str) -> str:
+            filename = nodeid.split("::", 1)[0].rsplit("/", 1)[-1]
+            return _group_of(filename) or super()._split_scope(nodeid)
+
+    return ModuleGroups(config, log)
 
 
 @pytest.fixture
