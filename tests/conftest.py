@@ -13,8 +13,9 @@ from helpers import cpu_resources
 
 from resources.storage import DataStore
 
-# The ECS tests' world (PostgreSQL, moto, the daemon), requested by name from their modules.
-pytest_plugins = ["aws_world"]
+# Worlds whose fixtures several modules request by name: the ECS tests' (PostgreSQL, moto, the
+# daemon) and the interruptible day of the cost ledger and deadline tests.
+pytest_plugins = ["aws_world", "tripled_world"]
 
 FIXTURES = Path(__file__).parent / "fixtures"
 

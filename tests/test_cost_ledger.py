@@ -1,89 +1,22 @@
 """The cost ledger: a day interrupted once on spot and finished on on-demand, with no prices set.
 
 The day's node-seconds, rework and dollars are read back from its materialisation and checked
-against the ledger file's own attempts and the shipped g5.xlarge prices: they add up.
+against the ledger file's own attempts and the shipped g5.xlarge prices: they add up. The day
+is tests/tripled_world.py's.
 """
 
 import json
-import os
-import signal
-import time
 
-import numpy as np
-import pyarrow as pa
 import pytest
-from dagster import AssetExecutionContext, MaterializeResult, asset, materialize
-from helpers import cpu_resources
+from tripled_world import BATCH, DAY, KILL_AT, PLAN, ROWS, SHARD_ROWS, materialize_tripled
 
-from assets.checkpointing import Input, Output, Sizes, Work, spot_safe
-from assets.common import partition_dates, scoring_metadata
-from assets.day_metadata import day_entries, day_metadata
+from assets.day_metadata import day_entries
 from inference.ledger import PartitionLedger, ledger_path, sum_figures
-from inference.shard_worker import ModelStep
-from policy.partitions import daily_partitions
-from policy.prices import (
-    NODE_TYPE_SETTING,
-    ON_DEMAND_PRICE_SETTING,
-    SPOT_PRICE_SETTING,
-    node_prices,
-)
+from policy.prices import node_prices
 from policy.tags import CAPACITY_TAG, ON_DEMAND
-from resources.inference import InferenceResource
-from resources.storage import DataStore, StorageResource
+from resources.storage import DataStore
 
-SCHEMA = pa.schema([("id", pa.int64()), ("y", pa.float64())])
-DAY = "2026-03-02"
-ROWS, SHARD_ROWS, BATCH = 1000, 200, 100
-# The first attempt is told to stop in the first batch of its third shard; it stops before
-# the second, with one batch of that shard to redo.
-KILL_AT = 400
-PLAN: dict = {}
-
-
-@asset(partitions_def=daily_partitions)
-def tripled(
-    context: AssetExecutionContext, storage: StorageResource, inference: InferenceResource
-) -> MaterializeResult:
-    """Triples 1,000 ids in shards of 200, each model call taking a few milliseconds."""
-    store = storage.store()
-    batches = [pa.record_batch({"id": np.arange(ROWS)})]
-
-    def transform(batch: pa.RecordBatch, prepared) -> pa.Table:
-        if batch["id"][0].as_py() == KILL_AT and PLAN.get("kill"):
-            PLAN["kill"] = False
-            os.kill(os.getpid(), signal.SIGTERM)
-        time.sleep(0.02)
-        ids = batch["id"].to_numpy()
-        return pa.table({"id": ids, "y": ids * 3.0})
-
-    with spot_safe(context, store, inference) as run:
-        for date in partition_dates(context):
-            work = Work(
-                Input(batches, files=[]), ModelStep(transform), Output(SCHEMA), "v1", Sizes(BATCH)
-            )
-            report = run.partition("tripled", date, work)
-            metadata = scoring_metadata(report, model_version="v1", device="cpu", model_loads=0)
-    return MaterializeResult(metadata=day_metadata({**metadata, **run.metadata()}))
-
-
-@pytest.fixture(autouse=True)
-def no_prices(monkeypatch: pytest.MonkeyPatch):
-    for setting in (NODE_TYPE_SETTING, SPOT_PRICE_SETTING, ON_DEMAND_PRICE_SETTING):
-        monkeypatch.delenv(setting, raising=False)
-    yield
-    PLAN.clear()
-
-
-def _materialize(data_root, instance, tags=None, partition_key=DAY):
-    resources = cpu_resources(data_root, shard_rows=SHARD_ROWS)
-    return materialize(
-        [tripled],
-        partition_key=partition_key,
-        resources=resources,
-        instance=instance,
-        raise_on_error=False,
-        tags=tags or {},
-    )
+pytestmark = pytest.mark.usefixtures("no_prices")
 
 
 def _ledger(store: DataStore, date: str = DAY) -> PartitionLedger:
@@ -93,7 +26,7 @@ def _ledger(store: DataStore, date: str = DAY) -> PartitionLedger:
 
 def test_interrupted_day_adds_up_over_its_attempts(data_root, store, instance) -> None:
     PLAN["kill"] = True
-    first = _materialize(data_root, instance)
+    first = materialize_tripled(data_root, instance)
     assert not first.success
     interrupted = _ledger(store)
     [spot] = interrupted.attempts
@@ -101,7 +34,7 @@ def test_interrupted_day_adds_up_over_its_attempts(data_root, store, instance) -
     assert spot.rows == 2 * SHARD_ROWS  # two shards finished before the stop
 
     # The retry lands on on-demand capacity (the tag the interruption path would set).
-    second = _materialize(data_root, instance, tags={CAPACITY_TAG: ON_DEMAND})
+    second = materialize_tripled(data_root, instance, tags={CAPACITY_TAG: ON_DEMAND})
     assert second.success
     [mat] = second.asset_materializations_for_node("tripled")
     meta = {k: v.value for k, v in day_entries(mat.metadata).items()}
@@ -144,7 +77,7 @@ def test_interrupted_day_adds_up_over_its_attempts(data_root, store, instance) -
 
 
 def test_an_uninterrupted_spot_day_saves_the_table_rate(data_root, store, instance) -> None:
-    result = _materialize(data_root, instance)
+    result = materialize_tripled(data_root, instance)
     assert result.success
     [mat] = result.asset_materializations_for_node("tripled")
     meta = {k: v.value for k, v in day_entries(mat.metadata).items()}
@@ -158,9 +91,9 @@ def test_an_uninterrupted_spot_day_saves_the_table_rate(data_root, store, instan
 
 
 def test_a_new_scoring_of_a_committed_day_opens_a_new_ledger(data_root, store, instance) -> None:
-    assert _materialize(data_root, instance).success
+    assert materialize_tripled(data_root, instance).success
     before = _ledger(store)
-    assert _materialize(data_root, instance).success
+    assert materialize_tripled(data_root, instance).success
     after = _ledger(store)
     assert len(after.attempts) == 1 and after.attempts[0].run_id != before.attempts[0].run_id
 
@@ -170,7 +103,7 @@ def test_a_range_run_sums_its_days(data_root, store, instance) -> None:
         "dagster/asset_partition_range_start": "2026-03-01",
         "dagster/asset_partition_range_end": DAY,
     }
-    result = _materialize(data_root, instance, tags=tags, partition_key=None)
+    result = materialize_tripled(data_root, instance, tags=tags, partition_key=None)
     assert result.success
     days = [_ledger(store, day).figures(node_prices("g5.xlarge")) for day in ("2026-03-01", DAY)]
     total = sum_figures(days)

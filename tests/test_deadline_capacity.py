@@ -16,7 +16,7 @@ import boto3
 import pytest
 from aws_world import BIN, CLUSTER, REPO, dagster_daemon, launched, task_of, wait_for
 from dagster import DagsterRun, RunsFilter
-from test_cost_ledger import PLAN, _materialize, no_prices, tripled  # noqa: F401
+from tripled_world import PLAN, materialize_tripled
 
 from assets.day_metadata import day_entries
 from assets.deadline_capacity import NightFacts, deadline_decision, retry_tags
@@ -29,6 +29,8 @@ from resources.storage import DataStore
 
 DAY, BEFORE = "2026-03-02", "2026-03-01"
 HISTORY_ROWS, HISTORY_RATE = 1_000_000, 1000.0
+
+pytestmark = pytest.mark.usefixtures("no_prices")
 
 
 def _history(store, asset: str = "tripled", date: str = BEFORE) -> None:
@@ -46,7 +48,7 @@ def _in(seconds: float) -> str:
 def _interrupted_run(data_root, instance, store, ready_in: float):
     _history(store)
     PLAN["kill"] = True
-    result = _materialize(data_root, instance, tags={READY_BY_TAG: _in(ready_in)})
+    result = materialize_tripled(data_root, instance, tags={READY_BY_TAG: _in(ready_in)})
     assert not result.success
     return instance.get_run_by_id(result.run_id)
 
@@ -81,7 +83,7 @@ def test_interrupted_close_to_its_ready_by_the_retry_goes_on_demand(
     assert reason.startswith("on-demand: about 17 min of work left, 19 min to ")
     assert "behind a uniform schedule" in reason
     # The retry (the daemon copies the failed run's tags) records the reason on the day.
-    result = _materialize(data_root, instance, tags=dict(run.tags))
+    result = materialize_tripled(data_root, instance, tags=dict(run.tags))
     assert result.success
     [mat] = result.asset_materializations_for_node("tripled")
     assert day_entries(mat.metadata)["capacity_reason"].value == reason
@@ -110,7 +112,7 @@ def test_a_day_that_cannot_make_it_says_so_at_launch_and_retries_on_demand(
 def test_an_old_day_leaves_the_choice_to_the_count_switch(data_root, store, instance) -> None:
     _history(store)
     PLAN["kill"] = True
-    result = _materialize(data_root, instance)  # 07:00 of 2026-03-03 passed long ago
+    result = materialize_tripled(data_root, instance)  # 07:00 of 2026-03-03 passed long ago
     run = instance.get_run_by_id(result.run_id)
     assert CAPACITY_TAG not in run.tags and CAPACITY_REASON_TAG not in run.tags
     logs = [e.message for e in instance.all_logs(run.run_id) if e.message]

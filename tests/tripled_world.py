@@ -1,0 +1,79 @@
+"""An asset that triples 1,000 ids in checkpointed shards and can be told to stop part way: the
+day the cost ledger and the deadline tests interrupt and resume. A conftest plugin, so that
+``no_prices`` is requested by name."""
+
+import os
+import signal
+import time
+
+import numpy as np
+import pyarrow as pa
+import pytest
+from dagster import AssetExecutionContext, MaterializeResult, asset, materialize
+from helpers import cpu_resources
+
+from assets.checkpointing import Input, Output, Sizes, Work, spot_safe
+from assets.common import partition_dates, scoring_metadata
+from assets.day_metadata import day_metadata
+from inference.shard_worker import ModelStep
+from policy.partitions import daily_partitions
+from policy.prices import NODE_TYPE_SETTING, ON_DEMAND_PRICE_SETTING, SPOT_PRICE_SETTING
+from resources.inference import InferenceResource
+from resources.storage import StorageResource
+
+SCHEMA = pa.schema([("id", pa.int64()), ("y", pa.float64())])
+DAY = "2026-03-02"
+ROWS, SHARD_ROWS, BATCH = 1000, 200, 100
+# The first attempt is told to stop in the first batch of its third shard; it stops before
+# the second, with one batch of that shard to redo.
+KILL_AT = 400
+PLAN: dict = {}
+
+
+@asset(partitions_def=daily_partitions)
+def tripled(
+    context: AssetExecutionContext, storage: StorageResource, inference: InferenceResource
+) -> MaterializeResult:
+    """Triples 1,000 ids in shards of 200, each model call taking a few milliseconds."""
+    store = storage.store()
+    batches = [pa.record_batch({"id": np.arange(ROWS)})]
+
+    def transform(batch: pa.RecordBatch, prepared) -> pa.Table:
+        if batch["id"][0].as_py() == KILL_AT and PLAN.get("kill"):
+            PLAN["kill"] = False
+            os.kill(os.getpid(), signal.SIGTERM)
+        time.sleep(0.02)
+        ids = batch["id"].to_numpy()
+        return pa.table({"id": ids, "y": ids * 3.0})
+
+    with spot_safe(context, store, inference) as run:
+        for date in partition_dates(context):
+            work = Work(
+                Input(batches, files=[]), ModelStep(transform), Output(SCHEMA), "v1", Sizes(BATCH)
+            )
+            report = run.partition("tripled", date, work)
+            metadata = scoring_metadata(report, model_version="v1", device="cpu", model_loads=0)
+    return MaterializeResult(metadata=day_metadata({**metadata, **run.metadata()}))
+
+
+@pytest.fixture
+def no_prices(monkeypatch: pytest.MonkeyPatch):
+    """No node type or prices from the environment (the shipped table's g5.xlarge decides), and
+    no stop planned once the test is done."""
+    for setting in (NODE_TYPE_SETTING, SPOT_PRICE_SETTING, ON_DEMAND_PRICE_SETTING):
+        monkeypatch.delenv(setting, raising=False)
+    yield
+    PLAN.clear()
+
+
+def materialize_tripled(data_root, instance, tags=None, partition_key=DAY):
+    """Materialises ``tripled`` in shards of 200 rows; a failed run is returned, not raised."""
+    resources = cpu_resources(data_root, shard_rows=SHARD_ROWS)
+    return materialize(
+        [tripled],
+        partition_key=partition_key,
+        resources=resources,
+        instance=instance,
+        raise_on_error=False,
+        tags=tags or {},
+    )
