@@ -8,14 +8,13 @@ from pathlib import Path
 import pytest
 from dagster import AssetKey, DagsterEventType, DagsterInstance, materialize
 from fraud_world import trained_fraud_world
+from helpers import cpu_resources
 
 from assets.day_metadata import DETAIL, HEADLINE, PLOTTED, day_figures
 from assets.fraud import fraud_model, fraud_scores
 from assets.fraud.demo_data import generate_day
 from assets.fraud.schemas import MODEL_NAME
 from inference.registry import challenger_version, promote
-from resources.inference import InferenceResource
-from resources.storage import StorageResource
 
 DAYS = ["2026-03-02", "2026-03-03"]
 RANGE = {
@@ -108,10 +107,7 @@ def test_every_domain_lands_its_input_when_scored_alone(
 
     generate(DataStore(str(root)), DAYS[0], scale=0.01, seed=0)
     module = importlib.import_module(f"assets.{domain}")
-    resources = {
-        "storage": StorageResource(data_root=str(root)),
-        "inference": InferenceResource(device="cpu", precision="fp32", max_batch_size=64),
-    }
+    resources = cpu_resources(root, max_batch_size=64)
     with DagsterInstance.ephemeral() as instance:
         if model:
             trained = materialize([getattr(module, model)], resources=resources, instance=instance)

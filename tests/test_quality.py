@@ -10,6 +10,7 @@ import numpy as np
 import pyarrow as pa
 import pytest
 from dagster import AssetKey, DagsterInstance, Failure, materialize
+from helpers import cpu_resources
 
 from assets.day_metadata import day_entries
 from assets.fraud.assets import fraud_alerts, fraud_model, fraud_scores, transactions
@@ -30,7 +31,6 @@ from inference.shard_worker import ModelStep
 from inference.shard_writer import ShardedWriter
 from inference.shards import Interrupted, Watch
 from inference.tabular import TabularScorer
-from resources.inference import InferenceResource
 from resources.quality import (
     CheckSuite,
     StreamedSample,
@@ -41,7 +41,7 @@ from resources.quality import (
     sample_output,
     validate,
 )
-from resources.storage import DataStore, StorageResource
+from resources.storage import DataStore
 
 SCHEMA = pa.schema([("id", pa.int64()), ("y", pa.float64())])
 DAY = "2026-03-01"
@@ -311,10 +311,7 @@ def fraud_world(tmp_path_factory) -> dict:
     store = DataStore(str(root / "data"))
     for day in ("2026-03-01", "2026-03-02"):
         generate_day(store, day, scale=0.02)
-    resources = {
-        "storage": StorageResource(data_root=str(root / "data")),
-        "inference": InferenceResource(device="cpu", precision="fp32", max_batch_size=512),
-    }
+    resources = cpu_resources(root / "data")
     with DagsterInstance.ephemeral() as instance:
         assert materialize([fraud_model], resources=resources, instance=instance).success
     return {"store": store, "resources": resources}
@@ -411,10 +408,7 @@ def test_a_blank_summary_stops_the_digest(tmp_path, monkeypatch) -> None:
         return ["", *summaries[1:]], embedded  # the model "forgot" one document
 
     monkeypatch.setattr(module, "extractive_summaries", forgetful)
-    resources = {
-        "storage": StorageResource(data_root=str(tmp_path / "data")),
-        "inference": InferenceResource(device="cpu", precision="fp32", max_batch_size=64),
-    }
+    resources = cpu_resources(tmp_path / "data", max_batch_size=64)
     with DagsterInstance.ephemeral() as instance:
         result = materialize(
             [documents, module.document_summaries, daily_digest],
