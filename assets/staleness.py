@@ -29,10 +29,9 @@ from dagster import AssetKey, AssetRecordsFilter, DagsterEventType, DagsterInsta
 from assets.day_metadata import day_figures
 from inference.modelstore import ModelNotFoundError
 from inference.registry import champion_on, champion_version, trained_window
+from policy.tags import MODEL_CHOICE_TAG
 from resources.storage import DataStore
 
-# A run tag choosing the version a backfill scores with; absent means the champion.
-MODEL_CHOICE_TAG = "nightshift/model_choice"
 CHAMPION_CHOICE = "champion"
 ON_DAY_CHOICE = "champion_on_day"
 MODEL_CHOICES = (CHAMPION_CHOICE, ON_DAY_CHOICE)

@@ -33,7 +33,6 @@ from dagster import (
 from assets.domains import DOMAINS
 from assets.staleness import (
     CHAMPION_CHOICE,
-    MODEL_CHOICE_TAG,
     StaleDay,
     champion,
     scored_days,
@@ -43,15 +42,10 @@ from assets.staleness import (
 from inference.modelstore import ModelNotFoundError
 from orchestration.jobs import pipeline_jobs
 from policy.partitions import daily_partitions
-from policy.tags import PRIORITY_TAG, TRIGGER_TAG
+from policy.tags import BACKFILL_PRIORITY, MODEL_CHOICE_TAG, STALE_VERSION_TAG, TRIGGER_TAG
 from resources.storage import DataStore, StorageResource
 
 RESCORE_WINDOW_DAYS = 30
-# A UI backfill's priority (none, i.e. 0): the nightly schedule and the landing sensor's runs
-# go ahead of a re-score, as they go ahead of any backfill.
-BACKFILL_PRIORITY = {PRIORITY_TAG: "0"}
-# On a re-score run: the version the day was scored by before.
-STALE_VERSION_TAG = "nightshift/stale_version"
 
 
 @dataclass(frozen=True)

@@ -21,6 +21,8 @@ PRIORITY_TAG = "dagster/priority"
 # landing partition triggered, and the nightly schedule, overtake a month-long backfill.
 SENSOR_PRIORITY = {PRIORITY_TAG: "10"}
 SCHEDULE_PRIORITY = {PRIORITY_TAG: "5"}
+# Set explicitly on the runs nightshift requests as backfills (re-scoring stale days).
+BACKFILL_PRIORITY = {PRIORITY_TAG: "0"}
 
 # --- nightshift's tags --------------------------------------------------------------------------
 
@@ -57,3 +59,9 @@ CAPACITY_REASON_TAG = "nightshift/capacity_reason"
 # A run's own ready-by, an ISO date-time in UTC: overrides the asset's daily ready-by time for
 # this run and its retries (a one-off deadline, or a test's).
 READY_BY_TAG = "nightshift/ready_by"
+
+# Which model version a scoring run uses: "champion" (absent: the default) or
+# "champion_on_day", the version that was champion on the days it scores (assets/staleness.py).
+MODEL_CHOICE_TAG = "nightshift/model_choice"
+# On a run that re-scores a stale day: the version that had scored it.
+STALE_VERSION_TAG = "nightshift/stale_version"

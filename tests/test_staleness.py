@@ -24,7 +24,6 @@ from assets.day_metadata import day_figures, day_metadata
 from assets.fraud.demo_data import generate_day
 from assets.fraud.schemas import MODEL_NAME, SCORES
 from assets.staleness import (
-    MODEL_CHOICE_TAG,
     ON_DAY_CHOICE,
     ScoredDay,
     champion,
@@ -41,8 +40,6 @@ from inference.registry import promote
 from orchestration.cli import main
 from orchestration.jobs import pipeline_job
 from orchestration.rescore import (
-    BACKFILL_PRIORITY,
-    STALE_VERSION_TAG,
     TARGETS_BY_ASSET,
     last_window,
     rescore_stale_sensor,
@@ -50,6 +47,7 @@ from orchestration.rescore import (
     stale_in,
 )
 from policy.partitions import daily_partitions
+from policy.tags import BACKFILL_PRIORITY, MODEL_CHOICE_TAG, STALE_VERSION_TAG
 from resources.storage import DataStore, StorageResource
 
 SCALE = 0.02
