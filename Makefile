@@ -17,11 +17,16 @@ install: $(STAMP)
 # satisfied by it; any other torch requirement would pull a multi-GB CUDA build. The bench
 # extra (faiss-cpu, a benchmark peer), the eval extra (rouge-score) and the ray extra (the ray
 # executor, whose tests start a local Ray) are installed too, so `make test` runs their tests.
+# MLflow gets an environment of its own (.venv-mlflow): the MLflow mirror's test starts its
+# server from there; mlflow pins pyarrow below this stack's, and nightshift only speaks its
+# REST API, so the pipelines need no mlflow package.
 $(STAMP): pyproject.toml
 	test -x $(BIN)/python || $(PYTHON) -m venv $(VENV)
 	$(BIN)/pip install -q --disable-pip-version-check torch==2.13.0
 	$(BIN)/pip install -q --disable-pip-version-check -e '.[dev,bench,eval,ray]'
 	$(BIN)/pip check
+	test -x .venv-mlflow/bin/mlflow || ($(PYTHON) -m venv .venv-mlflow && \
+	  .venv-mlflow/bin/pip install -q --disable-pip-version-check mlflow==3.17.2)
 	touch $(STAMP)
 
 run: $(STAMP)

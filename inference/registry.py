@@ -29,6 +29,7 @@ from typing import Any
 
 import torch
 
+from inference import mlflow_registry
 from inference.modelstore import (
     ModelNotFoundError,
     ReadBytes,
@@ -185,6 +186,11 @@ def register(
     """
     version = save_model(write, models_dir, name, tensors, manifest)
     by = by or default_actor()
+    mirror = mlflow_registry.from_env()
+    if mirror is not None:
+        folder, window = f"{models_dir}/{name}/{version}", trained_window(manifest)
+        trained = f"trained on {window[0]}..{window[1]}" if window else "training window unknown"
+        mirror.register_version(name, version, folder, f"nightshift {name} {version}, {trained}")
     try:
         champion = champion_version(read, models_dir, name)
     except ModelNotFoundError:
@@ -232,9 +238,29 @@ def promote(
 def _record(
     read: ReadBytes, write: WriteBytes, models_dir: str, name: str, change: AliasChange
 ) -> None:
+    """Appends the move to the history, making it on MLflow first when mirrored, so a move
+    MLflow refuses is made nowhere."""
+    mirror = mlflow_registry.from_env()
+    if mirror is not None:
+        _mirror(mirror, models_dir, name, change)
     history = [*alias_history(read, models_dir, name), change]
     body = {"name": name, "history": [asdict(c) for c in history]}
     write(f"{models_dir}/{name}/aliases.json", json.dumps(body, indent=2).encode())
+
+
+def _mirror(
+    mirror: mlflow_registry.MlflowRegistry, models_dir: str, name: str, change: AliasChange
+) -> None:
+    """The alias move on MLflow, with who, why and whether forced as tags of the version (a
+    version saved before the mirror was set up is registered first)."""
+    if change.version is None:
+        mirror.delete_alias(name, change.alias)
+        return
+    folder = f"{models_dir}/{name}/{change.version}"
+    mirror.register_version(name, change.version, folder, f"nightshift {name} {change.version}")
+    moved = {"by": change.by, "reason": change.reason, "forced": str(change.forced).lower()}
+    tags = {f"nightshift.{change.alias}_{k}": v for k, v in moved.items()}
+    mirror.set_alias(name, change.alias, change.version, tags)
 
 
 def _now() -> str:
