@@ -65,8 +65,8 @@ def iter_top_k(
     """Exact top-``k`` unseen items for every user, one block of users at a time.
 
     On a CPU with fp32 factors and a large catalogue the scores are ranked by
-    :func:`grouped_top_k`, which keeps the score matrix in cache-sized tiles; elsewhere (GPU,
-    bf16, small catalogues) by a full-block ``topk``. Both are exact.
+    :meth:`inference.topk.ItemTiles.top_k`, which keeps the score matrix in cache-sized
+    tiles; elsewhere (GPU, bf16, small catalogues) by a full-block ``topk``. Both are exact.
 
     Args:
         user_factors: (users, dims) on the compute device; row ``r`` matches ``seen`` row r.
@@ -84,14 +84,13 @@ def iter_top_k(
     if seen.n_rows != user_factors.shape[0]:
         raise ValueError(f"seen has {seen.n_rows} rows for {user_factors.shape[0]} users")
     device = user_factors.device
-    grouped = (
-        tiled and grouped_fits(item_factors, k) and user_factors.dtype == item_factors.dtype
-    )
+    grouped = tiled and grouped_fits(item_factors, k) and user_factors.dtype == item_factors.dtype
     tiles = ItemTiles.build(item_factors, item_bias) if grouped else None
     items_t = None if tiles else item_factors.T.contiguous()
     if tiles is not None:
-        # The tiles bound their own memory; whole chunks keep every GEMM full-sized (a block
-        # of 335 users would run as chunks of 256 and 79, and the small one at half speed).
+        # The tiles bound their own memory; whole chunks keep every GEMM full-sized, since a
+        # block that is not a multiple of the chunk ends in a short chunk whose GEMM and
+        # selection cost nearly as much as a full one.
         chunk = tiles.chunk_users()
         block_size = max(chunk, block_size - block_size % chunk)
     sizing = (BatchSizes() if sizings is None else sizings).at(block_size)
