@@ -28,7 +28,8 @@ from inference.topk_kernels import GROUP_ITEMS, MAX_TILE_ITEMS, Kernel, candidat
 # small enough that a 1M-item catalogue still scores in blocks of a few hundred MB.
 DEFAULT_BLOCK_ELEMENTS = 1 << 24
 
-# Below this many items a whole-row topk is as fast, and the tiles' fixed costs dominate.
+# Smaller catalogues rank whole rows: there the tiles' fixed costs (the copy into tiles, the
+# per-tile selection) are not repaid by keeping the scores in cache.
 GROUPED_MIN_ITEMS = 8 * MAX_TILE_ITEMS
 
 # The problem the candidate kernels are timed on: as many users as the largest chunk, the
