@@ -9,12 +9,14 @@ fraud_model, user_recommendations by recommendation_model):
 - ``rescore_stale_sensor`` (off by default: turning it on is the re-score action, since it
   spends GPU hours): each tick, a run for each stale day of the last 30, newest first, at
   backfill priority, re-scoring the asset and what is downstream of it in its pipeline with the
-  champion. A day already on the champion is never requested; each (day, champion) pair is
-  requested once (its run key), so a re-score that failed is rerun by hand, not in a loop.
+  champion. A day already on the champion is never requested, nor one that a queued or
+  running run is scoring; each (day, champion) pair is requested once (its run key), so a
+  re-score that failed is rerun by hand, not in a loop.
 """
 
 from __future__ import annotations
 
+import datetime as dt
 import json
 from dataclasses import dataclass
 
@@ -22,8 +24,10 @@ from dagster import (
     AssetKey,
     AssetObservation,
     DagsterInstance,
+    DagsterRunStatus,
     DefaultSensorStatus,
     RunRequest,
+    RunsFilter,
     SensorEvaluationContext,
     SensorResult,
     SkipReason,
@@ -42,10 +46,24 @@ from assets.staleness import (
 from inference.modelstore import ModelNotFoundError
 from orchestration.jobs import pipeline_jobs
 from policy.partitions import daily_partitions
-from policy.tags import BACKFILL_PRIORITY, MODEL_CHOICE_TAG, STALE_VERSION_TAG, TRIGGER_TAG
+from policy.tags import (
+    BACKFILL_PRIORITY,
+    MODEL_CHOICE_TAG,
+    PARTITION_RANGE_END_TAG,
+    PARTITION_RANGE_START_TAG,
+    PARTITION_TAG,
+    STALE_VERSION_TAG,
+    TRIGGER_TAG,
+)
 from resources.storage import DataStore, StorageResource
 
 RESCORE_WINDOW_DAYS = 30
+IN_PROGRESS = [
+    DagsterRunStatus.QUEUED,
+    DagsterRunStatus.NOT_STARTED,
+    DagsterRunStatus.STARTING,
+    DagsterRunStatus.STARTED,
+]
 
 
 @dataclass(frozen=True)
@@ -125,6 +143,26 @@ def rescore_requests(stale: list[StaleDay], target: Target) -> list[RunRequest]:
     ]
 
 
+def days_in_flight(instance: DagsterInstance, target: Target) -> set[str]:
+    """The days of the target's asset that a queued or running run is scoring (a backfill, the
+    nightly run, an earlier re-score): a re-score now would score them twice."""
+    days: set[str] = set()
+    for run in instance.get_runs(RunsFilter(statuses=IN_PROGRESS)):
+        selected = run.asset_selection
+        if selected is None and run.job_name != target.job:
+            continue
+        if selected is not None and AssetKey(target.asset) not in selected:
+            continue
+        tags = run.tags
+        if PARTITION_TAG in tags:
+            days.add(tags[PARTITION_TAG])
+        elif PARTITION_RANGE_START_TAG in tags and PARTITION_RANGE_END_TAG in tags:
+            start = dt.date.fromisoformat(tags[PARTITION_RANGE_START_TAG])
+            end = tags[PARTITION_RANGE_END_TAG]
+            days.update(window(end, (dt.date.fromisoformat(end) - start).days + 1))
+    return days
+
+
 def last_window(days: int = RESCORE_WINDOW_DAYS) -> list[str]:
     """The last ``days`` daily partitions, ending with the last completed day."""
     last = daily_partitions.get_last_partition_key()
@@ -146,11 +184,11 @@ def rescore_stale_sensor(
     context: SensorEvaluationContext, storage: StorageResource
 ) -> SensorResult:
     store, dates = storage.store(), last_window()
-    requests = [
-        request
-        for target in TARGETS
-        for request in rescore_requests(stale_in(context.instance, store, target, dates), target)
-    ]
+    requests: list[RunRequest] = []
+    for target in TARGETS:
+        busy = days_in_flight(context.instance, target)
+        stale = [d for d in stale_in(context.instance, store, target, dates) if d.date not in busy]
+        requests += rescore_requests(stale, target)
     if not requests:
         return SensorResult(skip_reason=SkipReason(f"no stale day in {dates[0]}..{dates[-1]}"))
     return SensorResult(run_requests=requests)

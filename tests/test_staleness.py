@@ -13,6 +13,7 @@ from dagster import (
     AssetMaterialization,
     AssetRecordsFilter,
     DagsterInstance,
+    DagsterRunStatus,
     Definitions,
     Failure,
     build_sensor_context,
@@ -47,7 +48,14 @@ from orchestration.rescore import (
     stale_in,
 )
 from policy.partitions import daily_partitions
-from policy.tags import BACKFILL_PRIORITY, MODEL_CHOICE_TAG, STALE_VERSION_TAG
+from policy.tags import (
+    BACKFILL_PRIORITY,
+    MODEL_CHOICE_TAG,
+    PARTITION_RANGE_END_TAG,
+    PARTITION_RANGE_START_TAG,
+    PARTITION_TAG,
+    STALE_VERSION_TAG,
+)
 from resources.storage import DataStore, StorageResource
 
 SCALE = 0.02
@@ -211,6 +219,18 @@ def test_a_promotion_makes_days_stale_and_rescore_redoes_exactly_those_in_the_wi
         (a, d): _count(instance, a, d) for a in ("transactions", SCORES) for d in (old, *recent)
     }
     sensor_context = build_sensor_context(instance=instance, resources={"storage": _storage(store)})
+    # A day that a run is scoring already (a backfill someone launched) is left to it.
+    running = instance.create_run_for_job(
+        job, tags={PARTITION_TAG: recent[1]}, status=DagsterRunStatus.STARTED
+    )
+    assert [r.partition_key for r in rescore_stale_sensor(sensor_context).run_requests] == [
+        recent[0]
+    ]
+    instance.delete_run(running.run_id)
+    span = {PARTITION_RANGE_START_TAG: recent[0], PARTITION_RANGE_END_TAG: recent[1]}
+    ranged = instance.create_run_for_job(job, tags=span, status=DagsterRunStatus.STARTED)
+    assert rescore_stale_sensor(sensor_context).run_requests == []
+    instance.delete_run(ranged.run_id)
     requests = rescore_stale_sensor(sensor_context).run_requests
     assert [r.partition_key for r in requests] == [recent[1], recent[0]]
     for request in requests:
