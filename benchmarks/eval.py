@@ -1,4 +1,4 @@
-"""`make eval`: quality of all three pipelines on real public data, beside the textbook baselines.
+"""`make eval`: quality of all four pipelines on real public data, beside the textbook baselines.
 
 - fraud: the committed ULB card-transaction sample, nightshift's model against logistic
   regression (AUPRC, ROC-AUC over five seeded 70/30 splits), and an amount sweep
@@ -7,13 +7,16 @@
   against popularity, item-kNN and EASE (benchmarks/eval_recommendations.py);
 - summaries: every k-th CNN/DailyMail validation article (not the ones the ranker was tuned
   on) in its plain and tokenised lower-case forms, against Lead-3, over all of them and with CNN
-  and Daily Mail apart (benchmarks/eval_summaries.py).
+  and Daily Mail apart (benchmarks/eval_summaries.py);
+- embeddings: highlight-to-article retrieval over the first 1,000 CNN/DailyMail validation
+  articles, the asset's vectors against the sentence encoder alone and TF-IDF, with docs/s
+  (benchmarks/eval_embeddings.py).
 
 The last two data sets may not be redistributed, so they live in the git-ignored
 ``.nightshift/eval/`` cache, checked against their sha256; a missing one is reported with the
 way to get it, and the other tables are still printed. Exit status 1 if any was missing.
 
-    .venv/bin/python -m benchmarks.eval [--only fraud recommendations summaries]
+    .venv/bin/python -m benchmarks.eval [--only fraud recommendations summaries embeddings]
 """
 
 from __future__ import annotations
@@ -43,10 +46,17 @@ def _summaries() -> str:
     return eval_summaries.table(eval_summaries.report())
 
 
+def _embeddings() -> str:
+    from benchmarks import eval_embeddings
+
+    return eval_embeddings.report()
+
+
 DOMAINS: dict[str, Callable[[], str]] = {
     "fraud": _fraud,
     "recommendations": _recommendations,
     "summaries": _summaries,
+    "embeddings": _embeddings,
 }
 
 

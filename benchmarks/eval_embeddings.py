@@ -1,29 +1,40 @@
 """document_embeddings on real articles: highlight -> article retrieval on CNN/DailyMail.
 
 Each article is embedded by the asset's own model step (``document_texts`` and ``embed_batch``
-of ``assets/embeddings/document_embeddings.py``, with its default config), each article's
-highlights as a query (``encode``, as a search would embed it); the query's own article should
-rank first among all. Beside it the first-window embedding (``encode`` of the whole text: the
-encoder reads its first 256 tokens), the textbook baseline, TF-IDF cosine (sublinear tf,
-English stop words, fitted on the articles and queries shown), and a random ranking. Figures
-are given apart for a tuning third of the articles (every third one, where the chunking was
-chosen), for the other two thirds (reported; each part ranks among its own articles only) and
-for all of them. Throughput is docs/s of the first-window and the chunked embedding of all the
-articles in this process, alternated, best of ``--repeats``. ``--sweep`` adds the chunking
-alternatives on the tuning third. The data set, its source and licence are those of
-``benchmarks/eval_summaries.py`` (not committed; ``dataset_path`` says how).
+of ``assets/embeddings/document_embeddings.py``, with its default config) and each article's
+highlights as a query, embedded the same way (``embed_documents`` with the asset's chunking:
+a query is a short document); the query's own article should rank first among all. Beside it:
+the first-window embedding (``encode``: the encoder reads the first 256 tokens; ranked only
+with ``--first-window``, which costs one more encoder pass over every article), the chunked
+sentence vector without hashed words (the asset's previous method, "current"), the hashed words
+alone, the textbook baseline TF-IDF cosine (sublinear tf, English stop words, fitted on the
+articles and queries shown) and a random ranking. The ranking pools chunk vectors kept in a
+cache (:class:`ChunkVectors`); throughput is docs/s of the three encoder methods on the first
+``--timed-articles`` articles in this process, alternated, best of ``--repeats``, where the
+asset's model step must give the ranking's vectors. Ratios are against "current", measured in
+the same process.
 
-    python -m benchmarks.eval_embeddings --articles 1000
+Reported on the first 1,000 validation articles (mostly CNN, cased). The weights were chosen
+with ``--sweep`` on other articles: every 8th of the validation chunks file (tokenised form,
+mostly Daily Mail; none of the 1,000), the first :data:`TUNING_ARTICLES` of them. The data
+sets, their sources and licences are those of ``benchmarks/eval_summaries.py`` (not committed;
+``dataset_path`` says how to get them).
+
+    python -m benchmarks.eval_embeddings --articles 1000 [--sweep] [--timed-articles 60]
 """
 
 from __future__ import annotations
 
 import argparse
+import hashlib
 import time
-from collections.abc import Callable, Sequence
+from collections.abc import Callable, Iterator, Sequence
+from dataclasses import replace
+from pathlib import Path
 
 import numpy as np
 import pyarrow as pa
+import torch
 from sklearn.feature_extraction.text import TfidfVectorizer
 
 from assets.embeddings.document_embeddings import (
@@ -34,22 +45,37 @@ from assets.embeddings.document_embeddings import (
     vectors_version,
 )
 from assets.text_models import ModelMetrics, sentence_encoder
-from benchmarks.eval_summaries import dataset_path, load_examples
+from benchmarks.eval_summaries import CACHE, VALIDATION_CHUNKS, dataset_path, load_examples
 from inference.chunks import Chunking
-from inference.embeddings import document_chunks, encode, encode_tokens, pool_chunks
+from inference.embeddings import (
+    document_chunks,
+    embed_documents,
+    encode,
+    encode_tokens,
+    pool_chunks,
+    with_terms,
+)
 from inference.encoder import SentenceEncoder
+from inference.lexical import HashedTerms
+from inference.normalise import normalise_text
 from resources.inference import InferenceResource
 
-# Chunkings tried on the tuning part by --sweep: (chunks per document, decay).
-SWEEP = [(1, 1.0), (2, 1.0), (2, 0.7), (2, 0.5), (2, 0.3), (3, 1.0), (3, 0.5), (4, 0.5)]
+# The tuning slice: every TUNING_EVERY-th article of the validation chunks file, the first
+# TUNING_ARTICLES of those not in the reported set.
+TUNING_EVERY, TUNING_ARTICLES = 8, 500
+# What --sweep tries on the tuning slice: chunks per document, hashed-word buckets, weights.
+SWEEP_CHUNKS = (1, 2)
+SWEEP_BUCKETS = (384, 1024, 2048, 4096)
+SWEEP_WEIGHTS = (0.3, 0.4, 0.5, 0.6, 0.7, 0.8)
 
 
 def retrieval(similarity: np.ndarray) -> dict[str, float]:
-    """Recall@1, recall@10 and MRR when query i's relevant document is document i."""
+    """Recall@1, @5, @10 and MRR when query i's relevant document is document i."""
     n = len(similarity)
     ranks = (similarity > similarity[np.arange(n), np.arange(n)][:, None]).sum(1)
     return {
         "recall_at_1": round(float(np.mean(ranks == 0)), 3),
+        "recall_at_5": round(float(np.mean(ranks < 5)), 3),
         "recall_at_10": round(float(np.mean(ranks < 10)), 3),
         "mrr": round(float(np.mean(1 / (ranks + 1))), 3),
     }
@@ -84,15 +110,28 @@ def asset_embeddings(
 
 
 def first_window(encoder: SentenceEncoder, inference: InferenceResource, texts: Sequence[str]):
-    """The previous method: each text mean-pooled over the encoder's first window only."""
+    """The unchunked method: each text mean-pooled over the encoder's first window only."""
     return encode(encoder, texts, inference.batch_tokens, inference.max_batch_size).vectors.numpy()
+
+
+def embedded(
+    encoder: SentenceEncoder,
+    inference: InferenceResource,
+    chunking: Chunking,
+    texts: Sequence[str],
+) -> np.ndarray:
+    """``embed_documents`` under the inference resource's budget (documents or queries)."""
+    out = embed_documents(
+        encoder, texts, chunking, inference.batch_tokens, inference.max_batch_size
+    )
+    return out.vectors.numpy()
 
 
 def timed(
     runs: dict[str, Callable[[], np.ndarray]], repeats: int
 ) -> dict[str, tuple[float, np.ndarray]]:
     """Each run's best seconds over ``repeats`` rounds (the runs alternated within a round, so a
-    change of machine load falls on both) and its result."""
+    change of machine load falls on all) and its result."""
     best: dict[str, tuple[float, np.ndarray]] = {}
     for _ in range(repeats):
         for name, run in runs.items():
@@ -103,97 +142,215 @@ def timed(
     return best
 
 
-def sweep(
-    encoder: SentenceEncoder, inference: InferenceResource, texts: Sequence[str]
-) -> dict[str, np.ndarray]:
-    """Document vectors for each chunking of :data:`SWEEP`, from one embedding of every chunk
-    (the first k chunks of a cut are the cut into k chunks)."""
-    most = Chunking(encoder.max_length, max(k for k, _ in SWEEP))
-    chunks = document_chunks(encoder, texts, most)
-    flat = [chunk for doc in chunks for chunk in doc]
-    vectors = encode_tokens(encoder, flat, inference.batch_tokens, inference.max_batch_size)
-    counts = [len(doc) for doc in chunks]
-    out = {}
-    for k, decay in SWEEP:
-        chunking = Chunking(encoder.max_length, k, decay)
-        cost = np.mean([sum(len(c) for c in doc[:k]) for doc in chunks])
-        name = f"{chunking.describe()} ({cost:.0f} tokens/doc)"
-        out[name] = pool_chunks(vectors.vectors, counts, chunking).numpy()
+def tfidf_similarity(texts: Sequence[str], queries: Sequence[str]) -> np.ndarray:
+    """TF-IDF cosine of each query to each text, fitted on both."""
+    tfidf = TfidfVectorizer(sublinear_tf=True, stop_words="english").fit([*texts, *queries])
+    return (tfidf.transform(queries) @ tfidf.transform(texts).T).toarray()
+
+
+class ChunkVectors:
+    """Encoder vectors of token sequences (chunks, first windows), kept on disk between runs
+    and keyed by their token ids: the ranking tables need every article's chunks once, however
+    many poolings and weights are compared."""
+
+    def __init__(self, encoder: SentenceEncoder, inference: InferenceResource, cache: Path):
+        self.encoder, self.inference = encoder, inference
+        self.file = cache / f"chunk-vectors-{encoder.version}.npz"
+        self.vectors: dict[str, np.ndarray] = {}
+        if self.file.exists():
+            saved = np.load(self.file)
+            self.vectors = dict(zip(saved["keys"].tolist(), saved["vectors"], strict=True))
+
+    def __call__(self, ids: Sequence[Sequence[int]]) -> torch.Tensor:
+        keys = [_key(i) for i in ids]
+        missing = {k: i for k, i in zip(keys, ids, strict=True) if k not in self.vectors}
+        if missing:
+            out = encode_tokens(
+                self.encoder,
+                list(missing.values()),
+                self.inference.batch_tokens,
+                self.inference.max_batch_size,
+            )
+            self.vectors.update(zip(missing, out.vectors.numpy(), strict=True))
+            self.save()
+        width = self.encoder.model.config.hidden_size
+        rows = [self.vectors[k] for k in keys]
+        return torch.from_numpy(np.stack(rows)) if rows else torch.empty(0, width)
+
+    def documents(self, texts: Sequence[str], chunking: Chunking) -> torch.Tensor:
+        """What ``embed_documents`` gives with ``chunking``, from the kept chunk vectors."""
+        chunks = document_chunks(self.encoder, texts, replace(chunking, terms=None))
+        dense = pool_chunks(
+            self([c for doc in chunks for c in doc]), [len(d) for d in chunks], chunking
+        )
+        if chunking.terms is None:
+            return dense
+        terms = torch.from_numpy(chunking.terms.vectors(texts))
+        return with_terms(dense, terms, chunking.terms_weight)
+
+    def first_window(self, texts: Sequence[str]) -> torch.Tensor:
+        """What ``encode`` gives: each text's first window."""
+        tokenizer = self.encoder.tokenizer
+        return self(
+            tokenizer(list(texts), truncation=True, max_length=self.encoder.max_length)["input_ids"]
+        )
+
+    def save(self) -> None:
+        self.file.parent.mkdir(parents=True, exist_ok=True)
+        keys = np.array(list(self.vectors), dtype="U40")
+        np.savez(self.file, keys=keys, vectors=np.stack(list(self.vectors.values())))
+
+
+def _key(ids: Sequence[int]) -> str:
+    return hashlib.sha1(np.asarray(ids, dtype=np.int64).tobytes()).hexdigest()
+
+
+def tuning_examples(reported: set[str]):
+    """The tuning slice (:data:`TUNING_EVERY`, :data:`TUNING_ARTICLES`), none of ``reported``."""
+    examples = load_examples(dataset_path(VALIDATION_CHUNKS))
+    unseen = [e for e in examples if e.doc_id not in reported]
+    return unseen[::TUNING_EVERY][:TUNING_ARTICLES]
+
+
+def sweep(vectors: ChunkVectors, texts: Sequence[str], queries) -> dict[str, dict[str, float]]:
+    """Retrieval on the tuning slice for each chunk count, bucket count and weight of the
+    sweep, the asset's decay kept; queries embedded the same way as the articles."""
+    asset = document_chunking(vectors.encoder, EmbeddingsConfig())
+    out = {"TF-IDF cosine": retrieval(tfidf_similarity(texts, queries))}
+    for k in SWEEP_CHUNKS:
+        dense = replace(asset, max_chunks=k, terms=None)
+        q, d = vectors.documents(queries, dense), vectors.documents(texts, dense)
+        out[dense.describe()] = retrieval((q @ d.T).numpy())
+        for buckets in SWEEP_BUCKETS:
+            terms = HashedTerms(buckets)
+            qt, dt = (
+                torch.from_numpy(terms.vectors(queries)),
+                torch.from_numpy(terms.vectors(texts)),
+            )
+            if k == SWEEP_CHUNKS[0]:
+                out[f"{terms.describe()} alone"] = retrieval((qt @ dt.T).numpy())
+            for weight in SWEEP_WEIGHTS:
+                chunking = replace(dense, terms=terms, terms_weight=weight)
+                a, b = with_terms(q, qt, weight), with_terms(d, dt, weight)
+                out[chunking.describe()] = retrieval((a @ b.T).numpy())
     return out
 
 
-def _table(title: str, rows: dict[str, dict[str, dict[str, float]]]) -> str:
+def _table(title: str, rows: dict[str, dict[str, float]], current: str | None = None) -> str:
+    ratios = current is not None
+    head = f"| {title} | R@1 | R@5 | R@10 | MRR |" + (" R@1 / current | R@5 / current |" * ratios)
+    lines = [head, "|---|" + "---:|" * (6 if ratios else 4)]
+    for name, m in rows.items():
+        line = f"| {name} | {m['recall_at_1']} | {m['recall_at_5']} | {m['recall_at_10']} | "
+        line += f"{m['mrr']} |"
+        if ratios:
+            base = rows[current]
+            line += f" {m['recall_at_1'] / base['recall_at_1']:.3f} |"
+            line += f" {m['recall_at_5'] / base['recall_at_5']:.3f} |"
+        lines.append(line)
+    return "\n".join(lines)
+
+
+def _speed_table(n: int, repeats: int, runs: dict[str, float], current: str, before: str) -> str:
     lines = [
-        f"| {title} | tune R@1 | tune MRR | report R@1 | report R@10 | report MRR | all R@1 "
-        "| all MRR |",
-        "|---|---:|---:|---:|---:|---:|---:|---:|",
+        f"| embedding ({n} articles, best of {repeats}) | docs/s | / current | / first window |",
+        "|---|---:|---:|---:|",
     ]
-    for name, parts in rows.items():
-        t, r, a = parts["tune"], parts["report"], parts["all"]
+    for name, seconds in runs.items():
         lines.append(
-            f"| {name} | {t['recall_at_1']} | {t['mrr']} | {r['recall_at_1']} | "
-            f"{r['recall_at_10']} | {r['mrr']} | {a['recall_at_1']} | {a['mrr']} |"
+            f"| {name} | {n / seconds:.2f} | {runs[current] / seconds:.2f} | "
+            f"{runs[before] / seconds:.2f} |"
         )
     return "\n".join(lines)
 
 
-def _parts(score: Callable[[np.ndarray], np.ndarray], n: int) -> dict[str, dict[str, float]]:
-    index = np.arange(n)
-    return {
-        part: retrieval(score(index[mask]))
-        for part, mask in (
-            ("tune", index % 3 == 0),
-            ("report", index % 3 != 0),
-            ("all", index >= 0),
-        )
+def report(
+    articles: int = 1000,
+    repeats: int = 1,
+    tune: bool = False,
+    timed_articles: int = 100,
+    first_windows: bool = False,
+) -> str:
+    """The retrieval and throughput tables (and with ``tune`` the sweep on the tuning slice)."""
+    return "\n\n".join(report_parts(articles, repeats, tune, timed_articles, first_windows))
+
+
+def report_parts(
+    articles: int, repeats: int, tune: bool, timed_articles: int, first_windows: bool
+) -> Iterator[str]:
+    """The tables of :func:`report`, each as soon as it is measured.
+
+    The ranking uses one encoder pass over every chunk (kept in the cache between runs), pooled
+    as ``embed_documents`` pools; docs/s times the three methods on the first
+    ``timed_articles`` articles, and the asset's own model step there must give the ranking's
+    vectors."""
+    examples = load_examples(dataset_path())[:articles]
+    bodies = [e.article for e in examples]
+    queries = [e.reference.replace("\n", " ") for e in examples]
+    inference, config = InferenceResource(device="cpu"), EmbeddingsConfig()
+    encoder = sentence_encoder(inference)
+    chunking = document_chunking(encoder, config)
+    current_chunking = replace(chunking, terms=None)
+    texts = document_texts(
+        pa.record_batch({"title": pa.nulls(len(bodies), pa.string()), "body": bodies})
+    )
+    asset = f"all-MiniLM-L6-v2, {chunking.describe()} (the asset)"
+    current = f"all-MiniLM-L6-v2, {current_chunking.describe()} (current)"
+    before = "all-MiniLM-L6-v2, first window only"
+    vectors = ChunkVectors(encoder, inference, CACHE)
+    first_q = vectors.first_window(queries)
+    ranked = {
+        current: (first_q, vectors.documents(texts, current_chunking)),
+        asset: (vectors.documents(queries, chunking), vectors.documents(texts, chunking)),
     }
+    if first_windows:  # one more encoder pass over every article
+        ranked = {before: (first_q, vectors.first_window(texts)), **ranked}
+    rows = {name: retrieval((q @ d.T).numpy()) for name, (q, d) in ranked.items()}
+    assert chunking.terms is not None, "the asset's chunking hashes words"
+    terms = chunking.terms
+    rows[f"{terms.describe()} alone"] = retrieval(terms.vectors(queries) @ terms.vectors(texts).T)
+    rows["TF-IDF cosine"] = retrieval(tfidf_similarity(texts, queries))
+    rows["random"] = retrieval(np.random.default_rng(0).random((len(texts), len(texts))))
+    yield _table(f"ranking ({len(texts)} articles)", rows, current)
+    n = min(timed_articles, len(texts))
+    runs = timed(
+        {
+            before: lambda: first_window(encoder, inference, texts[:n]),
+            current: lambda: embedded(encoder, inference, current_chunking, texts[:n]),
+            asset: lambda: asset_embeddings(encoder, inference, config, bodies[:n]),
+        },
+        repeats,
+    )
+    # The ranking's vectors are the asset's: the same chunks, only batched otherwise.
+    assert np.allclose(runs[asset][1], ranked[asset][1][:n].numpy(), atol=1e-5)
+    seconds = {name: s for name, (s, _) in runs.items()}
+    yield _speed_table(n, repeats, seconds, current, before)
+    yield f"ratio the asset / first window: {seconds[before] / seconds[asset]:.2f}"
+    if tune:
+        slice_ = tuning_examples({e.doc_id for e in examples})
+        tuned = sweep(
+            vectors,
+            [normalise_text(e.article) for e in slice_],
+            [e.reference.replace("\n", " ") for e in slice_],
+        )
+        yield _table(f"tuning slice ({len(slice_)} other articles)", tuned)
 
 
 def main() -> None:
     parser = argparse.ArgumentParser(description=__doc__.splitlines()[0])
     parser.add_argument("--articles", type=int, default=1000)
     parser.add_argument("--repeats", type=int, default=1, help="timing rounds (best of)")
-    parser.add_argument("--sweep", action="store_true", help="also the chunking alternatives")
+    parser.add_argument("--sweep", action="store_true", help="also the sweep on the tuning slice")
+    parser.add_argument("--timed-articles", type=int, default=100, help="articles timed")
+    parser.add_argument(
+        "--first-window", action="store_true", help="also rank by the first window alone"
+    )
     args = parser.parse_args()
-    examples = load_examples(dataset_path())[: args.articles]
-    articles = [e.article for e in examples]
-    queries = [e.reference.replace("\n", " ") for e in examples]
-    inference, config = InferenceResource(device="cpu"), EmbeddingsConfig()
-    encoder = sentence_encoder(inference)
-    chunking = document_chunking(encoder, config)
-    texts = document_texts(
-        pa.record_batch({"title": pa.nulls(len(articles), pa.string()), "body": articles})
+    parts = report_parts(
+        args.articles, args.repeats, args.sweep, args.timed_articles, args.first_window
     )
-    q = first_window(encoder, inference, queries)
-    asset = f"all-MiniLM-L6-v2, {chunking.describe()} (the asset)"
-    before = "all-MiniLM-L6-v2, first window only (before)"
-    runs = timed(
-        {
-            before: lambda: first_window(encoder, inference, texts),
-            asset: lambda: asset_embeddings(encoder, inference, config, articles),
-        },
-        args.repeats,
-    )
-    dense = {name: vectors for name, (_, vectors) in runs.items()}
-    tfidf = TfidfVectorizer(sublinear_tf=True, stop_words="english").fit(texts + queries)
-    lexical = (tfidf.transform(queries) @ tfidf.transform(texts).T).toarray()
-    noise = np.random.default_rng(0).random((len(texts), len(texts)))
-    rows = {name: _parts(lambda i, d=d: q[i] @ d[i].T, len(texts)) for name, d in dense.items()}
-    rows["TF-IDF cosine"] = _parts(lambda i: lexical[np.ix_(i, i)], len(texts))
-    rows["random"] = _parts(lambda i: noise[np.ix_(i, i)], len(texts))
-    print(_table(f"ranking ({len(texts)} articles)", rows))
-    if args.sweep:  # the alternatives, on the tuning third only: the choice is made there
-        tune = np.arange(len(texts))[np.arange(len(texts)) % 3 == 0]
-        alternatives = sweep(encoder, inference, [texts[i] for i in tune])
-        print(f"\n| chunking, tuning third ({len(tune)} articles) | R@1 | R@10 | MRR |")
-        print("|---|---:|---:|---:|")
-        for name, d in alternatives.items():
-            m = retrieval(q[tune] @ d.T)
-            print(f"| {name} | {m['recall_at_1']} | {m['recall_at_10']} | {m['mrr']} |")
-    print(f"\n| embedding ({len(texts)} articles, best of {args.repeats}) | docs/s |\n|---|---:|")
-    for name, (seconds, _) in runs.items():
-        print(f"| {name} | {len(texts) / seconds:.1f} |")
-    print(f"\nratio the asset / first window: {runs[before][0] / runs[asset][0]:.2f}")
+    for part in parts:
+        print(part, end="\n\n", flush=True)
 
 
 if __name__ == "__main__":

@@ -2,7 +2,8 @@
 
 Mean pooling over real tokens, then L2 normalisation, so a dot product is a cosine. A document
 longer than the encoder's window is embedded in chunks (:mod:`inference.chunks`) that share the
-batches of all documents in the call, and its chunk vectors are pooled into one.
+batches of all documents in the call, and its chunk vectors are pooled into one, beside its
+hashed words when the chunking says so.
 """
 
 from __future__ import annotations
@@ -120,7 +121,9 @@ def embed_documents(
     Each document's first chunks are embedded (all documents' chunks bucketed together), then
     pooled as the normalised weighted sum of their unit vectors, so a document's vector depends
     only on its own text and on the model calls its chunks share. Identical documents and
-    identical chunks are embedded once.
+    identical chunks are embedded once. With ``chunking.terms`` the document's hashed words
+    follow the pooled vector (:func:`with_terms`). A query is embedded the same way, so it
+    matches a document on both parts.
 
     Args:
         encoder: a loaded encoder.
@@ -130,10 +133,10 @@ def embed_documents(
         max_batch_size: chunks per model call.
 
     Returns:
-        one unit-norm row per document, in the order given.
+        one unit-norm row per document of ``chunking.dimension(hidden size)``, in the order given.
     """
     unique = list(dict.fromkeys(texts))
-    width = encoder.model.config.hidden_size
+    width = chunking.dimension(encoder.model.config.hidden_size)
     if not unique:
         return Embeddings(torch.empty(0, width), 0, 0.0)
     chunks = document_chunks(encoder, unique, chunking)
@@ -143,6 +146,9 @@ def embed_documents(
     row = {chunk: i for i, chunk in enumerate(distinct)}
     order = torch.tensor([row[tuple(chunk)] for doc in chunks for chunk in doc], dtype=torch.long)
     pooled = pool_chunks(embedded.vectors[order], [len(doc) for doc in chunks], chunking)
+    if chunking.terms is not None:
+        terms = torch.from_numpy(chunking.terms.vectors(unique))
+        pooled = with_terms(pooled, terms, chunking.terms_weight)
     position = {text: i for i, text in enumerate(unique)}
     rows = torch.tensor([position[t] for t in texts], dtype=torch.long)
     return Embeddings(pooled[rows], embedded.model_calls, embedded.padding)
@@ -174,6 +180,17 @@ def pool_chunks(vectors: torch.Tensor, counts: Sequence[int], chunking: Chunking
     for chunk, weight in zip(stacked, weights, strict=True):
         summed += chunk * weight
     return F.normalize(summed, dim=-1)
+
+
+def with_terms(dense: torch.Tensor, terms: torch.Tensor, weight: float) -> torch.Tensor:
+    """Each row's unit sentence vector beside its unit (or zero) bag of words, as one unit vector.
+
+    Scaled by ``sqrt(1 - weight)`` and ``sqrt(weight)``, two such rows have the dot product
+    ``(1 - weight) * dense cosine + weight * terms cosine``. A text without a content word has
+    zero terms and is renormalised to its sentence vector alone.
+    """
+    joined = torch.cat([dense * (1.0 - weight) ** 0.5, terms * weight**0.5], dim=1)
+    return F.normalize(joined, dim=-1)
 
 
 def document_chunks(

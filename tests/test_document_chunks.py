@@ -1,5 +1,7 @@
 """Long documents in chunks: cuts at sentence ends, pooling, and embed_documents with the real MiniLM."""
 
+from dataclasses import replace
+
 import numpy as np
 import pytest
 import torch
@@ -58,9 +60,15 @@ def test_chunks_stop_at_max_chunks_and_an_empty_document_is_one_empty_chunk() ->
 
 
 def test_chunking_names_its_method_and_rejects_nonsense() -> None:
-    assert Chunking(256, 2, 0.5).describe() == "chunks256x2-decay0.5"
+    # The chunks alone, then with the hashed words the default adds (a new version by design).
+    assert Chunking(256, 2, 0.5, terms=None).describe() == "chunks256x2-decay0.5"
+    assert Chunking(256, 2, 0.5).describe() == "chunks256x2-decay0.5+hashed-terms1024-w0.5"
     assert Chunking(256, 3, 0.5).weights(3) == [1.0, 0.5, 0.25]
-    for bad in ({"window": 2}, {"max_chunks": 0}, {"decay": 0.0}, {"decay": 1.5}):
+    assert Chunking().dimension(384) == 384 + 1024
+    assert Chunking(terms=None).dimension(384) == 384
+    bad_settings = [{"window": 2}, {"max_chunks": 0}, {"decay": 0.0}, {"decay": 1.5}]
+    bad_settings += [{"terms_weight": 0.0}, {"terms_weight": 1.0}]
+    for bad in bad_settings:
         with pytest.raises(ValueError):
             Chunking(**bad)
 
@@ -98,10 +106,14 @@ def test_a_long_documents_vector_depends_on_text_beyond_the_first_window(encoder
     chunking = Chunking(encoder.max_length, 2, 0.5)
     after = embed_documents(encoder, [a, b], chunking, 2048, 64).vectors
     assert float(after[0] @ after[1]) < 0.999
-    # Text past the chunks kept is not read.
+    # The encoder does not read text past the chunks kept; only the hashed words do (the whole
+    # document's words are cheap to count, so the default reads them all).
     far = lead * 3
     c, d = far + TAIL_A, far + TAIL_B
-    assert torch.equal(*embed_documents(encoder, [c, d], chunking, 2048, 64).vectors)
+    sentences = replace(chunking, terms=None)
+    assert torch.equal(*embed_documents(encoder, [c, d], sentences, 2048, 64).vectors)
+    both = embed_documents(encoder, [c, d], chunking, 2048, 64).vectors
+    assert torch.equal(both[0, :384], both[1, :384]) and not torch.equal(both[0], both[1])
 
 
 @pytest.mark.parametrize("words", [1, 30, 40_000])
@@ -110,10 +122,27 @@ def test_short_and_very_long_documents_get_one_unit_vector_each(encoder, words: 
     texts = [text, "A short second document.", text]
     embedded = embed_documents(encoder, texts, Chunking(encoder.max_length), 2048, 64)
     vectors = embedded.vectors.numpy()
-    assert vectors.shape == (3, 384) and vectors.dtype == np.float32
+    # The sentence vector's 384 dimensions, then the 1,024 hashed-word buckets.
+    assert vectors.shape == (3, 384 + 1024) and vectors.dtype == np.float32
     assert np.allclose(np.linalg.norm(vectors, axis=1), 1.0, atol=1e-6)
     assert np.array_equal(vectors[0], vectors[2])
     assert embedded.model_calls >= 1
     # A text within one window is one chunk, framed exactly as the tokenizer frames it.
     [short] = document_chunks(encoder, [texts[1]], Chunking(encoder.max_length))
     assert short == [encoder.tokenizer(texts[1])["input_ids"]]
+
+
+def test_hashed_words_follow_the_pooled_sentence_vector_at_their_weights(encoder) -> None:
+    texts = [LEAD * 12 + TAIL_A, "Harbour pier repairs begin in spring.", "the of and"]
+    hybrid = Chunking(encoder.max_length, 2, 0.5)
+    dense = embed_documents(encoder, texts, replace(hybrid, terms=None), 2048, 64).vectors
+    both = embed_documents(encoder, texts, hybrid, 2048, 64).vectors
+    terms = torch.from_numpy(hybrid.terms.vectors(texts))
+    w = hybrid.terms_weight
+    assert torch.allclose(both[:2, :384], dense[:2] * (1 - w) ** 0.5, atol=1e-6)
+    assert torch.allclose(both[:2, 384:], terms[:2] * w**0.5, atol=1e-6)
+    # Stop words only: no hashed words, so the vector is the sentence vector alone, unit norm.
+    assert not torch.any(both[2, 384:]) and torch.allclose(both[2, :384], dense[2], atol=1e-6)
+    # A dot product weighs the sentence cosine and the bag-of-words cosine as configured.
+    expected = (1 - w) * float(dense[0] @ dense[1]) + w * float(terms[0] @ terms[1])
+    assert abs(float(both[0] @ both[1]) - expected) < 1e-5

@@ -89,10 +89,11 @@ def test_a_range_run_embeds_every_document_once_and_records_each_day(store, reso
         assert meta["model_version"].value.startswith("all-MiniLM-L6-v2@")
         assert meta["partitions"].value == 2 and meta["model_loads"].value == 1
         table, vectors = _vectors(store, date)
-        assert table.schema.field("embedding").type == pa.list_(pa.float32(), 384)
+        # The sentence vector's 384 dimensions, then the 1,024 hashed-word buckets.
+        assert table.schema.field("embedding").type == pa.list_(pa.float32(), 384 + 1024)
         assert table["doc_id"].to_pylist() == docs["doc_id"].to_pylist()
         matrix = np.stack(list(vectors.values()))
-        assert matrix.shape == (docs.num_rows, 384) and matrix.dtype == np.float32
+        assert matrix.shape == (docs.num_rows, 384 + 1024) and matrix.dtype == np.float32
         assert np.allclose(np.linalg.norm(matrix, axis=1), 1.0, atol=1e-5)
         assert set(table["model_version"].to_pylist()) == {meta["model_version"].value}
 
@@ -199,7 +200,7 @@ def test_long_documents_are_read_past_the_first_window_and_every_size_keeps_the_
     published, vectors = _vectors(store, DAY)
     assert published["doc_id"].to_pylist() == list(LONG)
     matrix = np.stack(list(vectors.values()))
-    assert matrix.shape == (len(LONG), 384) and matrix.dtype == np.float32
+    assert matrix.shape == (len(LONG), 384 + 1024) and matrix.dtype == np.float32
     assert np.allclose(np.linalg.norm(matrix, axis=1), 1.0, atol=1e-5)
     # The version names the encoder and the default chunking: 2 chunks of the 256-token window.
     encoder = sentence_encoder(resources["inference"])

@@ -22,13 +22,15 @@ LEAD = "The harbour board met on Monday and agreed a plan to dredge the channel 
 
 
 def test_retrieval_scores_the_rank_of_each_querys_own_document() -> None:
-    assert retrieval(np.eye(4)) == {"recall_at_1": 1.0, "recall_at_10": 1.0, "mrr": 1.0}
+    perfect = {"recall_at_1": 1.0, "recall_at_5": 1.0, "recall_at_10": 1.0, "mrr": 1.0}
+    assert retrieval(np.eye(4)) == perfect
     # Query 0 ranks its document second, query 1 third, queries 2 and 3 first.
     similarity = np.array(
         [[0.5, 0.9, 0.1, 0.0], [0.8, 0.2, 0.7, 0.0], [0.0, 0.0, 1.0, 0.0], [0.0, 0.0, 0.0, 1.0]]
     )
     assert retrieval(similarity) == {
         "recall_at_1": 0.5,
+        "recall_at_5": 1.0,
         "recall_at_10": 1.0,
         "mrr": round((1 / 2 + 1 / 3 + 1 + 1) / 4, 3),
     }
@@ -71,7 +73,9 @@ def test_the_evals_vectors_are_the_ones_the_asset_publishes(store, resources, in
     assert np.array_equal(before[-1], before[-2]) and not np.array_equal(ours[-1], ours[-2])
 
 
-def test_the_evals_asset_row_goes_through_the_assets_model_step(monkeypatch, capsys) -> None:
+def test_the_evals_asset_row_goes_through_the_assets_model_step(
+    monkeypatch, capsys, tmp_path
+) -> None:
     module = importlib.import_module("assets.embeddings.document_embeddings")
     real, seen = module.embed_documents, []
 
@@ -81,6 +85,7 @@ def test_the_evals_asset_row_goes_through_the_assets_model_step(monkeypatch, cap
 
     monkeypatch.setattr(module, "embed_documents", spy)
     monkeypatch.setattr(eval_embeddings, "dataset_path", lambda: TINY)
+    monkeypatch.setattr(eval_embeddings, "CACHE", tmp_path)
     monkeypatch.setattr(sys, "argv", ["eval_embeddings", "--articles", "4"])
     eval_embeddings.main()
     printed = capsys.readouterr().out
@@ -91,3 +96,23 @@ def test_the_evals_asset_row_goes_through_the_assets_model_step(monkeypatch, cap
     )
     assert f"all-MiniLM-L6-v2, {chunking.describe()} (the asset)" in printed
     assert "TF-IDF cosine" in printed and "ratio the asset / first window" in printed
+
+
+def test_make_eval_prints_the_embeddings_tables(monkeypatch, capsys, tmp_path) -> None:
+    from benchmarks import eval as eval_driver
+
+    monkeypatch.setattr(eval_embeddings, "dataset_path", lambda: TINY)
+    monkeypatch.setattr(eval_embeddings, "CACHE", tmp_path)
+    real, called = eval_embeddings.report, []
+
+    def four_articles() -> str:
+        called.append(True)
+        return real(articles=4)
+
+    monkeypatch.setattr(eval_embeddings, "report", four_articles)
+    assert eval_driver.main(["--only", "embeddings"]) == 0
+    printed = capsys.readouterr().out
+    assert called and "## embeddings" in printed
+    # The chunk vectors are kept in the cache, not recomputed on the next run.
+    assert list(tmp_path.glob("chunk-vectors-*.npz"))
+    assert "(the asset)" in printed and "TF-IDF cosine" in printed and "docs/s" in printed
