@@ -62,9 +62,10 @@ def how_to_fix(exc: Exception) -> str:
             + [f"materialise `{exc.name}` with `retrain: true`"]
         )
         return (
-            f". A retry reads the same files. To fix it, retrain with {retrain} (it saves a new "
-            f"version and makes it current), or restore the model folder {exc.folder} from a "
-            "backup; then run this again"
+            f". A retry reads the same files. To fix it, retrain with {retrain} and make the "
+            f"new version the champion with `nightshift promote {exc.name} --force --reason "
+            f'"..."` (the gate cannot compare it with a damaged champion), or restore the model '
+            f"folder {exc.folder} from a backup; then run this again"
         )
     if isinstance(exc, STORAGE_LAYOUT_ERRORS):
         return _storage_fix(exc)

@@ -12,7 +12,7 @@ from collections.abc import Callable, Sequence
 from dataclasses import dataclass, field, replace
 
 from inference.device import Runtime
-from inference.modelstore import ModelNotFoundError, load_model
+from inference.modelstore import ModelNotFoundError, ModelUnusableError, load_model
 from inference.registry import (
     AliasChange,
     challenger_version,
@@ -129,8 +129,9 @@ def parse_tolerances(raw: str, metrics: Sequence[str]) -> Metrics:
     return out
 
 
-class NoEvaluationWindowError(ValueError):
-    """No labelled day is free of both versions' training windows: the gate cannot measure."""
+class CannotJudgeError(ValueError):
+    """The gate cannot measure: no labelled day is free of both versions' training windows, or
+    the champion's files are unusable. Only a person can promote then (``--force``)."""
 
 
 def evaluation_days(
@@ -162,9 +163,11 @@ def held_out_days(store: DataStore, gate: Gate, labelled: Sequence[str]) -> list
     """
     try:
         champion = champion_version(store.read_bytes, store.models_dir, gate.model)
-    except ModelNotFoundError:
+        window = version_window(store, gate.model, champion)
+    except (ModelNotFoundError, ModelUnusableError):
+        # No champion, or one whose files are damaged: nothing this version can be compared
+        # with, so it trains on every day and waits for a person to promote it.
         return []
-    window = version_window(store, gate.model, champion)
     if window is None:
         return []
     return [d for d in sorted(labelled) if d > window[1]][-gate.eval_days :]
@@ -189,15 +192,23 @@ def judge(
     or ``tolerances`` where they name a metric).
 
     Raises:
-        NoEvaluationWindowError: every labelled day is inside a training window.
+        CannotJudgeError: every labelled day is inside a training window, or a version's
+            files are unusable.
     """
     name, read = gate.model, store.read_bytes
     tolerance = {**gate.tolerances, **(tolerances or {})}
     champion = champion_version(read, store.models_dir, name)
-    windows = [version_window(store, name, v) for v in (challenger, champion)]
+    try:
+        windows = [version_window(store, name, v) for v in (challenger, champion)]
+    except ModelUnusableError as exc:
+        raise CannotJudgeError(
+            f"{name}: cannot compare challenger {challenger} with champion {champion}: {exc}. "
+            f"If the challenger should score, run `nightshift promote {name} --version "
+            f'{challenger} --force --reason "..."`'
+        ) from exc
     days = evaluation_days(gate.labelled_days(store), windows, gate.eval_days)
     if not days:
-        raise NoEvaluationWindowError(
+        raise CannotJudgeError(
             f"{name}: no labelled day that neither challenger {challenger} (trained on "
             f"{_span(windows[0])}) nor champion {champion} (trained on {_span(windows[1])}) "
             "trained on: land newer labels and run `nightshift promote "

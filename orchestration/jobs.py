@@ -63,7 +63,8 @@ def training_job(training: TrainingJob):
         config={"ops": {model: {"config": {"retrain": True}}}},
         op_retry_policy=ERROR_RETRY_POLICY,
         tags=GPU_TAGS,
-        description=f"Retrains {model} from the labelled history on demand and makes it current.",
+        description=f"Retrains {model} from the labelled history on demand into a challenger; "
+        "its promotion gate, or `nightshift promote`, makes it the champion.",
     )
 
 

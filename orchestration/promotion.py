@@ -23,7 +23,7 @@ from dagster import (
 from pydantic import Field
 
 from assets.domains import TRAINING_JOBS
-from assets.promotion import Gate, NoEvaluationWindowError, Verdict, judge, parse_tolerances
+from assets.promotion import CannotJudgeError, Gate, Verdict, judge, parse_tolerances
 from inference.registry import (
     AliasChange,
     challenger_version,
@@ -79,7 +79,7 @@ def gate_check(gate: Gate) -> AssetChecksDefinition:
             verdict = judge(
                 store, gate, inference.runtime, challenger, by, tolerances(gate, config)
             )
-        except NoEvaluationWindowError as exc:
+        except CannotJudgeError as exc:
             return AssetCheckResult(
                 passed=False, description=str(exc), metadata={"challenger": challenger}
             )
@@ -195,7 +195,7 @@ def promote_by_hand(
         verdict = judge(
             store, gate, inference.runtime, version, by, tolerances(gate, PromotionGateConfig())
         )
-    except NoEvaluationWindowError as exc:
+    except CannotJudgeError as exc:
         raise Failure(str(exc), allow_retries=False) from exc
     if verdict.change is None:
         raise Failure(verdict.summary(), metadata=verdict.metadata(), allow_retries=False)

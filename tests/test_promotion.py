@@ -209,3 +209,22 @@ def test_force_promotes_through_the_cli_and_records_who_and_why(
         runs = recorded.get_runs(RunsFilter(job_name="promote_model_job"))
     tags = [r.tags for r in runs if r.tags.get(TAG_FORCED) == "true"]
     assert tags == [{**tags[0], TAG_BY: "ana", TAG_REASON: reason}]
+
+
+def test_a_damaged_champion_is_replaced_by_hand_as_the_fix_says(store, instance) -> None:
+    champion = _champion_from_history(store, instance)
+    weights = Path(store.models_dir) / MODEL_NAME / champion / "model.safetensors"
+    weights.write_bytes(weights.read_bytes()[:-64])
+    scoring = _run("fraud_scoring_job", instance, day=NEW_DAYS[-1])
+    assert not scoring.success
+    [failure] = scoring.get_step_failure_events()
+    assert "nightshift promote fraud_model --force" in failure.step_failure_data.error.message
+
+    retrained = _retrain(instance)
+
+    # It trained (there is no champion it could be compared with), and the gate says who decides.
+    challenger = asset_metadata(retrained, MODEL_NAME)["model_version"]
+    assert not retrained.success and _gate(retrained)["passed"] is False
+    [gate] = [c for c in retrained.get_asset_check_evaluations() if c.check_name == GATE_CHECK]
+    assert f"--version {challenger} --force" in gate.description
+    assert champion_version(store.read_bytes, store.models_dir, MODEL_NAME) == champion
