@@ -39,7 +39,7 @@ from inference.metrics import BatchMetrics
 from inference.output_partition import ShardReport, fingerprint, input_fingerprint
 from inference.quarantine import QuarantinePlan
 from inference.shard_worker import FixedProgram, ModelStep, ShardInput, ShardJob, ShardProgram
-from inference.shard_writer import ShardedWriter
+from inference.shard_writer import ShardedWriter, ShardFileTargets
 from inference.shards import Interrupted, ShardPool, Watch, row_range_shards, run_partition
 from policy.deadline import IDLE, CapacityDecision
 from policy.ready_by import ready_by
@@ -401,18 +401,19 @@ class SpotSafeRun:
         if quarantine is not None:
             decided_by.append(quarantine.digest())
         decided_by.append(work.input.layout)
-        return ShardedWriter(
+        where = ShardFileTargets(
             self.store.partition_target(asset, date),
             work.output.schema,
+            self.store.partition_target(quarantine_asset(asset), date) if quarantine else None,
+            self.store.partition_target(side[0], date) if side else None,
+            side[1] if side else None,
+        )
+        return ShardedWriter(
+            where,
             fingerprint(*decided_by),
             self.shard_rows(work.sizes.default_shard_rows, work.sizes.shard_rows),
             run_lineage(self.context),
             self.inference.lease_seconds,
-            quarantine=(
-                self.store.partition_target(quarantine_asset(asset), date) if quarantine else None
-            ),
-            side=self.store.partition_target(side[0], date) if side else None,
-            side_schema=side[1] if side else None,
         )
 
     def _shards(self, work: Work, writer: ShardedWriter) -> Callable[[], Iterable[ShardInput]]:

@@ -41,7 +41,7 @@ from inference.local_pool import run_local as run_in_process
 from inference.metrics import BatchMetrics
 from inference.ray_pool import RayPool, ray_session
 from inference.shard_worker import FixedProgram, ModelStep, ShardJob, worker_model
-from inference.shard_writer import ShardedWriter
+from inference.shard_writer import ShardedWriter, ShardFileTargets
 from inference.shards import WAIT_SECONDS, Watch, WorkerFigures, row_range_shards, run_partition
 from inference.tabular import Standardizer, TabularScorer, build_mlp
 from inference.tabular_model import stack_features
@@ -148,9 +148,8 @@ def random_model(features: int, hidden: tuple[int, ...], sample: np.ndarray, arg
 
 
 def _writer(store: DataStore, asset: str, date: str, shard_rows: int) -> ShardedWriter:
-    return ShardedWriter(
-        store.partition_target(asset, date), SCHEMA, "ray-gpu", shard_rows, "bench"
-    )
+    where = ShardFileTargets(store.partition_target(asset, date), SCHEMA)
+    return ShardedWriter(where, "ray-gpu", shard_rows, "bench")
 
 
 def run_local(store, asset, date, batches, scoring, shard_rows) -> tuple[float, BatchMetrics]:

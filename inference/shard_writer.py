@@ -116,43 +116,41 @@ class ShardedWriter:
     """Writes one partition shard by shard under a lease, and commits it once.
 
     Args:
-        target: the partition's locations.
-        schema: the output schema.
+        where: the partition's locations and schema, and its companions' (quarantine and side
+            output, each None when the caller has none).
         fingerprint: what the output depends on; progress with another fingerprint is discarded.
         shard_rows: input rows per shard; 0 disables checkpointing (one shard, no progress).
         lineage: the run lineage that may take over its own stale lease at once.
         lease_seconds: how long the lease lasts without renewal (renewed after every shard).
-        quarantine: where quarantined rows are published (``outputs/<asset>_quarantine/``);
-            None when the caller quarantines nothing.
-        side: where the side output is published; None when there is none.
-        side_schema: the side output's schema (required with ``side``).
     """
 
     def __init__(
         self,
-        target: PartitionTarget,
-        schema: pa.Schema,
+        where: ShardFileTargets,
         fingerprint: str,
         shard_rows: int,
         lineage: str,
         lease_seconds: float = 600.0,
-        quarantine: PartitionTarget | None = None,
-        side: PartitionTarget | None = None,
-        side_schema: pa.Schema | None = None,
     ):
-        if side is not None and side_schema is None:
+        if where.side is not None and where.side_schema is None:
             raise ValueError("a side output needs its schema")
-        self.target, self.schema, self.fp = target, schema, fingerprint
-        self.quarantine = quarantine
-        self.side, self.side_schema = side, side_schema
+        self.where, self.target, self.schema, self.fp = (
+            where,
+            where.target,
+            where.schema,
+            fingerprint,
+        )
+        self.quarantine, self.side, self.side_schema = (
+            where.quarantine,
+            where.side,
+            where.side_schema,
+        )
         self.shard_rows, self.lineage, self.lease_seconds = shard_rows, lineage, lease_seconds
         self.checkpointing = shard_rows > 0
         self.progress = _Progress(fingerprint, shard_rows)
         self.report = ShardReport()
         self._lease: Lease | None = None
-        self._redo_shard: int | None = None
-        self._redo_rows: int | None = None
-        self.io = PartitionIO(target)
+        self.io = PartitionIO(where.target)
 
     def begin(self) -> ShardReport:
         """Takes the lease and loads (or resets) progress; returns what was already done."""
@@ -190,7 +188,6 @@ class ShardedWriter:
         else:
             # No progress, or progress for other inputs, model or settings: start clean.
             self.io.delete_dir(t.staging_dir)
-        self._redo_shard, self._redo_rows = self.progress.in_flight, self.progress.discarded_rows
         self.progress.attempts += 1
         self.report.attempt = self.progress.attempts
         self.report.interruptions = self.progress.interruptions
@@ -201,39 +198,11 @@ class ShardedWriter:
     def done(self, shard: int) -> bool:
         return str(shard) in self.progress.shards
 
-    def start_shard(self, shard: int) -> None:
-        if self.checkpointing:
-            self.progress.in_flight = shard
-            self._save_progress()
-
-    def write_shard(
-        self,
-        shard: int,
-        tables: Iterable[pa.Table],
-        rows_in: int,
-        quarantined: list[pa.Table] | None = None,
-        stats: StreamStats | None = None,
-        rows_scored: int | None = None,
-        side: list[pa.Table] | None = None,
-    ) -> int:
-        """Writes a finished shard atomically and records it; returns its output rows.
-
-        Args:
-            shard: the shard's index.
-            tables: its output rows.
-            rows_in: its input rows, quarantined ones included.
-            quarantined: its quarantined rows, written beside it before the progress entry.
-            stats: its output statistics, saved in the progress entry.
-            rows_scored: input rows the model scored (default: all of ``rows_in``).
-            side: its side-output rows, written beside it before the progress entry.
-        """
-        files = write_shard_files(self.files(), shard, tables, quarantined or [], side or [])
-        if shard == self._redo_shard:
-            # A graceful stop recorded how far the shard had got; after a kill without notice
-            # the whole shard counts as redone.
-            known = self._redo_rows
-            self.report.rows_redone += known if known is not None else rows_in
-        return self.record_shard(shard, files, rows_in, stats, rows_scored)
+    def write_shard(self, shard: int, tables: Iterable[pa.Table], rows_in: int) -> int:
+        """Writes a shard's output here, atomically, and records it; returns its output rows
+        (a whole partition published at once, or an empty one)."""
+        files = write_shard_files(self.files(), shard, tables, [], [])
+        return self.record_shard(shard, files, rows_in)
 
     def files(self) -> ShardFileTargets:
         """Where shard files go: what a worker elsewhere needs to write them (picklable)."""
@@ -243,12 +212,11 @@ class ShardedWriter:
         def files_only(target: PartitionTarget | None) -> PartitionTarget | None:
             return replace(target, cas=None) if target is not None else None
 
-        return ShardFileTargets(
-            files_only(self.target),
-            self.schema,
-            files_only(self.quarantine),
-            files_only(self.side),
-            self.side_schema,
+        return replace(
+            self.where,
+            target=files_only(self.target),
+            quarantine=files_only(self.quarantine),
+            side=files_only(self.side),
         )
 
     def record_shard(
@@ -277,9 +245,11 @@ class ShardedWriter:
             self._lease.renew()
         return files.rows
 
-    def record_interruption(self, shard: int | None, rows_discarded: int) -> None:
+    def record_interruption(self, rows_discarded: int) -> None:
+        """Counts an interruption durably; ``rows_discarded``: the work the shards in flight
+        lost (their markers tell the retry the same, shard by shard)."""
         self.progress.interruptions += 1
-        self.progress.in_flight = shard
+        self.progress.in_flight = None
         self.progress.discarded_rows = rows_discarded
         self.report.interruptions = self.progress.interruptions
         self._save_progress()

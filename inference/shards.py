@@ -237,7 +237,7 @@ class _Loop:
 
     def interrupted(self, reason: str, rows_lost: int) -> Interrupted:
         writer = self.writer
-        writer.record_interruption(None, rows_lost)
+        writer.record_interruption(rows_lost)
         return Interrupted(
             reason, len(writer.progress.shards), rows_lost, writer.progress.interruptions
         )

@@ -14,7 +14,7 @@ import pyarrow.fs as pafs
 
 from inference.leases import CasStore, LocalCasStore, S3CasStore
 from inference.output_partition import MANIFEST, PartitionTarget
-from inference.shard_writer import ShardedWriter
+from inference.shard_writer import ShardedWriter, ShardFileTargets
 from resources.filestore import FileStore
 
 
@@ -62,8 +62,7 @@ class OutputStore(FileStore):
         committed and the previously published partition stays as it was.
         """
         writer = ShardedWriter(
-            self.partition_target(asset, date),
-            schema,
+            ShardFileTargets(self.partition_target(asset, date), schema),
             uuid.uuid4().hex,
             shard_rows=0,
             lineage=f"publish-{uuid.uuid4().hex}",

@@ -28,7 +28,7 @@ from inference.quarantine import (
     invalid_utf8,
 )
 from inference.shard_worker import ModelStep
-from inference.shard_writer import ShardedWriter
+from inference.shard_writer import ShardedWriter, ShardFileTargets
 from inference.shards import Interrupted, Watch
 from inference.tabular import TabularScorer
 from resources.quality import (
@@ -126,14 +126,12 @@ def _plan(rows: int, positions: list[int]) -> QuarantinePlan:
 
 
 def _writer(store: DataStore, lineage: str = "run-a") -> ShardedWriter:
-    return ShardedWriter(
+    where = ShardFileTargets(
         store.partition_target("out", DAY),
         SCHEMA,
-        "fp",
-        200,
-        lineage,
         quarantine=store.partition_target("out_quarantine", DAY),
     )
+    return ShardedWriter(where, "fp", 200, lineage)
 
 
 class Doubler:

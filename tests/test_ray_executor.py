@@ -37,7 +37,7 @@ from assets.fraud.schemas import TRANSACTIONS, TRANSACTIONS_SCHEMA
 from inference.quarantine import RowConservationError
 from inference.ray_pool import RayPool, ray_session
 from inference.shard_worker import RUNNING_DIR, ModelStep, ShardJob
-from inference.shard_writer import ShardedWriter
+from inference.shard_writer import ShardedWriter, ShardFileTargets
 from inference.shards import Interrupted, Watch, WorkerFigures, row_range_shards, run_partition
 from resources.inference import InferenceResource
 from resources.storage import DataStore, StorageResource
@@ -154,7 +154,7 @@ class SlowDouble:
 
 def _engine_writer(store: DataStore, lineage: str = "run-a") -> ShardedWriter:
     target = store.partition_target("out", "2026-03-01")
-    return ShardedWriter(target, SCHEMA, "fp", ENGINE_SHARD_ROWS, lineage)
+    return ShardedWriter(ShardFileTargets(target, SCHEMA), "fp", ENGINE_SHARD_ROWS, lineage)
 
 
 def _engine_input() -> list[pa.RecordBatch]:
@@ -530,7 +530,8 @@ def test_one_pool_computes_each_day_of_a_range_with_that_days_job(ray, store) ->
     try:
         for day, factor in days.items():
             target = store.partition_target("out", day)
-            writer = ShardedWriter(target, SCHEMA, f"fp-{day}", ENGINE_SHARD_ROWS, "run-a")
+            where = ShardFileTargets(target, SCHEMA)
+            writer = ShardedWriter(where, f"fp-{day}", ENGINE_SHARD_ROWS, "run-a")
             run_partition(
                 writer,
                 lambda: row_range_shards(_engine_input(), ENGINE_SHARD_ROWS),

@@ -13,7 +13,7 @@ from inference.leases import PartitionLeasedError, acquire_lease
 from inference.local_pool import run_local
 from inference.metrics import BatchMetrics
 from inference.shard_worker import ModelStep
-from inference.shard_writer import ShardedWriter
+from inference.shard_writer import ShardedWriter, ShardFileTargets
 from inference.shards import Interrupted, Watch
 from resources.storage import DataStore
 
@@ -52,9 +52,8 @@ def _run(writer, batches, model, *, batch_size, stop=None, metrics=None, progres
 
 
 def _writer(store: DataStore, fp: str = "fp1", shard_rows: int = 200, lineage: str = "run-a"):
-    return ShardedWriter(
-        store.partition_target("out", "2026-03-01"), SCHEMA, fp, shard_rows, lineage
-    )
+    where = ShardFileTargets(store.partition_target("out", "2026-03-01"), SCHEMA)
+    return ShardedWriter(where, fp, shard_rows, lineage)
 
 
 def _expected(n: int = 1000) -> list[float]:
@@ -233,15 +232,13 @@ def test_a_side_output_survives_a_resume_exactly_once_in_the_same_commit(any_sto
         return out.filter(pc.equal(pc.bit_wise_and(out["id"], 1), 0))
 
     def writer() -> ShardedWriter:
-        return ShardedWriter(
+        where = ShardFileTargets(
             store.partition_target("out", day),
             SCHEMA,
-            "fp",
-            200,
-            "run-a",
             side=store.partition_target("out_side", day),
             side_schema=side_schema,
         )
+        return ShardedWriter(where, "fp", 200, "run-a")
 
     first = Model(stop_after_rows=500)
     with pytest.raises(Interrupted):
