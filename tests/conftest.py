@@ -24,16 +24,28 @@ FIXTURES = Path(__file__).parent / "fixtures"
 # drive one browser; each Ray module starts a local Ray with every core of the machine. A group
 # runs on one worker, in file order; under xdist the groups go out first, as the longest chains.
 GROUPS = {"test_ui_": "ui", "test_ray_": "ray"}
+# Modules marked slow (`pytest -m "not slow"` leaves them out): each test starts the Dagster CLI,
+# a daemon, dagster dev or Ray in subprocesses, or kills and resumes whole runs.
+SLOW = (
+    "test_ui_",
+    "test_ray_",
+    "test_cli",
+    "test_deploy_aws",
+    "test_deadline_capacity",
+    "test_spot_faults",
+)
 
 
 @pytest.hookimpl(tryfirst=True)  # before xdist's worker reads the xdist_group marks
 def pytest_collection_modifyitems(config: pytest.Config, items: list[pytest.Item]) -> None:
     """Marks each test of a group with its name (``-m ui``, ``-m "not ray"``) and its xdist
-    group; under xdist, the groups go to the front of the run."""
+    group, and the tests of SLOW modules slow; under xdist, the groups go to the front."""
     for item in items:
         if group := _group(item):
             item.add_marker(getattr(pytest.mark, group))
             item.add_marker(pytest.mark.xdist_group(group))
+        if item.path.name.startswith(SLOW):
+            item.add_marker(pytest.mark.slow)
     if hasattr(config, "workerinput"):  # an xdist worker; a plain run keeps file order
         items.sort(key=lambda item: _group(item) is None)  # stable: file order within each part
 
