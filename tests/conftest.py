@@ -58,7 +58,7 @@ def _group_of(filename: str) -> str | None:
     return next((g for prefix, g in GROUPS.items() if filename.startswith(prefix)), None)
 
 
-@pytest.hookimpl(tryfirst=True)
+@pytest.hookimpl(tryfirst=True, optionalhook=True)  # optional: `-p no:xdist` still runs
 def pytest_xdist_make_scheduler(config: pytest.Config, log):
     """``--dist loadgroup`` with the groups above, read from each test's file name: xdist 3.8
     tells the scheduler a test's group by renaming its node id, which pytest 9 ignores."""
