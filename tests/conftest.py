@@ -36,14 +36,12 @@ SLOW = (
 )
 
 
-@pytest.hookimpl(tryfirst=True)  # before xdist's worker reads the xdist_group marks
 def pytest_collection_modifyitems(config: pytest.Config, items: list[pytest.Item]) -> None:
-    """Marks each test of a group with its name (``-m ui``, ``-m "not ray"``) and its xdist
-    group, and the tests of SLOW modules slow; under xdist, the groups go to the front."""
+    """Marks each test of a group with the group's name (``-m ui``, ``-m "not ray"``) and the
+    tests of SLOW modules slow; under xdist, the groups go to the front."""
     for item in items:
         if group := _group(item):
             item.add_marker(getattr(pytest.mark, group))
-            item.add_marker(pytest.mark.xdist_group(group))
         if item.path.name.startswith(SLOW):
             item.add_marker(pytest.mark.slow)
     if hasattr(config, "workerinput"):  # an xdist worker; a plain run keeps file order
