@@ -9,8 +9,8 @@ from dagster import Definitions
 from assets.domains import DOMAINS
 from orchestration.automation import automation_condition_sensor, run_failure_sensor
 from orchestration.jobs import pipeline_jobs, training_jobs
-from orchestration.rescore import sensors as rescore_sensors
 from orchestration.promotion import promote_model_job, promotion_checks
+from orchestration.rescore import sensors as rescore_sensors
 from orchestration.resources import build_resources
 from orchestration.schedules import schedules
 from orchestration.sensors import landing_sensor
