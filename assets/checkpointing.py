@@ -29,18 +29,24 @@ from typing import Any
 import pyarrow as pa
 from dagster import AssetExecutionContext, Failure, RetryRequested
 
-from assets.common import PartitionReport
 from assets.deadline_capacity import NightFacts, deadline_decision, retry_tags
 from assets.observability import GpuMonitor
-from inference.interrupt import InterruptionWatcher
-from inference.ledger import Attempt, LedgerBook, PartitionLedger, recent_rate, sum_figures
-from inference.local_pool import LocalPool
-from inference.metrics import BatchMetrics
-from inference.output_partition import ShardReport, fingerprint, input_fingerprint
-from inference.quarantine import QuarantinePlan
-from inference.shard_worker import FixedProgram, ModelStep, ShardInput, ShardJob, ShardProgram
-from inference.shard_writer import ShardedWriter, ShardFileTargets
-from inference.shards import Interrupted, ShardPool, Watch, row_range_shards, run_partition
+from assets.partitions import PartitionReport
+from inference.engine.interrupt import InterruptionWatcher
+from inference.engine.ledger import Attempt, LedgerBook, PartitionLedger, recent_rate, sum_figures
+from inference.engine.local_pool import LocalPool
+from inference.engine.metrics import BatchMetrics
+from inference.engine.output_partition import ShardReport, fingerprint, input_fingerprint
+from inference.engine.quarantine import QuarantinePlan
+from inference.engine.shard_worker import (
+    FixedProgram,
+    ModelStep,
+    ShardInput,
+    ShardJob,
+    ShardProgram,
+)
+from inference.engine.shard_writer import ShardedWriter, ShardFileTargets
+from inference.engine.shards import Interrupted, ShardPool, Watch, row_range_shards, run_partition
 from policy.deadline import IDLE, CapacityDecision
 from policy.ready_by import ready_by
 from policy.tags import (
@@ -247,7 +253,7 @@ class OpenDay:
 class SpotSafeRun:
     """Scores the partitions of one step in checkpointed shards, stopping on interruptions.
 
-    Every partition's attempts are entered in its cost ledger (inference/ledger.py): the day's
+    Every partition's attempts are entered in its cost ledger (inference/engine/ledger.py): the day's
     metadata carries its node-seconds, rework and cost over all of them.
     """
 
@@ -285,7 +291,7 @@ class SpotSafeRun:
         return self.inference.model(key, lambda runtime: loader())
 
     def _ray_pool(self) -> ShardPool:
-        from inference.ray_pool import RayPool, ray_session
+        from inference.engine.ray_pool import RayPool, ray_session
 
         settings = self.inference
         ray = self._resources.enter_context(

@@ -2,7 +2,7 @@
 
 The scoring engine calls this at each retry of an interrupted partition (and at a partition's
 first attempt, to say early when the day cannot make its deadline). The facts come from the
-cost ledger (inference/ledger.py): the rows not yet in finished shards, the rate measured on
+cost ledger (inference/engine/ledger.py): the rows not yet in finished shards, the rate measured on
 the asset's recent days (this day's own attempts when there are none yet), the restart
 overhead measured from launch to first shard, and when the night's first attempt started. The
 choice is ``policy.deadline.choose_capacity``'s; nothing of the policy is repeated here.

@@ -18,8 +18,8 @@ from pathlib import Path
 
 from dagster import Failure
 
-from inference.generate import CheckpointError
-from inference.modelstore import ModelNotFoundError, ModelUnusableError
+from inference.generation.generate import CheckpointError
+from inference.models.modelstore import ModelNotFoundError, ModelUnusableError
 from resources.storage import LandingDataError
 
 # What the storage refuses for good: no retry moves a file or changes a folder's permissions.

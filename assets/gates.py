@@ -17,8 +17,8 @@ import pyarrow as pa
 from dagster import AssetCheckResult
 
 from assets.checkpointing import quarantine_asset
-from inference.output_partition import ShardReport
-from inference.quarantine import QuarantineLimit, QuarantinePlan
+from inference.engine.output_partition import ShardReport
+from inference.engine.quarantine import QuarantineLimit, QuarantinePlan
 from resources.quality import (
     CheckSuite,
     Evidence,

@@ -17,15 +17,11 @@ import pyarrow as pa
 from dagster import AssetCheckResult, AssetExecutionContext, MetadataValue
 from pydantic import Field
 
-from assets.common import (
-    LANDING_FINGERPRINT,
-    fail_fast_on_bad_input,
-    landing_day,
-    partition_dates,
-    record_landing_read,
-)
 from assets.days import DayRecorder
+from assets.errors import fail_fast_on_bad_input
 from assets.gates import LandingGate, Screen
+from assets.landing_reads import LANDING_FINGERPRINT, landing_day, record_landing_read
+from assets.partitions import partition_dates
 from resources.quality import QualityConfig, preload_great_expectations, quarantine_limit
 from resources.storage import DataStore, StorageResource
 

@@ -15,7 +15,7 @@ from typing import Any
 import numpy as np
 from dagster import MetadataValue, TableColumn, TableRecord, TableSchema
 
-from inference.metrics import PHASES, BatchMetrics, NodePrice
+from inference.engine.metrics import PHASES, BatchMetrics, NodePrice
 
 SLOWEST_BATCHES = 5
 HISTOGRAM_BINS = 8

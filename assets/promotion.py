@@ -11,9 +11,9 @@ from __future__ import annotations
 from collections.abc import Callable, Sequence
 from dataclasses import dataclass, field, replace
 
-from inference.device import Runtime
-from inference.modelstore import ModelNotFoundError, ModelUnusableError, load_model
-from inference.registry import (
+from inference.engine.device import Runtime
+from inference.models.modelstore import ModelNotFoundError, ModelUnusableError, load_model
+from inference.models.registry import (
     AliasChange,
     challenger_version,
     champion_version,

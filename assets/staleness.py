@@ -27,8 +27,8 @@ import pyarrow.fs as pafs
 from dagster import AssetKey, AssetRecordsFilter, DagsterEventType, DagsterInstance, Failure
 
 from assets.day_metadata import day_figures
-from inference.modelstore import ModelNotFoundError
-from inference.registry import champion_on, champion_version, trained_window
+from inference.models.modelstore import ModelNotFoundError
+from inference.models.registry import champion_on, champion_version, trained_window
 from policy.tags import MODEL_CHOICE_TAG
 from resources.storage import DataStore
 

@@ -6,9 +6,14 @@ from __future__ import annotations
 
 from dataclasses import dataclass
 
-from inference.encoder import SentenceEncoder, encoder_version, load_sentence_encoder
-from inference.generate import Generator, check_checkpoint, checkpoint_version, load_generator
-from inference.metrics import BatchMetrics
+from inference.engine.metrics import BatchMetrics
+from inference.generation.generate import (
+    Generator,
+    check_checkpoint,
+    checkpoint_version,
+    load_generator,
+)
+from inference.text.encoder import SentenceEncoder, encoder_version, load_sentence_encoder
 from resources.inference import InferenceResource
 
 

@@ -18,11 +18,11 @@ import numpy as np
 import torch
 
 from assets.text_models import ModelMetrics
-from inference.adaptive import AdaptiveBatchSize
-from inference.device import make_runtime
-from inference.encoder import SentenceEncoder, load_sentence_encoder
-from inference.generate import Generator, load_generator
-from inference.invariants import StreamStats
+from inference.engine.adaptive import AdaptiveBatchSize
+from inference.engine.device import make_runtime
+from inference.engine.invariants import StreamStats
+from inference.generation.generate import Generator, load_generator
+from inference.text.encoder import SentenceEncoder, load_sentence_encoder
 from resources.inference import CPU_BATCH_TOKENS, GPU_BATCH_TOKENS
 
 # Shard statistics of the model itself, apart from the output observers' counts.

@@ -23,10 +23,10 @@ from typing import Any
 from dagster import AssetExecutionContext, AssetKey, Failure
 from dagster_shared.check import CheckError
 
-from assets.common import LANDING_FINGERPRINT
 from assets.day_metadata import day_figures
 from assets.days import DayRecorder, latest_materialization
 from assets.landing import CHECKED, LANDINGS, PASSED, LandingSpec, land_day
+from assets.landing_reads import LANDING_FINGERPRINT
 from resources.quality import QualityConfig
 from resources.storage import DataStore
 

@@ -1,7 +1,7 @@
 """``document_embeddings``: a search vector for every document of the day.
 
 A document is embedded in chunks of the encoder's window, pooled into one vector
-(:func:`inference.embeddings.embed_documents`). Each document is embedded alone, so shards are
+(:func:`inference.text.embeddings.embed_documents`). Each document is embedded alone, so shards are
 row ranges of the day; the encoder is taken where each shard runs (:class:`EmbeddingProgram`),
 never sent from the step.
 """
@@ -14,14 +14,14 @@ from dagster import AssetExecutionContext
 from pydantic import Field
 
 from assets.checkpointing import Input, Output, Sizes, SpotSafeRun, Work
-from assets.common import PartitionReport
-from assets.embeddings.checks import (
+from assets.embeddings.gates import (
     EMBEDDING_SUITES,
     SAMPLE_COLUMNS,
     embedding_check_results,
     embedding_observer,
 )
 from assets.embeddings.schemas import DIMENSION, EMBEDDINGS, EMBEDDINGS_SCHEMA
+from assets.partitions import PartitionReport
 from assets.runner import Day, Model, ScoringSpec, score, scoring_asset
 from assets.summaries.documents import documents
 from assets.summaries.quality import SCREEN_COLUMNS, screen_documents
@@ -33,12 +33,12 @@ from assets.text_workers import (
     worker_batch_tokens,
     worker_metadata,
 )
-from inference.checkpoints import CheckpointError
-from inference.chunks import Chunking
-from inference.embeddings import embed_documents
-from inference.encoder import SentenceEncoder
-from inference.normalise import normalise_text
-from inference.shard_worker import ModelStep, worker_model
+from inference.engine.shard_worker import ModelStep, worker_model
+from inference.generation.checkpoints import CheckpointError
+from inference.text.chunks import Chunking
+from inference.text.embeddings import embed_documents
+from inference.text.encoder import SentenceEncoder
+from inference.text.normalise import normalise_text
 from resources.inference import InferenceResource
 from resources.quality import QualityConfig, locate_in_landing
 from resources.storage import DataStore, StorageResource
@@ -169,7 +169,7 @@ def day(run: SpotSafeRun, date: str, model: Model, config: EmbeddingsConfig, lim
     store, encoder, version, inference = run.store, model.value, model.version, run.inference
     program = EmbeddingProgram(
         model.key,
-        LoadEncoder(inference.device, inference.precision),
+        LoadEncoder(inference.engine.device, inference.precision),
         document_chunking(encoder, config),
         version,
         inference.max_batch_tokens,
@@ -217,13 +217,13 @@ def document_embeddings(
     """A 1,408-dimensional unit vector for every document published that day, for semantic
     search and related-article lookups: doc_id, embedding (float32, L2 norm 1, so a dot
     product is the cosine similarity) and the model_version that wrote it. A query is embedded
-    the same way (`inference.embeddings.embed_documents` with the same chunking).
+    the same way (`inference.text.embeddings.embed_documents` with the same chunking).
 
     Each document's title and body, normalised to plain text, are cut into chunks of the
     packaged all-MiniLM-L6-v2 sentence encoder's 256-token window at sentence ends; the first
     `chunks_per_document` chunks are embedded (mean pooling over tokens) and pooled into one
     384-dimensional vector, chunk i weighted `chunk_decay ** i`. Beside it come the document's
-    words hashed into 1,024 signed buckets (`inference.lexical`), so names and numbers a query
+    words hashed into 1,024 signed buckets (`inference.text.lexical`), so names and numbers a query
     shares with its document count; the two parts weigh equally in a dot product. The model version names the encoder and the
     chunking: vectors of different model versions are not comparable. Blocking checks count, over every row, that
     each screened document has exactly one vector of the model's dimension, finite and of

@@ -31,8 +31,8 @@ import pyarrow.compute as pc
 import pyarrow.ipc as ipc
 
 from assets.fraud.profile import PROFILE_COLUMNS, PartitionProfile, ProfileBuilder
-from inference.quarantine import QuarantinePlan
-from inference.shard_worker import ModelStep, ShardInput, worker_model
+from inference.engine.quarantine import QuarantinePlan
+from inference.engine.shard_worker import ModelStep, ShardInput, worker_model
 
 POSITION = "_position"
 # Rows held back across all shards while the day is written into shard files (a few tens of
@@ -51,16 +51,54 @@ def shard_count(rows: int, shard_rows: int) -> int:
     return max(1, math.ceil(rows / shard_rows)) if shard_rows else 1
 
 
+def _crc_table() -> np.ndarray:
+    """zlib's CRC-32 table (reflected polynomial 0xEDB88320), one entry per byte value."""
+    crc = np.arange(256, dtype=np.uint32)
+    for _ in range(8):
+        crc = np.where(crc & 1, (crc >> 1) ^ np.uint32(0xEDB88320), crc >> 1).astype(np.uint32)
+    return crc
+
+
+_CRC_TABLE = _crc_table()
+
+
+def crc32_strings(values: pa.Array) -> np.ndarray:
+    """``zlib.crc32`` of each string's UTF-8 bytes, computed for all strings at once (a byte
+    position at a time over the strings that long) rather than one Python call per string;
+    null strings hash to 0. Returns uint32."""
+    values = values.cast(pa.large_string())
+    n = len(values)
+    _, offsets_buf, data_buf = values.buffers()
+    offsets = np.frombuffer(offsets_buf, np.int64)[values.offset : values.offset + n + 1]
+    data = np.frombuffer(data_buf, np.uint8) if data_buf is not None else np.zeros(0, np.uint8)
+    starts, lengths = offsets[:-1], np.diff(offsets)
+    # Longest first, so the strings still being hashed at each byte are a prefix.
+    order = np.argsort(-lengths, kind="stable")
+    starts, lengths = starts[order], lengths[order]
+    crc = np.full(n, 0xFFFFFFFF, np.uint32)
+    live = n
+    for j in range(int(lengths[0]) if n else 0):
+        live = int(np.searchsorted(-lengths, -j, side="left"))  # strings longer than j
+        byte = data[starts[:live] + j]
+        crc[:live] = _CRC_TABLE[(crc[:live] ^ byte) & 0xFF] ^ (crc[:live] >> 8)
+    out = np.empty(n, np.uint32)
+    out[order] = crc ^ np.uint32(0xFFFFFFFF)
+    if values.null_count:
+        out[values.is_null().to_numpy(zero_copy_only=False)] = 0
+    return out
+
+
 def account_shards(accounts: pa.Array | pa.ChunkedArray, shards: int) -> np.ndarray:
     """Each row's shard: crc32 of its account id modulo ``shards`` (null ids go to shard 0)."""
-    distinct = pc.unique(accounts)
-    codes = pc.index_in(accounts, value_set=distinct).to_numpy(zero_copy_only=False)
-    hashes = np.fromiter(
-        (zlib.crc32(v.encode()) if v is not None else 0 for v in distinct.to_pylist()),
-        np.int64,
-        len(distinct),
-    )
-    return (hashes % shards)[codes.astype(np.int64)]
+    if isinstance(accounts, pa.ChunkedArray):
+        accounts = accounts.combine_chunks()
+    encoded = pc.dictionary_encode(accounts)
+    hashes = crc32_strings(encoded.dictionary).astype(np.int64) % shards
+    codes = encoded.indices.fill_null(0).to_numpy(zero_copy_only=False).astype(np.int64)
+    shard = hashes[codes] if len(hashes) else np.zeros(len(accounts), np.int64)
+    if accounts.null_count:
+        shard[accounts.is_null().to_numpy(zero_copy_only=False)] = 0
+    return shard
 
 
 @dataclass(frozen=True)

@@ -11,11 +11,8 @@ from dagster import (
 )
 from pydantic import Field
 
-from assets.common import (
-    fail_fast_on_bad_input,
-    partition_dates,
-)
 from assets.days import DayRecorder, daily_assets
+from assets.errors import fail_fast_on_bad_input
 from assets.fraud import pipeline
 from assets.fraud.features import FEATURES
 from assets.fraud.gates import (
@@ -28,9 +25,10 @@ from assets.fraud.quality import save_screen, screen_transactions
 from assets.fraud.schemas import ALERTS, MODEL_NAME, SCREENS, TRANSACTIONS, TRANSACTIONS_SCHEMA
 from assets.fraud.scoring import FRAUD_SCORES, FraudQualityConfig
 from assets.landing import LandingSpec, deadline, land
+from assets.partitions import partition_dates
 from assets.runner import score, scoring_asset
-from inference.modelstore import ModelNotFoundError, load_model
-from inference.tabular import TrainConfig
+from inference.models.modelstore import ModelNotFoundError, load_model
+from inference.tabular.tabular import TrainConfig
 from policy.automation import GPU_POOL, after_parent_passes_checks
 from resources.inference import InferenceResource
 from resources.storage import DataStore, StorageResource

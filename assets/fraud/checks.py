@@ -7,7 +7,7 @@ the assets that produce them (see ``assets/fraud/gates.py``).
 from dagster import AssetCheckResult, asset_check
 
 from assets.fraud.schemas import MODEL_NAME
-from inference.modelstore import load_model
+from inference.models.modelstore import load_model
 from resources.storage import StorageResource
 
 # A model that ranks fraud this poorly would flood analysts with false alerts or miss most

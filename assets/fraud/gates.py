@@ -11,13 +11,13 @@ from pathlib import Path
 import numpy as np
 from dagster import AssetCheckResult
 
-from assets.common import PartitionReport
 from assets.fraud.quality import QUARANTINED_REASONS, trailing_flagged_rates
 from assets.fraud.schemas import SCORES, TRANSACTIONS, TRANSACTIONS_SCHEMA
 from assets.gates import LandingGate, SuiteRun, conservation_figures
-from inference.invariants import StreamStats, population_stability
-from inference.output_partition import ShardReport
-from inference.ranges import CLAMPED_PREFIX, REVIEW, FeatureRanges
+from assets.partitions import PartitionReport
+from inference.engine.invariants import StreamStats, population_stability
+from inference.engine.output_partition import ShardReport
+from inference.tabular.ranges import CLAMPED_PREFIX, REVIEW, FeatureRanges
 from resources.quality import load_suites, sample_output
 from resources.storage import DataStore
 
@@ -25,9 +25,7 @@ SUITES = Path(__file__).parent / "suites"
 LANDING_SUITES = load_suites(SUITES / "transactions.json")
 SCORE_SUITES = load_suites(SUITES / "fraud_scores.json")
 # The `transactions` suites over each day's screening figures and landing sample.
-TRANSACTIONS_GATE = LandingGate(
-    TRANSACTIONS, LANDING_SUITES, QUARANTINED_REASONS
-)
+TRANSACTIONS_GATE = LandingGate(TRANSACTIONS, LANDING_SUITES, QUARANTINED_REASONS)
 transactions_check_results = TRANSACTIONS_GATE.check_results
 # The flagged rate may move this far (relative) from its trailing mean before it warns, on top
 # of three binomial standard deviations, so a small day does not warn on noise alone.

@@ -6,7 +6,7 @@ from typing import Any
 
 from dagster import MetadataValue
 
-from inference.registry import trained_window
+from inference.models.registry import trained_window
 
 
 def model_metadata(manifest: dict[str, Any], version: str) -> dict[str, Any]:

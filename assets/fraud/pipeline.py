@@ -39,12 +39,12 @@ from assets.fraud.schemas import (
     TRANSACTIONS_LABELLED,
 )
 from assets.promotion import Gate, held_out_days, training_days
-from inference.device import Runtime
-from inference.modelstore import load_model
-from inference.ranges import FeatureRanges
-from inference.registry import register, window_of
-from inference.tabular import TabularScorer, TrainConfig, train_classifier
-from inference.tabular_metrics import average_precision
+from inference.engine.device import Runtime
+from inference.models.modelstore import load_model
+from inference.models.registry import register, window_of
+from inference.tabular.ranges import FeatureRanges
+from inference.tabular.tabular import TabularScorer, TrainConfig, train_classifier
+from inference.tabular.tabular_metrics import average_precision
 from resources.storage import DataStore, LandingDataError, Published
 
 

@@ -20,8 +20,8 @@ import pyarrow as pa
 import pyarrow.compute as pc
 
 from assets.fraud.aggregates import Counts, Events, KeyCounts, Vocabulary, as_strings, positions_in
-from inference.batching import Behind
-from inference.tabular import stack_features
+from inference.engine.batching import Behind
+from inference.tabular.tabular import stack_features
 
 PROFILE_COLUMNS = ["account_id", "merchant_id", "country", "amount", "ts"]
 CHANNELS = ("pos", "online", "atm", "contactless")

@@ -26,10 +26,10 @@ from assets.fraud.features import (
 )
 from assets.fraud.schemas import AMOUNT_CEILING, SCORES, SCREENS, TRANSACTIONS, TRANSACTIONS_SCHEMA
 from assets.gates import day_bounds, empty_landing_error
-from inference.batching import prefetch
-from inference.invariants import StreamStats
-from inference.output_partition import input_fingerprint
-from inference.quarantine import (
+from inference.engine.batching import prefetch
+from inference.engine.invariants import StreamStats
+from inference.engine.output_partition import input_fingerprint
+from inference.engine.quarantine import (
     QuarantinePlan,
     Screener,
     above,

@@ -38,11 +38,11 @@ from assets.fraud.schemas import (
     TRANSACTIONS_SCHEMA,
 )
 from assets.runner import Day, Model, ScoringSpec
-from inference.device import make_runtime
-from inference.ranges import REVIEW, Guarded
-from inference.registry import champion_version
-from inference.shard_worker import ModelStep, ShardInput
-from inference.tabular import TabularScorer
+from inference.engine.device import make_runtime
+from inference.engine.shard_worker import ModelStep, ShardInput
+from inference.models.registry import champion_version
+from inference.tabular.ranges import REVIEW, Guarded
+from inference.tabular.tabular import TabularScorer
 from resources.inference import InferenceResource
 from resources.quality import QualityConfig, locate_in_landing
 from resources.storage import DataStore
@@ -101,7 +101,7 @@ def day(run: SpotSafeRun, date: str, model: Model, config: FraudQualityConfig, l
     their reason; above ``limit`` of the day the step fails before any inference. Each shard
     holds every row of its accounts (assets/fraud/accounts.py), so the account profile is built
     per shard and memory follows the shard, not the day. Features beyond the model's training
-    range are clamped to it and their rows marked ``needs_review`` (see inference.ranges).
+    range are clamped to it and their rows marked ``needs_review`` (see inference.tabular.ranges).
     """
     store, (scorer, reference), version = run.store, model.value, model.version
     settings = run.inference

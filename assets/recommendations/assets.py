@@ -13,8 +13,8 @@ from dagster import (
 )
 from pydantic import Field
 
-from assets.common import fail_fast_on_bad_input
 from assets.days import daily_assets
+from assets.errors import fail_fast_on_bad_input
 from assets.landing import LandingSpec, deadline, land
 from assets.recommendations.gates import (
     INTERACTION_SUITES,
@@ -36,9 +36,9 @@ from assets.recommendations.training import (
     train_and_save,
 )
 from assets.runner import score, scoring_asset
-from inference.ease import DEFAULT_L2, DEFAULT_MAX_ITEMS, EaseConfig
-from inference.modelstore import ModelNotFoundError
-from inference.two_tower import TrainConfig
+from inference.models.modelstore import ModelNotFoundError
+from inference.recs.ease import DEFAULT_L2, DEFAULT_MAX_ITEMS, EaseConfig
+from inference.recs.two_tower import TrainConfig
 from policy.automation import GPU_POOL
 from resources.inference import InferenceResource
 from resources.quality import QualityConfig

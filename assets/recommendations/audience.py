@@ -25,7 +25,7 @@ import numpy as np
 
 from assets.recommendations.history import read_users
 from assets.recommendations.schemas import INTERACTIONS, USER_RECOMMENDATIONS
-from inference.output_partition import input_fingerprint
+from inference.engine.output_partition import input_fingerprint
 from resources.storage import DataStore
 
 AudienceMode = Literal["recent", "all"]

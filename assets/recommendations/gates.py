@@ -9,8 +9,8 @@ from pathlib import Path
 
 from dagster import AssetCheckResult
 
-from assets.common import PartitionReport
 from assets.gates import LandingGate, SuiteRun, conservation_figures
+from assets.partitions import PartitionReport
 from assets.recommendations.history import QUARANTINE_REASONS
 from assets.recommendations.schemas import INTERACTIONS, USER_RECOMMENDATIONS
 from resources.quality import load_suites, sample_output

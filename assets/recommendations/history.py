@@ -15,8 +15,8 @@ import pyarrow as pa
 import pyarrow.compute as pc
 
 from assets.recommendations.schemas import EVENT_TYPES, INTERACTIONS, INTERACTIONS_SCHEMA
-from inference.quarantine import QuarantinePlan, Screener, below, is_null, not_finite
-from inference.sparse import Vocabulary
+from inference.engine.quarantine import QuarantinePlan, Screener, below, is_null, not_finite
+from inference.recs.sparse import Vocabulary
 from resources.storage import DataStore, LandingDataError
 
 # Why an interaction cannot be used, in priority order: a row gets the first reason that holds.

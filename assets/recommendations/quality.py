@@ -24,8 +24,8 @@ import pyarrow.compute as pc
 from assets.gates import day_bounds, landed_rows
 from assets.recommendations.history import QUARANTINE_REASONS, unusable_rules
 from assets.recommendations.schemas import INTERACTIONS, INTERACTIONS_SCHEMA
-from inference.invariants import StreamStats
-from inference.quarantine import (
+from inference.engine.invariants import StreamStats
+from inference.engine.quarantine import (
     REASON,
     ROW_NUMBER,
     SOURCE_FILE,

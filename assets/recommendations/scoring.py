@@ -13,7 +13,7 @@ import numpy as np
 from pydantic import Field
 
 from assets.checkpointing import DEFAULT_SHARD_ROWS, Input, Output, Sizes, SpotSafeRun, Work
-from assets.common import PartitionReport
+from assets.partitions import PartitionReport
 from assets.recommendations.audience import (
     DEFAULT_AUDIENCE_DAYS,
     AudienceMode,
@@ -38,8 +38,8 @@ from assets.recommendations.user_shards import (
     user_shards,
 )
 from assets.runner import Day, Model, ScoringSpec
-from inference.quarantine import QuarantinePlan
-from inference.recommend import block_size_for
+from inference.engine.quarantine import QuarantinePlan
+from inference.recs.recommend import block_size_for
 from resources.inference import InferenceResource
 from resources.quality import QualityConfig
 from resources.storage import DataStore

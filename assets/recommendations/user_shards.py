@@ -27,10 +27,10 @@ import pyarrow.compute as pc
 from assets.recommendations.quality import eligible_items, list_observer, users_answered
 from assets.recommendations.schemas import RECOMMENDATIONS_SCHEMA
 from assets.recommendations.training import load_recommender
-from inference.device import make_runtime
-from inference.invariants import StreamStats
-from inference.recommend import RecommendationBatch, recommend
-from inference.shard_worker import ModelStep, ShardInput, worker_model
+from inference.engine.device import make_runtime
+from inference.engine.invariants import StreamStats
+from inference.engine.shard_worker import ModelStep, ShardInput, worker_model
+from inference.recs.recommend import RecommendationBatch, recommend
 from resources.storage import DataStore
 
 SEEN = "seen_items"

@@ -6,13 +6,13 @@ import pyarrow as pa
 from dagster import AssetExecutionContext, AssetSpec, Config, MetadataValue
 from pydantic import Field
 
-from assets.common import PartitionReport, log_partition, partition_dates, scoring_metadata
 from assets.days import DayRecorder, daily_assets
+from assets.partitions import PartitionReport, log_partition, partition_dates, scoring_metadata
 from assets.summaries.document_summaries import ASSET as SUMMARIES
 from assets.summaries.document_summaries import document_summaries
 from assets.text_models import encoder_key, sentence_encoder
-from inference.metrics import BatchMetrics
-from inference.topics import Topic, build_digest
+from inference.engine.metrics import BatchMetrics
+from inference.text.topics import Topic, build_digest
 from policy.automation import GPU_POOL, after_parent_passes_checks
 from resources.inference import InferenceResource
 from resources.storage import StorageResource

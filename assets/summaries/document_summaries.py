@@ -13,7 +13,7 @@ from dagster import AssetExecutionContext
 from pydantic import Field
 
 from assets.checkpointing import Input, Output, Sizes, SpotSafeRun, Work
-from assets.common import PartitionReport
+from assets.partitions import PartitionReport
 from assets.runner import Day, Model, ScoringSpec, score, scoring_asset
 from assets.summaries.documents import documents
 from assets.summaries.gates import SUMMARY_SUITES, summary_check_results
@@ -38,13 +38,13 @@ from assets.text_workers import (
     worker_batch_tokens,
     worker_metadata,
 )
-from inference.adaptive import AdaptiveBatchSize
-from inference.decoding import static_sizing
-from inference.generate import Generator, generate_summaries
-from inference.rank import RankerSettings
-from inference.segment import LengthCap, fit_summary
-from inference.shard_worker import ModelStep, worker_model
-from inference.text import SentenceEncoder, extractive_summaries, summary_spans
+from inference.engine.adaptive import AdaptiveBatchSize
+from inference.engine.shard_worker import ModelStep, worker_model
+from inference.generation.decoding import static_sizing
+from inference.generation.generate import Generator, generate_summaries
+from inference.text.rank import RankerSettings
+from inference.text.segment import LengthCap, fit_summary
+from inference.text.text import SentenceEncoder, extractive_summaries, summary_spans
 from resources.inference import InferenceResource
 from resources.quality import QualityConfig, locate_in_landing
 from resources.storage import DataStore, StorageResource

@@ -11,11 +11,11 @@ from pathlib import Path
 
 from dagster import AssetCheckResult, MetadataValue
 
-from assets.common import PartitionReport
 from assets.gates import LandingGate, SuiteRun, conservation_figures
+from assets.partitions import PartitionReport
 from assets.summaries.quality import QUARANTINED_REASONS
 from assets.summaries.schemas import DATASET, DOCUMENTS_SCHEMA, SUMMARIES
-from inference.segment import LengthCap
+from inference.text.segment import LengthCap
 from resources.quality import load_suites, sample_output
 from resources.storage import DataStore
 

@@ -22,9 +22,8 @@ import pyarrow.compute as pc
 
 from assets.gates import day_bounds, landed_rows
 from assets.summaries.schemas import DATASET, DOCUMENTS_SCHEMA
-from inference.invariants import StreamStats
-from inference.normalise import normalise_text
-from inference.quarantine import (
+from inference.engine.invariants import StreamStats
+from inference.engine.quarantine import (
     QuarantinePlan,
     Screener,
     blank,
@@ -33,7 +32,8 @@ from inference.quarantine import (
     longer_than,
     outside,
 )
-from inference.segment import LengthCap, join_sentences, measure, sentence_spans, within_cap
+from inference.text.normalise import normalise_text
+from inference.text.segment import LengthCap, join_sentences, measure, sentence_spans, within_cap
 from resources.quality import PositionCursor, sample_positions
 from resources.storage import DataStore
 

@@ -1,0 +1,95 @@
+"""A scored partition as every domain's assets report it: partition keys, the report and its metadata."""
+
+from __future__ import annotations
+
+from dataclasses import dataclass, field
+
+import pandas as pd
+from dagster import (
+    AssetExecutionContext,
+    Failure,
+    MetadataValue,
+)
+
+from assets.observability import GpuStats, NodePrice, observability_metadata
+from inference.engine.metrics import BatchMetrics
+from inference.engine.output_partition import ShardReport
+from policy.partitions import partition_key_error
+from resources.storage import Published
+
+
+@dataclass(frozen=True)
+class PartitionReport:
+    """What scoring one partition did."""
+
+    date: str
+    metrics: BatchMetrics
+    published: Published
+    shards: ShardReport | None = None
+    gpu: GpuStats | None = None
+    price: NodePrice | None = None
+    capacity: str = "spot"
+    # The output's check sample, when it was taken while the rows streamed (else read back).
+    sample: pd.DataFrame | None = None
+    # Where the shards ran: {"executor": "ray", "workers": 2, ...}; empty on the local engine.
+    executor: dict = field(default_factory=dict)
+
+
+def partition_dates(context: AssetExecutionContext) -> list[str]:
+    """The partitions this run covers: one for a normal run, several for a range backfill.
+
+    A key that is not a partition (before the start date, not a date, a day not over yet) is
+    bad input: the step fails at once with one line, instead of Dagster's `CheckError` being
+    retried by the retry policy.
+    """
+    keys = context.partition_key_range
+    for key in dict.fromkeys([keys.start, keys.end]):
+        if (problem := partition_key_error(key)) is not None:
+            raise Failure(description=problem, allow_retries=False)
+    return list(context.partition_keys)
+
+
+def log_partition(context: AssetExecutionContext, asset: str, report: PartitionReport) -> None:
+    m = report.metrics
+    context.log.info(
+        f"{asset} {report.date}: {m.rows_in} rows in, {m.rows_out} out in {m.seconds:.2f}s "
+        f"({m.rows_per_second:,.0f} rows/s, {m.batches} batches) -> {report.published.uri}"
+    )
+
+
+def scoring_metadata(
+    report: PartitionReport, *, model_version: str, device: str, model_loads: int
+) -> dict:
+    """A scored day's materialisation metadata, which the UI plots per partition: rows, time,
+    throughput, batches, checkpoint figures, model, device."""
+    metadata: dict = {
+        **observability_metadata(
+            report.metrics,
+            device=device,
+            price=report.price,
+            capacity=report.capacity,
+            gpu=report.gpu,
+        ),
+        **checkpoint_totals([report]),
+        "dagster/row_count": report.metrics.rows_out,
+        "model_version": model_version,
+        "device": device,
+        "model_loads": model_loads,
+        "output": MetadataValue.path(report.published.uri),
+        **report.executor,
+    }
+    return metadata
+
+
+def checkpoint_totals(reports: list[PartitionReport]) -> dict[str, int]:
+    """Attempts, interruptions, shards resumed and rows redone over the run's partitions."""
+    shards = [r.shards for r in reports if r.shards is not None]
+    if not shards:
+        return {}
+    return {
+        "attempt": max(s.attempt for s in shards),
+        "interruptions": sum(s.interruptions for s in shards),
+        "shards": sum(s.shards for s in shards),
+        "shards_resumed": sum(s.shards_resumed for s in shards),
+        "rows_redone": sum(s.rows_redone for s in shards),
+    }

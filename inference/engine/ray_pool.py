@@ -1,0 +1,171 @@
+"""Shards on Ray: a pool of actors, each loading its model once, and the Ray session around it.
+
+``ray_session`` starts an in-process local Ray when no address is given (laptops and tests;
+stopped when the session closes) or connects to an existing cluster (``auto``, or
+``ray://head:10001`` through Ray Client). :class:`RayPool` keeps a fixed set of
+:class:`ShardWorker` actors (``num_cpus`` and ``num_gpus`` each) and at most two shards queued
+on each, so the next shard's rows travel while the current one computes.
+
+A worker that dies (a reclaimed spot node, an out-of-memory kill) is restarted by Ray and its
+shard retried there (``max_restarts``, ``max_task_retries``); the shard's files are written
+under fixed names, so the retry overwrites what the lost worker left. Each job (one partition's
+program) is sent to each actor once and kept there by its object id.
+"""
+
+from __future__ import annotations
+
+import os
+from collections.abc import Iterator
+from contextlib import contextmanager
+from typing import Any
+
+from inference.engine.shard_worker import ShardInput, ShardJob, ShardResult, compute_shard
+
+# Restarts of one actor, and retries of one shard on a restarted actor, before the step fails.
+MAX_RESTARTS = 3
+# Shards queued per actor: one computing, one whose rows are on their way.
+QUEUED_PER_WORKER = 2
+# The local Ray's shared-memory object store: shards' input rows wait there (tens of MB each).
+LOCAL_OBJECT_STORE_BYTES = 512 * 1024 * 1024
+
+
+def _ray():
+    try:
+        import ray
+    except ImportError as exc:  # the extra is optional: the local executor does not need it
+        raise RuntimeError(
+            "executor 'ray' needs Ray: pip install 'nightshift[ray]' (ray==2.60.0), "
+            "or set NIGHTSHIFT_EXECUTOR=local"
+        ) from exc
+    return ray
+
+
+@contextmanager
+def ray_session(address: str, num_cpus: float, num_gpus: float) -> Iterator[Any]:
+    """Ray for one step: started here (empty ``address``) and stopped after, or connected to."""
+    ray = _ray()
+    # Ray's serialiser imports pydantic.v1 lazily on its first use; once, in a Dagster step,
+    # that import failed with KeyError('pydantic.v1'). Imported here first, before any thread
+    # of Ray's exists.
+    try:
+        import pydantic.v1.fields  # noqa: F401
+    except ImportError:  # no pydantic (a bare GPU image): Ray's serialiser skips it too
+        pass
+
+    if ray.is_initialized():  # someone else's session (a test, a notebook): use it, keep it
+        yield ray
+        return
+    if address:
+        ray.init(address=address, log_to_driver=False)
+    else:
+        # A laptop or test Ray: no dashboard, no usage report (nothing may leave the machine).
+        os.environ.setdefault("RAY_USAGE_STATS_ENABLED", "0")
+        ray.init(
+            # "local": always a new Ray of our own, even where a cluster runs on this machine
+            # (a bare init would join the one `ray start` last recorded in /tmp/ray).
+            address="local",
+            num_cpus=max(1, int(round(num_cpus))),
+            num_gpus=num_gpus,
+            include_dashboard=False,
+            object_store_memory=LOCAL_OBJECT_STORE_BYTES,
+            log_to_driver=False,
+        )
+    try:
+        yield ray
+    finally:
+        ray.shutdown()
+
+
+class ShardWorker:
+    """One Ray actor: computes shards with the jobs it was sent, each deserialised once."""
+
+    def __init__(self, cpu_threads: int):
+        import torch
+
+        torch.set_num_threads(max(1, cpu_threads))
+        self.jobs: dict[str, ShardJob] = {}
+
+    def run(self, job_ref: list, index: int, rows, positions) -> ShardResult:
+        # The job's ref comes wrapped in a list, so Ray hands it over unresolved and it is
+        # fetched once per actor rather than with every shard.
+        key = job_ref[0].hex()
+        if key not in self.jobs:
+            self.jobs = {key: _ray().get(job_ref[0])}  # one partition's job at a time
+        return compute_shard(self.jobs[key], ShardInput(index, rows, positions))
+
+    def pid(self) -> int:
+        return os.getpid()
+
+
+class RayPool:
+    """``workers`` Ray actors computing shards for the driver loop (inference/engine/shards.py)."""
+
+    in_process = False
+
+    def __init__(self, ray: Any, workers: int, cpus_per_worker: float, gpus_per_worker: float):
+        self.ray = ray
+        actor = ray.remote(ShardWorker).options(
+            num_cpus=cpus_per_worker,
+            num_gpus=gpus_per_worker,
+            max_restarts=MAX_RESTARTS,
+            max_task_retries=MAX_RESTARTS,
+        )
+        threads = max(1, int(cpus_per_worker))
+        self.actors = [actor.remote(threads) for _ in range(workers)]
+        self.slots = QUEUED_PER_WORKER * workers
+        self._job: ShardJob | None = None  # the partition being computed, and its object
+        self._job_ref: Any = None
+        self._load: dict[Any, int] = {}
+        self._rows: dict[Any, int] = {}
+        self._busy = [0] * workers
+
+    def pids(self) -> list[int]:
+        """The actors' process ids (tests kill one to play a lost spot worker)."""
+        return self.ray.get([a.pid.remote() for a in self.actors])
+
+    def submit(self, job: ShardJob, shard: ShardInput) -> Any:
+        if job is not self._job:  # the job itself is held, so the comparison is by identity
+            self._job, self._job_ref = job, self.ray.put(job)
+        slot = min(range(len(self.actors)), key=self._busy.__getitem__)
+        handle = self.actors[slot].run.remote(
+            [self._job_ref], shard.index, self.ray.put(shard.rows), shard.positions
+        )
+        self._busy[slot] += 1
+        self._load[handle] = slot
+        self._rows[handle] = shard.rows.num_rows
+        return handle
+
+    def wait(self, handles: list[Any], timeout: float) -> list[Any]:
+        """The shards finished: waits up to ``timeout`` for the first, then takes all ready."""
+        done, _ = self.ray.wait(handles, num_returns=1, timeout=timeout)
+        if done and len(handles) > 1:
+            done, _ = self.ray.wait(handles, num_returns=len(handles), timeout=0)
+        return done
+
+    def result(self, handle: Any) -> ShardResult:
+        self._busy[self._load.pop(handle)] -= 1
+        self._rows.pop(handle, None)
+        try:
+            return self.ray.get(handle)
+        except self.ray.exceptions.RayTaskError as exc:
+            # The shard's own error (bad data, a model that drops rows), not Ray's wrapper.
+            cause = exc.cause if isinstance(exc.cause, BaseException) else None
+            raise (cause or exc) from None
+
+    def stop(self, handles: list[Any]) -> tuple[list[ShardResult], int]:
+        """Cancels the shards not finished; those finished are returned, the others' rows
+        are the work lost."""
+        if not handles:
+            return [], 0
+        done, running = self.ray.wait(handles, num_returns=len(handles), timeout=0)
+        lost = 0
+        for handle in running:
+            self.ray.cancel(handle)
+            self._busy[self._load.pop(handle)] -= 1
+            lost += self._rows.pop(handle, 0)
+        return [self.result(handle) for handle in done], lost
+
+    def close(self) -> None:
+        for actor in self.actors:
+            self.ray.kill(actor)
+        self.actors = []

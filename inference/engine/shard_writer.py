@@ -1,0 +1,330 @@
+"""The writer of one checkpointed output partition: staging, progress, leases, the commit.
+
+Each finished shard is written to a staging folder and recorded in ``_progress.json`` (atomic
+rename locally, a single PUT on S3). A retry with the same fingerprint (input files, model
+version, settings) keeps finished shards; a different fingerprint discards the old progress.
+When every shard is present the partition is committed: locally the staging folder is renamed
+into place (readers see the old or the new partition, never a mix); on S3 the shards are copied
+under commit-unique names and ``_manifest.json`` is written last, so manifest-aware readers
+never see a partial partition. A lease makes the partition single-writer (see
+``inference.engine.leases``); a re-run of a committed partition replaces it.
+
+Quarantined rows (see ``inference.engine.quarantine``) are written with their shard, as
+``_quarantine/shard-NNNNN.parquet`` in the same staging folder and recorded in the same progress
+entry, so a shard's outputs and its quarantined rows are kept or redone together. The commit
+publishes them to ``outputs/<asset>_quarantine/date=D/`` first, then the partition, both
+manifests carrying the same commit id; a retry after a crash between the two re-publishes both.
+Exact output statistics (``inference.engine.invariants``) travel in the progress entries the same way.
+
+A side output (rows a downstream asset needs that are not part of the output's own contract, e.g.
+the landing details of flagged transactions for ``fraud_alerts``) follows the same path as the
+quarantine: ``_side/shard-NNNNN.parquet`` beside each shard, published to its own partition in the
+same commit, so a downstream asset reads exactly what was scored instead of re-reading landing.
+
+Nothing but the partition's data files and its manifest is published: whatever else an attempt
+left in staging (a temporary file from a write that failed, a shard no longer wanted) is removed
+at the commit. A write that fails for lack of space says which file and how much space was left.
+"""
+
+from __future__ import annotations
+
+import time
+import uuid
+from collections.abc import Iterable
+from dataclasses import dataclass, field, replace
+
+import pyarrow as pa
+
+from inference.engine.invariants import StreamStats
+from inference.engine.leases import Lease, acquire_lease
+from inference.engine.output_partition import (
+    MANIFEST,
+    PROGRESS,
+    QUARANTINE_DIR,
+    SIDE_DIR,
+    PartitionTarget,
+    ShardReport,
+)
+from inference.engine.partition_commit import commit_beside, commit_by_manifest, swap_in
+from inference.engine.partition_io import PartitionIO
+
+
+@dataclass
+class _Progress:
+    fingerprint: str
+    shard_rows: int
+    attempts: int = 0
+    interruptions: int = 0
+    shards: dict[str, dict[str, int | str]] = field(default_factory=dict)
+    in_flight: int | None = None
+    discarded_rows: int | None = None
+
+
+@dataclass(frozen=True)
+class ShardFileTargets:
+    """Where one partition's shard files are written: its staging area and companions."""
+
+    target: PartitionTarget
+    schema: pa.Schema
+    quarantine: PartitionTarget | None = None
+    side: PartitionTarget | None = None
+    side_schema: pa.Schema | None = None
+
+
+@dataclass(frozen=True)
+class ShardFiles:
+    """What writing one shard's files produced, for its progress entry."""
+
+    name: str
+    rows: int
+    rows_quarantined: int
+    quarantine_file: str | None
+    side_file: str | None
+    rows_side: int
+
+
+def shard_file_name(shard: int) -> str:
+    return f"shard-{shard:05d}.parquet"
+
+
+def write_shard_files(
+    where: ShardFileTargets,
+    shard: int,
+    tables: Iterable[pa.Table],
+    quarantined: list[pa.Table],
+    side: list[pa.Table],
+) -> ShardFiles:
+    """Writes one shard's output, quarantined rows and side rows into staging, each atomically
+    under the shard's fixed name: writing a shard twice (a retried worker) leaves one copy."""
+    io, name = PartitionIO(where.target), shard_file_name(shard)
+    rows = io.write_parquet(f"{where.target.staging_dir}/{name}", tables, where.schema)
+    held = [t for t in quarantined if t.num_rows]
+    quarantine_file = io.write_beside(QUARANTINE_DIR, where.quarantine, name, held)
+    side_rows = [t for t in side if t.num_rows]
+    side_file = io.write_beside(SIDE_DIR, where.side, name, side_rows, where.side_schema)
+    return ShardFiles(
+        name,
+        rows,
+        sum(t.num_rows for t in held),
+        quarantine_file,
+        side_file,
+        sum(t.num_rows for t in side_rows),
+    )
+
+
+class ShardedWriter:
+    """Writes one partition shard by shard under a lease, and commits it once.
+
+    Args:
+        where: the partition's locations and schema, and its companions' (quarantine and side
+            output, each None when the caller has none).
+        fingerprint: what the output depends on; progress with another fingerprint is discarded.
+        shard_rows: input rows per shard; 0 disables checkpointing (one shard, no progress).
+        lineage: the run lineage that may take over its own stale lease at once.
+        lease_seconds: how long the lease lasts without renewal (renewed after every shard).
+    """
+
+    def __init__(
+        self,
+        where: ShardFileTargets,
+        fingerprint: str,
+        shard_rows: int,
+        lineage: str,
+        lease_seconds: float = 600.0,
+    ):
+        if where.side is not None and where.side_schema is None:
+            raise ValueError("a side output needs its schema")
+        self.where, self.target, self.schema, self.fp = (
+            where,
+            where.target,
+            where.schema,
+            fingerprint,
+        )
+        self.quarantine, self.side, self.side_schema = (
+            where.quarantine,
+            where.side,
+            where.side_schema,
+        )
+        self.shard_rows, self.lineage, self.lease_seconds = shard_rows, lineage, lease_seconds
+        self.checkpointing = shard_rows > 0
+        self.progress = _Progress(fingerprint, shard_rows)
+        self.report = ShardReport()
+        self._lease: Lease | None = None
+        self.io = PartitionIO(where.target)
+
+    def begin(self) -> ShardReport:
+        """Takes the lease and loads (or resets) progress; returns what was already done."""
+        t = self.target
+        self._lease = acquire_lease(t.cas, t.lease_path, self.lineage, self.lease_seconds)
+        committed = self.io.read_json(f"{t.final_dir}/{MANIFEST}")
+        if (
+            committed
+            and committed.get("fingerprint") == self.fp
+            and committed.get("lineage") == self.lineage
+            and not self.io.exists(t.staging_dir)
+        ):
+            # This lineage already committed exactly this output (it was stopped after the
+            # commit but before the orchestrator heard of it): nothing to redo.
+            self.report.already_committed = True
+            self.report.uri, self.report.rows_out = t.uri(t.final_dir), committed.get("rows", 0)
+            self.report.rows_in = committed.get("rows_in", 0)
+            self.report.rows_scored = committed.get("rows_scored", self.report.rows_in)
+            self.report.rows_quarantined = committed.get("rows_quarantined", 0)
+            self.report.stats = StreamStats.from_json(committed.get("stats"))
+            self.report.rows_side = committed.get("rows_side", 0)
+            self.report.commit = committed.get("commit", "")
+            if self.quarantine is not None:
+                self.report.quarantine_uri = self.quarantine.uri(self.quarantine.final_dir)
+            if self.side is not None:
+                self.report.side_uri = self.side.uri(self.side.final_dir)
+            return self.report
+        stored = self.io.read_json(f"{t.staging_dir}/{PROGRESS}") if self.checkpointing else None
+        if (
+            stored
+            and stored.get("fingerprint") == self.fp
+            and stored.get("shard_rows") == self.shard_rows
+        ):
+            self.progress = _Progress(**stored)
+        else:
+            # No progress, or progress for other inputs, model or settings: start clean.
+            self.io.delete_dir(t.staging_dir)
+        self.progress.attempts += 1
+        self.report.attempt = self.progress.attempts
+        self.report.interruptions = self.progress.interruptions
+        self.io.mkdir(t.staging_dir)
+        self._save_progress()
+        return self.report
+
+    def done(self, shard: int) -> bool:
+        return str(shard) in self.progress.shards
+
+    def write_shard(self, shard: int, tables: Iterable[pa.Table], rows_in: int) -> int:
+        """Writes a shard's output here, atomically, and records it; returns its output rows
+        (a whole partition published at once, or an empty one)."""
+        files = write_shard_files(self.files(), shard, tables, [], [])
+        return self.record_shard(shard, files, rows_in)
+
+    def files(self) -> ShardFileTargets:
+        """Where shard files go: what a worker elsewhere needs to write them (picklable)."""
+
+        # The lease stays with the driver: workers get the locations without its
+        # compare-and-swap store (an S3 client does not pickle, and they must not renew it).
+        def files_only(target: PartitionTarget | None) -> PartitionTarget | None:
+            return replace(target, cas=None) if target is not None else None
+
+        return replace(
+            self.where,
+            target=files_only(self.target),
+            quarantine=files_only(self.quarantine),
+            side=files_only(self.side),
+        )
+
+    def record_shard(
+        self,
+        shard: int,
+        files: ShardFiles,
+        rows_in: int,
+        stats: StreamStats | None = None,
+        rows_scored: int | None = None,
+    ) -> int:
+        """Records a shard whose files are written (here or by a worker) in the progress file."""
+        self.progress.shards[str(shard)] = {
+            "file": files.name,
+            "rows_in": rows_in,
+            "rows_out": files.rows,
+            "rows_scored": rows_in - files.rows_quarantined if rows_scored is None else rows_scored,
+            "rows_quarantined": files.rows_quarantined,
+            "quarantine_file": files.quarantine_file,
+            "side_file": files.side_file,
+            "rows_side": files.rows_side,
+            "stats": (stats or StreamStats()).to_json(),
+        }
+        self.progress.in_flight, self.progress.discarded_rows = None, None
+        self._save_progress()
+        if self._lease is not None:
+            self._lease.renew()
+        return files.rows
+
+    def record_interruption(self, rows_discarded: int) -> None:
+        """Counts an interruption durably; ``rows_discarded``: the work the shards in flight
+        lost (their markers tell the retry the same, shard by shard)."""
+        self.progress.interruptions += 1
+        self.progress.in_flight = None
+        self.progress.discarded_rows = rows_discarded
+        self.report.interruptions = self.progress.interruptions
+        self._save_progress()
+
+    def commit(self, shards: int) -> ShardReport:
+        """Publishes shards 0..shards-1 as the partition, replacing any previous one."""
+        t = self.target
+        missing = [i for i in range(shards) if not self.done(i)]
+        if missing:
+            raise RuntimeError(f"cannot commit {t.uri(t.final_dir)}: shards {missing} missing")
+        entries = [self.progress.shards[str(i)] for i in range(shards)]
+        files = [str(e["file"]) for e in entries]
+        rows = sum(int(e["rows_out"]) for e in entries)
+        report = self.report
+        report.rows_in = sum(int(e["rows_in"]) for e in entries)
+        report.rows_scored = sum(int(e.get("rows_scored", e["rows_in"])) for e in entries)
+        report.rows_quarantined = sum(int(e.get("rows_quarantined", 0)) for e in entries)
+        report.rows_side = sum(int(e.get("rows_side", 0)) for e in entries)
+        report.stats = StreamStats()
+        for e in entries:
+            report.stats.merge(StreamStats.from_json(e.get("stats")))
+        commit = uuid.uuid4().hex[:12]
+        manifest = {
+            "fingerprint": self.fp,
+            "lineage": self.lineage,
+            "commit": commit,
+            "rows": rows,
+            "rows_in": report.rows_in,
+            "rows_scored": report.rows_scored,
+            "rows_quarantined": report.rows_quarantined,
+            "rows_side": report.rows_side,
+            "stats": report.stats.to_json(),
+            "committed_at": time.time(),
+            "attempts": self.progress.attempts,
+            "interruptions": self.progress.interruptions,
+        }
+        report.commit = commit
+        # Companions first: a crash before the partition's own commit leaves the retry to redo
+        # all of them, and a reader can tell they belong together by the shared commit id.
+        if self.quarantine is not None:
+            held = [str(e["quarantine_file"]) for e in entries if e.get("quarantine_file")]
+            held_manifest = {**manifest, "rows": report.rows_quarantined}
+            commit_beside(self.io, QUARANTINE_DIR, self.quarantine, held, held_manifest)
+            report.quarantine_uri = self.quarantine.uri(self.quarantine.final_dir)
+        if self.side is not None:
+            sides = [str(e["side_file"]) for e in entries if e.get("side_file")]
+            side_manifest = {**manifest, "rows": report.rows_side}
+            commit_beside(self.io, SIDE_DIR, self.side, sides, side_manifest, self.side_schema)
+            report.side_uri = self.side.uri(self.side.final_dir)
+        if t.local:
+            self._commit_by_rename(files, manifest)
+        else:
+            commit_by_manifest(self.io, t, t.staging_dir, files, manifest)
+            self.io.delete_dir(t.staging_dir)
+        report.shards, report.uri, report.rows_out = shards, t.uri(t.final_dir), rows
+        return report
+
+    def discard_staging(self) -> None:
+        """Removes what an uncommitted attempt left in staging (used when not checkpointing)."""
+        self.io.delete_dir(self.target.staging_dir)
+
+    def close(self) -> None:
+        if self._lease is not None:
+            self._lease.release()
+            self._lease = None
+
+    def _commit_by_rename(self, files: list[str], manifest: dict) -> None:
+        t = self.target
+        self.io.write_json(f"{t.staging_dir}/{MANIFEST}", {**manifest, "files": files})
+        # The manifest now records attempts and interruptions: progress has done its job, and
+        # the companions' copies (published to their own partitions already) only served
+        # retries. Anything else an attempt left (a failed write's temporary file) goes too.
+        self.io.keep_only(t.staging_dir, {*files, MANIFEST})
+        swap_in(self.io, t)
+
+    def _save_progress(self) -> None:
+        if self.checkpointing:
+            self.io.write_json(f"{self.target.staging_dir}/{PROGRESS}", self.progress.__dict__)

@@ -1,0 +1,271 @@
+"""The one driver loop: a partition cut into shards, computed by a pool, published exactly once.
+
+The driver (the Dagster step) keeps what makes a partition exactly once: the lease, the
+progress file and the commit (:class:`~inference.engine.shard_writer.ShardedWriter`). It reads the
+partition's shards, skips those an earlier attempt finished, hands the others to a
+:class:`ShardPool` and records each shard once the pool has written its files. Where a shard is
+computed is the pool's business: in this process (:class:`inference.engine.local_pool.LocalPool`) or on
+Ray actors (:class:`inference.engine.ray_pool.RayPool`); the loop is the same. So:
+
+- a shard whose computation dies leaves no progress entry: it is computed again (by the next
+  attempt, or Ray's task retry) and its files are overwritten, never duplicated;
+- a driver that dies leaves the progress file: the next attempt skips every recorded shard;
+- a stop (the node is going away) stops the shards in flight at a model-call boundary, keeps
+  every finished one and raises :class:`Interrupted`.
+
+Shards carry their own rows, so a shard may be any set of rows: a range of the input
+(:func:`row_range_shards`), or every row of a set of accounts. Each row keeps its position in
+the partition's input order, which is what the quarantine plan is keyed by.
+"""
+
+from __future__ import annotations
+
+import time
+from collections.abc import Callable, Iterable, Iterator
+from contextlib import closing, suppress
+from dataclasses import dataclass, field
+from typing import Any, Protocol
+
+import numpy as np
+import pyarrow as pa
+
+from inference.engine.batching import Prefetcher, rebatch
+from inference.engine.metrics import BatchMetrics
+from inference.engine.output_partition import ShardReport
+from inference.engine.shard_worker import ShardInput, ShardJob, ShardResult, ShardStopped, StopCheck
+from inference.engine.shard_writer import ShardedWriter
+
+# Seconds between stop checks while the driver waits for the pool.
+WAIT_SECONDS = 0.25
+# Shards read ahead of the pool, beyond those it holds.
+READ_AHEAD = 1
+
+# Told after each shard this attempt records: (input rows read so far, of them rows of shards
+# an earlier attempt finished, shards finished so far).
+Progress = Callable[[int, int, int], None]
+
+
+class Interrupted(Exception):
+    """The node is being taken away: work stopped at a batch boundary, finished shards kept."""
+
+    def __init__(self, reason: str, shards_done: int, rows_discarded: int, interruptions: int):
+        super().__init__(
+            f"interrupted ({reason}) with {shards_done} shards finished; "
+            f"{rows_discarded} rows of the shards in flight will be redone on retry "
+            f"(interruption {interruptions} of this partition)"
+        )
+        self.reason = reason
+        self.shards_done = shards_done
+        self.rows_discarded = rows_discarded
+        self.interruptions = interruptions
+
+
+class ShardPool(Protocol):
+    """Where shards are computed. ``slots``: shards handed out at once (their rows are held
+    until they are done); ``in_process``: whether shards run in this process."""
+
+    slots: int
+    in_process: bool
+
+    def submit(self, job: ShardJob, shard: ShardInput) -> Any: ...
+
+    def wait(self, handles: list[Any], timeout: float) -> list[Any]: ...
+
+    def result(self, handle: Any) -> ShardResult: ...
+
+    def stop(self, handles: list[Any]) -> tuple[list[ShardResult], int]:
+        """Stops the shards of ``handles``: the results of those that finished anyway, and
+        the rows of work the others lose."""
+        ...
+
+
+@dataclass
+class WorkerFigures:
+    """What the workers did for one partition, for its metadata."""
+
+    shards: dict[str, int] = field(default_factory=dict)  # worker -> shards computed
+    peak_rss_mib: dict[str, float] = field(default_factory=dict)  # worker -> its peak RSS
+    model_loads: dict[str, int] = field(default_factory=dict)  # worker -> models loaded so far
+    rows_redone: int = 0
+    shards_redone: int = 0
+
+    def add(self, result: ShardResult) -> None:
+        name = result.worker
+        self.shards[name] = self.shards.get(name, 0) + 1
+        self.peak_rss_mib[name] = max(self.peak_rss_mib.get(name, 0.0), result.peak_rss_mib)
+        self.model_loads[name] = result.model_loads
+        if result.rows_redone:
+            self.rows_redone += result.rows_redone
+            self.shards_redone += 1
+
+    def as_dict(self) -> dict[str, Any]:
+        return {
+            "workers": len(self.shards),
+            "worker_shards": dict(sorted(self.shards.items())),
+            "worker_peak_rss_mib": round(max(self.peak_rss_mib.values(), default=0.0), 1),
+            "worker_model_loads": sum(self.model_loads.values()),
+            "shards_redone_by_workers": self.shards_redone,
+        }
+
+
+@dataclass
+class Watch:
+    """What the driver reports to and asks while it runs a partition.
+
+    Args:
+        stop: returns a reason when the node is going away; checked while waiting on shards.
+        progress: told after each shard recorded.
+        metrics: receives the read/preprocess/compute/write split and per-call timings.
+        figures: what the workers did.
+    """
+
+    stop: StopCheck = lambda: None
+    progress: Progress | None = None
+    metrics: BatchMetrics = field(default_factory=BatchMetrics)
+    figures: WorkerFigures = field(default_factory=WorkerFigures)
+
+
+def run_partition(
+    writer: ShardedWriter,
+    shards: Callable[[], Iterable[ShardInput]],
+    job: ShardJob,
+    pool: ShardPool,
+    watch: Watch | None = None,
+) -> ShardReport:
+    """Computes a partition's shards on ``pool`` and commits it once every shard is recorded.
+
+    ``shards`` is called after the writer's ``begin`` (staging is then settled) and read lazily:
+    at most ``pool.slots`` shards' rows are held at once, so the next shard is read while one
+    computes. Finished shards of an earlier attempt are skipped.
+
+    Raises:
+        Interrupted: ``watch.stop`` fired; the shards in flight were stopped, finished ones kept.
+        RowConservationError: a model call answered for more or fewer rows than it was given;
+            nothing is committed.
+    """
+    loop = _Loop(writer, pool, watch or Watch())
+    try:
+        report = writer.begin()
+        if report.already_committed:
+            return report
+        count = loop.run(shards(), job)
+        reason = loop.watch.stop()
+        if reason:
+            raise loop.interrupted(reason, 0)
+        return publish(writer, count, loop.watch.metrics)
+    finally:
+        loop.abandon()
+        writer.close()
+
+
+class _Loop:
+    """The shards handed to the pool and not yet recorded, and the rows read so far."""
+
+    def __init__(self, writer: ShardedWriter, pool: ShardPool, watch: Watch):
+        self.writer, self.pool, self.watch = writer, pool, watch
+        self.pending: dict[Any, ShardInput] = {}
+        self.rows_read = self.rows_resumed = 0
+
+    def run(self, shards: Iterable[ShardInput], job: ShardJob) -> int:
+        """Hands out every shard not finished before; returns how many shards there are.
+
+        The next shard is read on a thread while the pool computes one (a pool in this process
+        computes it on this thread)."""
+        ahead = iter(Prefetcher(shards, depth=READ_AHEAD))
+        with closing(ahead):
+            count = self._hand_out(ahead, job)
+        self.collect(block=True)
+        return count
+
+    def _hand_out(self, shards: Iterator[ShardInput], job: ShardJob) -> int:
+        count = 0
+        started = time.perf_counter()
+        for shard in shards:
+            count = max(count, shard.index + 1)
+            if self.writer.done(shard.index):
+                self.writer.report.shards_resumed += 1
+                self.rows_read += shard.rows.num_rows
+                self.rows_resumed += shard.rows.num_rows
+                continue
+            self.watch.metrics.add_phase("read", time.perf_counter() - started)
+            self.pending[self.pool.submit(job, shard)] = shard
+            self.collect(block=False)
+            started = time.perf_counter()
+        return count
+
+    def collect(self, block: bool) -> None:
+        """Records finished shards: all of them (``block``), else until a slot is free."""
+        while self.pending:
+            reason = self.watch.stop()
+            if reason:
+                raise self.stop(reason)
+            # Wait only when every slot is taken (or at the end); otherwise take what is ready
+            # and go back to hand out the next shard.
+            full = block or len(self.pending) >= self.pool.slots
+            for handle in self.pool.wait(list(self.pending), WAIT_SECONDS if full else 0.0):
+                try:
+                    result = self.pool.result(handle)
+                except ShardStopped as stopped:  # the pool saw the stop first
+                    self.pending.pop(handle)
+                    raise self.stop(stopped.reason, stopped.rows_done) from None
+                self.record(self.pending.pop(handle), result)
+            if not block and len(self.pending) < self.pool.slots:
+                return
+
+    def record(self, shard: ShardInput, result: ShardResult) -> None:
+        writer = self.writer
+        writer.report.rows_redone += result.rows_redone
+        writer.record_shard(
+            result.index, result.files, result.rows_in, result.stats, result.rows_scored
+        )
+        self.watch.metrics.merge(result.metrics)
+        self.watch.figures.add(result)
+        self.rows_read += shard.rows.num_rows
+        if self.watch.progress is not None:
+            self.watch.progress(self.rows_read, self.rows_resumed, len(writer.progress.shards))
+
+    def stop(self, reason: str, rows_lost: int = 0) -> Interrupted:
+        """Stops the shards in flight, records those that finished anyway, and says how far
+        the partition got."""
+        handles = list(self.pending)
+        finished, lost = self.pool.stop(handles)
+        by_index = {s.index: s for s in self.pending.values()}
+        self.pending.clear()
+        for result in sorted(finished, key=lambda r: r.index):
+            self.record(by_index[result.index], result)
+        return self.interrupted(reason, rows_lost + lost)
+
+    def interrupted(self, reason: str, rows_lost: int) -> Interrupted:
+        writer = self.writer
+        writer.record_interruption(rows_lost)
+        return Interrupted(
+            reason, len(writer.progress.shards), rows_lost, writer.progress.interruptions
+        )
+
+    def abandon(self) -> None:
+        """After a failure: stops what is still in flight, so nothing writes into staging once
+        the lease is released (the failure itself is what the caller sees)."""
+        if self.pending:
+            with suppress(Exception):
+                self.pool.stop(list(self.pending))
+            self.pending.clear()
+
+
+def publish(writer: ShardedWriter, shards: int, metrics: BatchMetrics) -> ShardReport:
+    """Commits shards 0..shards-1; a partition with no rows is published as one empty file."""
+    if shards == 0:
+        writer.write_shard(0, [], 0)
+        shards = 1
+    started = time.perf_counter()
+    writer.commit(shards)
+    metrics.add_phase("write", time.perf_counter() - started)
+    return writer.report
+
+
+def row_range_shards(batches: Iterable[pa.RecordBatch], shard_rows: int) -> Iterator[ShardInput]:
+    """The input cut into shards of ``shard_rows`` rows in input order (0: one shard)."""
+    offset = 0
+    for index, rows in enumerate(rebatch(batches, shard_rows or (1 << 62))):
+        table = pa.Table.from_batches([rows])
+        yield ShardInput(index, table, np.arange(offset, offset + rows.num_rows, dtype=np.int64))
+        offset += rows.num_rows

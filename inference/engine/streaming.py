@@ -1,0 +1,192 @@
+"""Reading parquet as a stream whose memory does not grow with the file.
+
+pyarrow's defaults are tuned for reading whole tables fast, not for streaming big partitions
+into a slower consumer (a model):
+
+- ``pre_buffer=True`` (the default) coalesces and issues the reads of every row group the
+  scan will touch, so Arrow's pool holds the whole scan at once; it is off here.
+- a dataset scanner (``Dataset.to_batches``) keeps reading ahead while the consumer is busy,
+  so even with a small ``batch_readahead`` its peak grows with the file. A pull-based reader
+  reads a row group only when the next batch is asked for; the engine's prefetch thread
+  already overlaps that read with compute.
+
+Memory is then one row group (plus the batches in flight), whatever the file's size. Columns
+of a large row group are decoded on Arrow's threads, which is faster and changes no memory
+bound. The measurements behind these choices: benchmarks/design-notes.md, "Streaming parquet".
+
+Many small files (one per upstream task) cost per file, not per row: :func:`iter_parquet_files`
+reads them whole, a batch's worth of rows ahead, on a few threads, and the caller joins their
+batches (``inference.engine.batching.coalesce``), so memory is still about a batch.
+"""
+
+from __future__ import annotations
+
+import ctypes
+import ctypes.util
+import os
+from collections.abc import Iterator, Sequence
+from concurrent.futures import Future, ThreadPoolExecutor
+
+import pyarrow as pa
+import pyarrow.fs as pafs
+import pyarrow.parquet as pq
+
+from inference.engine.timestamps import localize
+
+# Row groups below this many rows are decoded on the calling thread: handing each column of a
+# small row group to Arrow's pool costs more than decoding it.
+THREADED_ROWS = 32_768
+
+
+def iter_parquet(
+    files: str | Sequence[str],
+    *,
+    columns: list[str] | None = None,
+    batch_size: int = 65_536,
+    schema: pa.Schema | None = None,
+    filesystem: pafs.FileSystem | None = None,
+    footers: Sequence[pq.FileMetaData | None] | None = None,
+    timezone: str | None = None,
+) -> Iterator[pa.RecordBatch]:
+    """Streams record batches from parquet files, one row group in memory at a time.
+
+    Args:
+        files: a file or a list of files, read in order.
+        columns: the columns to read (all when None).
+        batch_size: rows per batch at most (a row group boundary may cut one shorter).
+        schema: cast each batch to this schema's types for the columns read, or None.
+        filesystem: where the files are (local when None).
+        footers: the files' footers when already read (one per file), so they are not read again.
+        timezone: the zone whose wall-clock time naive timestamp columns are, where ``schema``
+            wants them with a time zone (see inference/timestamps); None casts them as UTC.
+
+    Raises:
+        NonexistentTimeError: with ``timezone``, a reading that the zone's clocks skip.
+    """
+    paths = [files] if isinstance(files, str) else list(files)
+    for path, footer in zip(paths, footers or [None] * len(paths), strict=True):
+        reader = pq.ParquetFile(
+            path, metadata=footer, pre_buffer=False, filesystem=filesystem, memory_map=False
+        )
+        meta = reader.metadata
+        threads = meta.num_rows >= THREADED_ROWS * max(1, meta.num_row_groups)
+        batches = reader.iter_batches(batch_size=batch_size, columns=columns, use_threads=threads)
+        for batch in batches:
+            yield batch if schema is None else _cast(batch, schema, timezone)
+
+
+# Small files are read whole on a few threads, ahead of the consumer: a file costs a fixed CPU
+# time to open and decode whatever its rows, which the threads overlap; a few threads overlap
+# all there is, and Arrow's own threads do not help at that size (see THREADED_ROWS).
+READ_AHEAD_THREADS = min(4, os.cpu_count() or 1)
+
+
+def iter_parquet_files(
+    files: Sequence[str],
+    rows: Sequence[int],
+    *,
+    footers: Sequence[pq.FileMetaData | None] | None = None,
+    columns: list[str] | None = None,
+    batch_size: int = 65_536,
+    schema: pa.Schema | None = None,
+    filesystem: pafs.FileSystem | None = None,
+    timezone: str | None = None,
+    threads: int = READ_AHEAD_THREADS,
+    pre_buffer: bool = False,
+) -> Iterator[tuple[str, Iterator[pa.RecordBatch]]]:
+    """Each file, in order, with the stream of its batches (as :func:`iter_parquet` makes them).
+
+    A file of fewer than ``THREADED_ROWS`` rows is read whole on one of ``threads`` threads,
+    started ahead of the consumer while the files started and not yet consumed hold fewer than
+    ``batch_size`` rows; a larger file streams one row group at a time when its turn comes. So
+    memory stays at a batch's worth of small files, or one row group of a large one. A file
+    that cannot be read raises when its own batches are iterated, so the caller can name it.
+
+    Args:
+        files: the files, read in this order.
+        rows: their row counts, one per file.
+        footers: their footers when already read (None for one: its reader reads it).
+        columns, batch_size, schema, filesystem, timezone: as for :func:`iter_parquet`.
+        threads: threads reading small files (1: each is read when its turn comes).
+        pre_buffer: fetch a small file's column chunks in one coalesced read (object stores,
+            where each read is a round trip).
+    """
+
+    fs = filesystem or pafs.LocalFileSystem()
+
+    def read_whole(path: str, footer: pq.FileMetaData | None) -> list[pa.RecordBatch]:
+        # Decoded and cast on the reading thread, so the consumer's thread only collects them.
+        # An opened file, not a path: resolving the path is a tenth of a small file's cost.
+        with fs.open_input_file(path) as source:
+            reader = pq.ParquetFile(source, metadata=footer, pre_buffer=pre_buffer)
+            table = reader.read(columns=columns, use_threads=False)
+        batches = table.to_batches(batch_size)
+        if schema is None or table.schema == _target(schema, table.column_names):
+            return batches
+        return [_cast(b, schema, timezone) for b in batches]
+
+    def stream(path: str, footer: pq.FileMetaData | None) -> Iterator[pa.RecordBatch]:
+        return iter_parquet(
+            path,
+            columns=columns,
+            batch_size=batch_size,
+            schema=schema,
+            filesystem=filesystem,
+            footers=[footer],
+            timezone=timezone,
+        )
+
+    def unpack(started: Future) -> Iterator[pa.RecordBatch]:
+        yield from started.result()
+
+    footers = footers or [None] * len(files)
+    small = [n < THREADED_ROWS for n in rows]
+    if threads <= 1 or not any(small):
+        for path, footer in zip(files, footers, strict=True):
+            yield path, stream(path, footer)
+        return
+    pool = ThreadPoolExecutor(threads, thread_name_prefix="parquet-read-ahead")
+    started: dict[int, Future] = {}
+    rows_started, following = 0, 0
+    try:
+        for i, (path, footer) in enumerate(zip(files, footers, strict=True)):
+            if not small[i]:
+                yield path, stream(path, footer)
+                continue
+            following = max(following, i)
+            while following < len(files) and small[following]:
+                if following > i and rows_started >= batch_size:
+                    break
+                started[following] = pool.submit(read_whole, files[following], footers[following])
+                rows_started += rows[following]
+                following += 1
+            rows_started -= rows[i]
+            yield path, unpack(started.pop(i))
+    finally:
+        pool.shutdown(wait=False, cancel_futures=True)
+
+
+def _target(schema: pa.Schema, names: list[str]) -> pa.Schema:
+    return pa.schema([schema.field(name) for name in names])
+
+
+def _cast(batch: pa.RecordBatch, schema: pa.Schema, timezone: str | None) -> pa.RecordBatch:
+    target = _target(schema, batch.schema.names)
+    if batch.schema == target:
+        return batch
+    if timezone is not None:
+        batch = localize(batch, target, timezone)
+    return batch.cast(target)
+
+
+def release_freed_memory() -> None:
+    """Hands heap pages freed by a finished pass back to the OS (glibc's ``malloc_trim``).
+
+    A pass over a big partition frees its temporaries, but glibc keeps the pages for reuse, so
+    the next pass starts from the first pass's high-water mark; after trimming, what stays is
+    the profile itself. A no-op where glibc is not the allocator.
+    """
+    try:
+        ctypes.CDLL(ctypes.util.find_library("c") or "libc.so.6").malloc_trim(0)
+    except (OSError, AttributeError):
+        pass
