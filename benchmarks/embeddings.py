@@ -7,10 +7,10 @@ import torch
 
 from assets.summaries.demo_data import BOILERPLATE, TOPICS
 from benchmarks.common import Workload, best_of
-from inference.batching import padding_ratio
-from inference.device import make_runtime
-from inference.embeddings import encode, mean_pool
-from inference.encoder import SentenceEncoder, load_sentence_encoder, packaged_encoder_path
+from inference.engine.batching import padding_ratio
+from inference.engine.device import make_runtime
+from inference.text.embeddings import encode, mean_pool
+from inference.text.encoder import SentenceEncoder, load_sentence_encoder, packaged_encoder_path
 
 SENTENCES = [s for topic in TOPICS.values() for s in topic["sentences"]] + BOILERPLATE
 

@@ -46,8 +46,8 @@ from assets.embeddings.document_embeddings import (
 )
 from assets.text_models import ModelMetrics, sentence_encoder
 from benchmarks.eval_summaries import CACHE, VALIDATION_CHUNKS, dataset_path, load_examples
-from inference.chunks import Chunking
-from inference.embeddings import (
+from inference.text.chunks import Chunking
+from inference.text.embeddings import (
     document_chunks,
     embed_documents,
     encode,
@@ -55,9 +55,9 @@ from inference.embeddings import (
     pool_chunks,
     with_terms,
 )
-from inference.encoder import SentenceEncoder
-from inference.lexical import HashedTerms
-from inference.normalise import normalise_text
+from inference.text.encoder import SentenceEncoder
+from inference.text.lexical import HashedTerms
+from inference.text.normalise import normalise_text
 from resources.inference import InferenceResource
 
 # The tuning slice: every TUNING_EVERY-th article of the validation chunks file, the first

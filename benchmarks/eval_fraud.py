@@ -30,9 +30,9 @@ import pandas as pd
 import torch
 
 from benchmarks.common import metric_table
-from inference.device import Runtime
-from inference.ranges import FeatureRanges
-from inference.tabular import (
+from inference.engine.device import Runtime
+from inference.tabular.ranges import FeatureRanges
+from inference.tabular.tabular import (
     TabularScorer,
     TrainConfig,
     average_precision,
@@ -110,12 +110,20 @@ def evaluate(path: Path = CREDITCARD, seeds: Sequence[int] = SEEDS) -> list[dict
             out.append(_row(DATASET, name, f"{metric}_sd", float(np.std(values)), held_rows))
     for name, shares in swept.items():
         mean = float(np.mean(shares))
-        out.append(_row(f"{DATASET}, amounts 1e4..1e308", name, "silent_low_share", mean, len(SWEEP)))
+        out.append(
+            _row(f"{DATASET}, amounts 1e4..1e308", name, "silent_low_share", mean, len(SWEEP))
+        )
     return out
 
 
 def _row(dataset: str, method: str, metric: str, value: float, n: int) -> dict:
-    return {"dataset": dataset, "method": method, "metric": metric, "value": round(value, 4), "n": n}
+    return {
+        "dataset": dataset,
+        "method": method,
+        "metric": metric,
+        "value": round(value, 4),
+        "n": n,
+    }
 
 
 def table(rows: Sequence[dict]) -> str:

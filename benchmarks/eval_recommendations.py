@@ -34,9 +34,9 @@ from dagster import DagsterInstance, RunConfig, materialize
 from assets.recommendations import interactions, recommendation_model, user_recommendations
 from assets.recommendations.assets import RecommendationModelConfig, UserRecommendationsConfig
 from assets.recommendations.schemas import INTERACTIONS, INTERACTIONS_SCHEMA, USER_RECOMMENDATIONS
-from inference.ease import DEFAULT_L2, item_item_weights
-from inference.sparse import SparseRows, Vocabulary
-from inference.topk_blocks import top_k
+from inference.recs.ease import DEFAULT_L2, item_item_weights
+from inference.recs.sparse import SparseRows, Vocabulary
+from inference.recs.topk_blocks import top_k
 from resources.inference import InferenceResource
 from resources.storage import DataStore, StorageResource
 

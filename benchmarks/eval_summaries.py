@@ -20,7 +20,7 @@ in a git-ignored cache (``.nightshift/eval/``) checked against their sha256, and
     HF_HUB_OFFLINE=1 nice .venv/bin/python -m benchmarks.eval_summaries --tune     # the grid
     ... -m benchmarks.eval_summaries --dataset cnn_dailymail_validation_chunks    # one set
 
-``nightshift`` is the asset's own code path (``inference.text``: normalise, split, embed with
+``nightshift`` is the asset's own code path (``inference.text.text``: normalise, split, embed with
 the packaged MiniLM, rank, cap) with the asset's default config; embeddings are cached on disk
 between runs, keyed by the encoder version.
 """
@@ -43,12 +43,12 @@ import numpy as np
 import torch
 
 from benchmarks.common import metric_table
-from inference.device import make_runtime
-from inference.embeddings import encode
-from inference.encoder import SentenceEncoder, load_sentence_encoder
-from inference.rank import RankerSettings, encoder_can_read
-from inference.segment import ABBREVIATIONS, LengthCap, split_sentences
-from inference.text import summarise_sentences
+from inference.engine.device import make_runtime
+from inference.text.embeddings import encode
+from inference.text.encoder import SentenceEncoder, load_sentence_encoder
+from inference.text.rank import RankerSettings, encoder_can_read
+from inference.text.segment import ABBREVIATIONS, LengthCap, split_sentences
+from inference.text.text import summarise_sentences
 
 ROOT = Path(__file__).resolve().parent.parent
 CACHE = ROOT / ".nightshift" / "eval"
@@ -274,7 +274,7 @@ def _tokenise_word(word: str) -> list[str]:
 
 # -- methods -----------------------------------------------------------------------------------
 class CachedEmbeddings:
-    """Sentence embeddings from :func:`inference.embeddings.encode`, kept on disk between runs."""
+    """Sentence embeddings from :func:`inference.text.embeddings.encode`, kept on disk between runs."""
 
     def __init__(self, encoder: SentenceEncoder, cache: Path, max_batch_tokens: int = 2048):
         self.encoder, self.max_batch_tokens = encoder, max_batch_tokens

@@ -35,8 +35,8 @@ from assets.fraud.assets import fraud_scores, transactions
 from assets.fraud.schemas import FLAGGED, SCORES
 from benchmarks.common import QUIET_RUN_CONFIG, Workload, timed
 from benchmarks.fraud_data import train_model, write_partition
-from inference.output_partition import PROGRESS
-from inference.shard_worker import RUNNING_DIR
+from inference.engine.output_partition import PROGRESS
+from inference.engine.shard_worker import RUNNING_DIR
 from resources.inference import InferenceResource
 from resources.storage import DataStore, StorageResource
 
@@ -217,7 +217,7 @@ def _ray_figures(meta: dict) -> dict:
 def run(
     work: Path, rows: int, threads: int, batch_size: int, shard_rows: int, repeats: int = 3
 ) -> Workload:
-    from inference.ray_pool import RayPool, ray_session
+    from inference.engine.ray_pool import RayPool, ray_session
 
     w = Workload("8 executor")
     root = work / "executor"

@@ -22,9 +22,9 @@ from assets.fraud.features import FEATURE_COLUMNS, PartitionProfile
 from assets.fraud.schemas import MODEL_NAME, TRANSACTIONS, TRANSACTIONS_SCHEMA
 from benchmarks.common import QUIET_RUN_CONFIG, Workload, best_of, timed
 from benchmarks.fraud_data import resources, train_model, write_partition
-from inference.device import make_runtime
-from inference.modelstore import current_version
-from inference.tabular import TabularScorer
+from inference.engine.device import make_runtime
+from inference.models.modelstore import current_version
+from inference.tabular.tabular import TabularScorer
 from resources.storage import DataStore
 
 DAY = "2026-03-01"

@@ -6,7 +6,12 @@ import numpy as np
 import torch
 
 from benchmarks.common import Workload
-from inference.decoding import TokenRun, generate_continuous, generate_static, generate_tokens
+from inference.generation.decoding import (
+    TokenRun,
+    generate_continuous,
+    generate_static,
+    generate_tokens,
+)
 
 
 def random_llama(layers: int, width: int, vocab: int = 1024, dtype: torch.dtype = torch.float32):

@@ -34,7 +34,7 @@
 # without ray/jars/ (the Java
 # workers' jar) and prints the total: 47.8 MiB (ray 44.6; jsonschema, jsonschema-specifications,
 # referencing, rpds-py for Ray; pydantic, pydantic-core, annotated-types, typing-inspection,
-# typing-extensions for inference/ray_pool.py's pydantic.v1 import). Ray's other needs (click,
+# typing-extensions for inference/engine/ray_pool.py's pydantic.v1 import). Ray's other needs (click,
 # filelock, msgpack, packaging, protobuf, pyyaml, requests) are in that image. This script
 # installs the wheels with `pip install --no-index --no-deps --target` into a temporary folder
 # on PYTHONPATH when `import ray` fails and the folder for this Python's version exists
@@ -149,7 +149,7 @@ fi
 # Ray: this Python's own, else the carried wheels for its version (benchmarks/ray_wheels.sh).
 pyver="$("$python" -c 'import sys; print("%d%d" % sys.version_info[:2])')"
 wheels="${RAY_WHEELS:-.nightshift/wheels-py$pyver}"
-# Ray's own needs, and pydantic.v1, which inference/ray_pool.py imports before starting Ray.
+# Ray's own needs, and pydantic.v1, which inference/engine/ray_pool.py imports before starting Ray.
 ray_needs="import ray, jsonschema, msgpack, click, yaml, requests, google.protobuf, filelock
 import packaging, pydantic.v1.fields"
 if "$python" -c "import ray" 2>/dev/null; then

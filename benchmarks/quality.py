@@ -29,7 +29,6 @@ from unittest.mock import patch
 import pyarrow as pa
 from dagster import AssetKey, DagsterInstance, materialize
 
-from assets.common import PartitionReport
 from assets.day_metadata import day_figures
 from assets.fraud import pipeline
 from assets.fraud.assets import fraud_scores
@@ -42,12 +41,13 @@ from assets.fraud.quality import (
     screen_transactions,
 )
 from assets.fraud.schemas import MODEL_NAME, SCORES, TRANSACTIONS, TRANSACTIONS_SCHEMA
+from assets.partitions import PartitionReport
 from benchmarks.common import QUIET_RUN_CONFIG, best_of, set_threads
 from benchmarks.fraud_data import resources, train_model, write_partition
-from inference.invariants import StreamStats
-from inference.metrics import BatchMetrics
-from inference.modelstore import current_version
-from inference.output_partition import ShardReport
+from inference.engine.invariants import StreamStats
+from inference.engine.metrics import BatchMetrics
+from inference.engine.output_partition import ShardReport
+from inference.models.modelstore import current_version
 from resources.quality import DEFAULT_SAMPLE_ROWS, sample_output, validation
 from resources.storage import DataStore, Published
 

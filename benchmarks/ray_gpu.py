@@ -1,9 +1,9 @@
 """One partition through the ray executor against the local engine, in one process.
 
 Synthetic tabular rows (``--rows`` x ``--features`` float32 columns and an id) are scored by a
-random MLP of the fraud model's shape through :class:`~inference.tabular.TabularScorer`, once
-in this process (:func:`inference.local_pool.run_local`), then on a
-:class:`~inference.ray_pool.RayPool` of
+random MLP of the fraud model's shape through :class:`~inference.tabular.tabular.TabularScorer`, once
+in this process (:func:`inference.engine.local_pool.run_local`), then on a
+:class:`~inference.engine.ray_pool.RayPool` of
 GPUs x k actors for each k of ``--workers-per-gpu`` (each actor holding ``1 / k`` of a GPU),
 with the same shards, model calls and partition writer. Reported: rows/s of each, the ratio to
 the local engine, and whether each published partition holds the local one's ids and scores
@@ -36,15 +36,21 @@ import pyarrow as pa
 import torch
 
 from benchmarks.common import Workload, _cpu_name, peak_rss_mb
-from inference.device import make_runtime
-from inference.local_pool import run_local as run_in_process
-from inference.metrics import BatchMetrics
-from inference.ray_pool import RayPool, ray_session
-from inference.shard_worker import FixedProgram, ModelStep, ShardJob, worker_model
-from inference.shard_writer import ShardedWriter, ShardFileTargets
-from inference.shards import WAIT_SECONDS, Watch, WorkerFigures, row_range_shards, run_partition
-from inference.tabular import Standardizer, TabularScorer, build_mlp
-from inference.tabular_model import stack_features
+from inference.engine.device import make_runtime
+from inference.engine.local_pool import run_local as run_in_process
+from inference.engine.metrics import BatchMetrics
+from inference.engine.ray_pool import RayPool, ray_session
+from inference.engine.shard_worker import FixedProgram, ModelStep, ShardJob, worker_model
+from inference.engine.shard_writer import ShardedWriter, ShardFileTargets
+from inference.engine.shards import (
+    WAIT_SECONDS,
+    Watch,
+    WorkerFigures,
+    row_range_shards,
+    run_partition,
+)
+from inference.tabular.tabular import Standardizer, TabularScorer, build_mlp
+from inference.tabular.tabular_model import stack_features
 from resources.datastore import DataStore
 
 REPO = Path(__file__).resolve().parents[1]

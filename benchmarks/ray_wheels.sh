@@ -10,7 +10,7 @@
 # ray/jars/ (the Java workers' 33 MiB jar, which Python never loads) and its RECORD rewritten
 # without those entries, so pip installs it as a valid wheel. The rest: jsonschema and what it
 # pulls in (rpds-py is compiled, hence cp312), and pydantic with its own, which Ray does not
-# need but inference/ray_pool.py imports (pydantic.v1, before Ray's serialiser first does);
+# need but inference/engine/ray_pool.py imports (pydantic.v1, before Ray's serialiser first does);
 # typing-extensions too, as pydantic 2.14 wants 4.16 and that image's version is not known.
 # PYVER=3.11 builds the same set for 3.11 (to try the stripped wheel on this machine's Python).
 # PYTHON picks the pip (default .venv).

@@ -6,9 +6,9 @@ import numpy as np
 import torch
 
 from benchmarks.common import Workload, best_of, timed
-from inference.sparse import SparseRows
-from inference.topk import ItemTiles, fastest_kernel, grouped_fits
-from inference.topk_blocks import block_size_for, masked_top_k, top_k
+from inference.recs.sparse import SparseRows
+from inference.recs.topk import ItemTiles, fastest_kernel, grouped_fits
+from inference.recs.topk_blocks import block_size_for, masked_top_k, top_k
 
 
 def make_problem(users: int, items: int, dims: int, k: int, seed: int = 0):
@@ -78,7 +78,7 @@ def run(
         users=users, items=items, dims=dims, k=k, block_size=block, seen_items=int(seen.indptr[-1])
     )
 
-    # The first call in a process times the candidate tile shapes (inference.topk); the
+    # The first call in a process times the candidate tile shapes (inference.recs.topk); the
     # figures below are of later calls, and the first call is a row of its own.
     _, first = timed(lambda: top_k(u, v, bias, seen, k, block))
     tiled = grouped_fits(v, k)

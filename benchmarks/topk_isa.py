@@ -18,8 +18,8 @@ import torch
 
 from benchmarks.common import set_threads
 from benchmarks.recs import faiss_search, make_problem
-from inference.topk import fastest_kernel
-from inference.topk_blocks import block_size_for, top_k
+from inference.recs.topk import fastest_kernel
+from inference.recs.topk_blocks import block_size_for, top_k
 
 
 def main(argv: list[str] | None = None) -> None:

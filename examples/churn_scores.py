@@ -15,16 +15,16 @@ from pydantic import Field
 from torch import nn
 
 from assets.checkpointing import Input, Output, SpotSafeRun, Work
-from assets.common import PartitionReport
 from assets.days import daily_assets
 from assets.gates import SuiteRun, conservation_figures
 from assets.landing import land_files
+from assets.partitions import PartitionReport
 from assets.runner import Day, Model, ScoringSpec, score, scoring_asset
-from inference.checkpoints import load_weights, weights_version
-from inference.invariants import StreamStats
-from inference.screen import screen_required
-from inference.shard_worker import ModelStep
-from inference.tabular_model import stack_features
+from inference.engine.invariants import StreamStats
+from inference.engine.screen import screen_required
+from inference.engine.shard_worker import ModelStep
+from inference.generation.checkpoints import load_weights, weights_version
+from inference.tabular.tabular_model import stack_features
 from orchestration.resources import build_resources
 from resources.inference import InferenceResource
 from resources.quality import QualityConfig, load_suites

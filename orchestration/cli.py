@@ -185,7 +185,7 @@ def _cmd_promote(args: argparse.Namespace) -> int:
     """Runs the promotion job for one model in this process; one line says what happened."""
     from dagster import DagsterInstance
 
-    from inference.registry import default_actor
+    from inference.models.registry import default_actor
     from orchestration.definitions import defs
     from orchestration.promotion import PROMOTE_JOB, promotion_tags
 

@@ -21,7 +21,7 @@ from dagster_aws.ecs import EcsRunLauncher
 
 from assets.dagster_private import LaunchRunContext
 from assets.deadline_capacity import NightFacts, deadline_decision
-from inference.ledger import LedgerBook, recent_rate
+from inference.engine.ledger import LedgerBook, recent_rate
 from policy.capacity import tags_for_capacity
 from policy.deadline import IDLE, CapacityDecision
 from policy.ready_by import ready_by

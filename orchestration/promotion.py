@@ -24,7 +24,7 @@ from pydantic import Field
 
 from assets.domains import TRAINING_JOBS
 from assets.promotion import CannotJudgeError, Gate, Verdict, judge, parse_tolerances
-from inference.registry import (
+from inference.models.registry import (
     AliasChange,
     challenger_version,
     champion_version,

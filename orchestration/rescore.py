@@ -43,7 +43,7 @@ from assets.staleness import (
     stale_days,
     window,
 )
-from inference.modelstore import ModelNotFoundError
+from inference.models.modelstore import ModelNotFoundError
 from orchestration.jobs import pipeline_jobs
 from policy.partitions import daily_partitions
 from policy.tags import (

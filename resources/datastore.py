@@ -11,9 +11,9 @@ import pyarrow.dataset as ds
 import pyarrow.fs as pafs
 import pyarrow.parquet as pq
 
-from inference.batching import coalesce
-from inference.streaming import READ_AHEAD_THREADS, iter_parquet_files
-from inference.timestamps import LandingTimezones, NonexistentTimeError
+from inference.engine.batching import coalesce
+from inference.engine.streaming import READ_AHEAD_THREADS, iter_parquet_files
+from inference.engine.timestamps import LandingTimezones, NonexistentTimeError
 from resources.filestore import is_data
 from resources.landing_cache import REMOTE_READ_THREADS, Checked, CheckedFiles, DecodedPartitions
 from resources.landing_checks import LandingDataError, locate_damage

@@ -18,7 +18,7 @@ from dataclasses import dataclass, field
 
 import pyarrow.fs as pafs
 
-from inference.diskspace import writing
+from inference.engine.diskspace import writing
 
 
 @dataclass(frozen=True)

@@ -8,8 +8,8 @@ from typing import Any, Literal, TypeVar
 from dagster import ConfigurableResource, InitResourceContext
 from pydantic import Field, PrivateAttr
 
-from inference.device import Runtime, configure_cpu_threads, make_runtime
-from inference.interrupt import InterruptionWatcher, notice_source
+from inference.engine.device import Runtime, configure_cpu_threads, make_runtime
+from inference.engine.interrupt import InterruptionWatcher, notice_source
 from policy.prices import NodePrices, node_prices_from_env
 from policy.retries import INTERRUPTION_BUDGET
 

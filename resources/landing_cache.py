@@ -14,7 +14,7 @@ import pyarrow as pa
 import pyarrow.fs as pafs
 import pyarrow.parquet as pq
 
-from inference.streaming import THREADED_ROWS
+from inference.engine.streaming import THREADED_ROWS
 from resources.landing_checks import LandingDataError, check_schema
 from resources.landing_files import HEAD_BYTES, MAGICS, looks_like
 

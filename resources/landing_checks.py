@@ -7,7 +7,7 @@ import pyarrow as pa
 import pyarrow.fs as pafs
 import pyarrow.parquet as pq
 
-from inference.timestamps import is_naive_for
+from inference.engine.timestamps import is_naive_for
 
 
 class LandingDataError(ValueError):

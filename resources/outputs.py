@@ -12,9 +12,9 @@ import pyarrow as pa
 import pyarrow.dataset as ds
 import pyarrow.fs as pafs
 
-from inference.leases import CasStore, LocalCasStore, S3CasStore
-from inference.output_partition import MANIFEST, PartitionTarget
-from inference.shard_writer import ShardedWriter, ShardFileTargets
+from inference.engine.leases import CasStore, LocalCasStore, S3CasStore
+from inference.engine.output_partition import MANIFEST, PartitionTarget
+from inference.engine.shard_writer import ShardedWriter, ShardFileTargets
 from resources.filestore import FileStore
 
 

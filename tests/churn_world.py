@@ -20,7 +20,7 @@ from examples.churn_scores import (  # noqa: F401 - churn_mlp is the example's m
     SCORES_SCHEMA,
     churn_mlp,
 )
-from inference.checkpoints import weights_version
+from inference.generation.checkpoints import weights_version
 
 DAYS = ["2026-03-01", "2026-03-02"]
 GOOD = 600  # scorable customers a day; five more rows a day cannot be scored

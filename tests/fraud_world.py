@@ -10,7 +10,7 @@ from helpers import cpu_resources
 from assets.fraud.assets import fraud_model
 from assets.fraud.demo_data import generate_day
 from assets.fraud.schemas import MODEL_NAME
-from inference.modelstore import load_model
+from inference.models.modelstore import load_model
 from resources.storage import DataStore
 
 

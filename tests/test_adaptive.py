@@ -6,9 +6,9 @@ import numpy as np
 import pytest
 import torch
 
-from inference.adaptive import AdaptiveBatchSize, BatchTooLargeError, is_out_of_memory
-from inference.device import make_runtime
-from inference.tabular import Standardizer, TabularScorer, build_mlp
+from inference.engine.adaptive import AdaptiveBatchSize, BatchTooLargeError, is_out_of_memory
+from inference.engine.device import make_runtime
+from inference.tabular.tabular import Standardizer, TabularScorer, build_mlp
 
 
 class FakeDevice:

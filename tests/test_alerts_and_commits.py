@@ -18,7 +18,7 @@ from helpers import asset_metadata
 from assets.fraud.assets import fraud_alerts, fraud_scores, transactions
 from assets.fraud.demo_data import generate_day
 from assets.fraud.schemas import FLAGGED, TRANSACTIONS, TRANSACTIONS_SCHEMA
-from inference.output_partition import MANIFEST
+from inference.engine.output_partition import MANIFEST
 from resources.storage import DataStore
 
 FIRST_DAY = "2026-05-01"

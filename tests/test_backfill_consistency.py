@@ -14,7 +14,7 @@ from assets.day_metadata import DETAIL, HEADLINE, PLOTTED, day_figures
 from assets.fraud import fraud_model, fraud_scores
 from assets.fraud.demo_data import generate_day
 from assets.fraud.schemas import MODEL_NAME
-from inference.registry import challenger_version, promote
+from inference.models.registry import challenger_version, promote
 
 DAYS = ["2026-03-02", "2026-03-03"]
 RANGE = {

@@ -29,7 +29,7 @@ from assets.summaries.demo_data import generate_day as generate_documents
 from assets.summaries.digest import daily_digest
 from assets.summaries.document_summaries import document_summaries
 from assets.summaries.documents import DOCUMENTS_SCHEMA, documents
-from inference.device import make_runtime
+from inference.engine.device import make_runtime
 from resources.storage import DataStore
 
 

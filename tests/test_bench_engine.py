@@ -16,7 +16,7 @@ import torch
 from transformers import LlamaForCausalLM
 
 from benchmarks.common import Comparison
-from inference.decoding import generate_continuous, generate_static, generate_tokens
+from inference.generation.decoding import generate_continuous, generate_static, generate_tokens
 
 REPO = Path(__file__).resolve().parents[1]
 COLUMNS = [f"f{i}" for i in range(8)]
@@ -28,10 +28,10 @@ STREAM_SCRIPT = textwrap.dedent(
     import json, sys
     import numpy as np, pyarrow as pa, pyarrow.parquet as pq, torch
     from benchmarks.common import peak_rss_mb
-    from inference.batching import rebatch
-    from inference.device import make_runtime
-    from inference.streaming import iter_parquet
-    from inference.tabular import Standardizer, TabularScorer, build_mlp, stack_features
+    from inference.engine.batching import rebatch
+    from inference.engine.device import make_runtime
+    from inference.engine.streaming import iter_parquet
+    from inference.tabular.tabular import Standardizer, TabularScorer, build_mlp, stack_features
 
     torch.set_num_threads(1)
     source, target = sys.argv[1], sys.argv[2]
@@ -198,8 +198,8 @@ def test_summaries_read_the_same_with_every_strategy(llama, tmp_path: Path) -> N
     from tokenizers import Tokenizer, models, pre_tokenizers, trainers
     from transformers import PreTrainedTokenizerFast
 
-    from inference.device import make_runtime
-    from inference.generate import Generator, generate_summaries
+    from inference.engine.device import make_runtime
+    from inference.generation.generate import Generator, generate_summaries
 
     words = [f"w{i}" for i in range(80)]
     raw = Tokenizer(models.WordLevel(unk_token="[UNK]"))

@@ -103,8 +103,8 @@ def test_the_tuning_criterion_ignores_a_source_with_too_few_articles():
 def test_a_pretokenised_file_is_scored_in_that_form_only(tmp_path):
     from pathlib import Path
 
-    from inference.device import make_runtime
-    from inference.encoder import load_sentence_encoder
+    from inference.engine.device import make_runtime
+    from inference.text.encoder import load_sentence_encoder
 
     fixture = Path(__file__).parent / "fixtures" / "summaries_eval_tiny.csv"
     tokenised = tmp_path / "tiny_tokenised.csv"

@@ -11,7 +11,7 @@ import pytest
 from tripled_world import BATCH, DAY, KILL_AT, PLAN, ROWS, SHARD_ROWS, materialize_tripled
 
 from assets.day_metadata import day_entries
-from inference.ledger import PartitionLedger, ledger_path, sum_figures
+from inference.engine.ledger import PartitionLedger, ledger_path, sum_figures
 from policy.prices import node_prices
 from policy.tags import CAPACITY_TAG, ON_DEMAND
 from resources.storage import DataStore

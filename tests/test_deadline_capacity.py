@@ -20,7 +20,7 @@ from tripled_world import PLAN, materialize_tripled
 
 from assets.day_metadata import day_entries
 from assets.deadline_capacity import NightFacts, deadline_decision, retry_tags
-from inference.ledger import Attempt, LedgerBook, PartitionLedger
+from inference.engine.ledger import Attempt, LedgerBook, PartitionLedger
 from policy.capacity import ON_DEMAND_PROVIDER, SPOT_PROVIDER
 from policy.deadline import BEHIND, CANNOT_MAKE_IT, SAFETY_NET
 from policy.ready_by import DEFAULT_READY_BY, ReadyBy, ready_by, ready_by_time

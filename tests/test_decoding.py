@@ -7,8 +7,8 @@ import time
 import numpy as np
 import torch
 
-from inference import decoding
-from inference.decoding import generate_continuous, generate_static, generate_tokens
+from inference.generation import decoding
+from inference.generation.decoding import generate_continuous, generate_static, generate_tokens
 
 LIMITS = {"max_batch_size": 4, "max_batch_tokens": 256}
 

@@ -6,10 +6,10 @@ import numpy as np
 import pytest
 import torch
 
-from inference.chunks import Chunking, chunk_tokens, sentence_ends
-from inference.device import make_runtime
-from inference.embeddings import document_chunks, embed_documents, encode, pool_chunks
-from inference.encoder import load_sentence_encoder
+from inference.engine.device import make_runtime
+from inference.text.chunks import Chunking, chunk_tokens, sentence_ends
+from inference.text.embeddings import document_chunks, embed_documents, encode, pool_chunks
+from inference.text.encoder import load_sentence_encoder
 
 LEAD = (
     "The city council approved a new budget for the harbour on Monday. "

@@ -20,7 +20,7 @@ from assets.embeddings.document_embeddings import (
 from assets.summaries.demo_data import generate_day
 from assets.summaries.documents import DOCUMENTS_SCHEMA, documents
 from assets.text_models import sentence_encoder
-from inference.embeddings import Embeddings, encode
+from inference.text.embeddings import Embeddings, encode
 from policy.partitions import daily_partitions
 
 DAY = "2026-03-02"

@@ -9,11 +9,11 @@ import pyarrow as pa
 import pytest
 import torch
 
-from inference.batching import Behind, length_buckets, padding_ratio, prefetch, rebatch
-from inference.device import make_runtime, resolve_device, resolve_dtype, to_device
-from inference.metrics import BatchMetrics
-from inference.modelstore import ModelNotFoundError, load_model, save_model
-from inference.tabular import Standardizer, TabularScorer, build_mlp
+from inference.engine.batching import Behind, length_buckets, padding_ratio, prefetch, rebatch
+from inference.engine.device import make_runtime, resolve_device, resolve_dtype, to_device
+from inference.engine.metrics import BatchMetrics
+from inference.models.modelstore import ModelNotFoundError, load_model, save_model
+from inference.tabular.tabular import Standardizer, TabularScorer, build_mlp
 from resources.storage import DataStore
 
 

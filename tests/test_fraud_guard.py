@@ -13,7 +13,7 @@ from helpers import asset_metadata
 from assets.fraud.assets import fraud_scores, transactions
 from assets.fraud.demo_data import generate_day
 from assets.fraud.schemas import AMOUNT_CEILING, TRANSACTIONS, TRANSACTIONS_SCHEMA
-from inference.ranges import REVIEW_MARGIN, FeatureRanges
+from inference.tabular.ranges import REVIEW_MARGIN, FeatureRanges
 
 TRAINED_ON = "2026-06-01"
 # 10,000 transactions a day: enough rows for the drift check to judge (MIN_DRIFT_ROWS).

@@ -14,9 +14,9 @@ import torch
 
 from assets.fraud.features import FEATURES, PartitionProfile, ProfileBuilder, check_feature_names
 from assets.fraud.schemas import TRANSACTIONS_SCHEMA
-from inference.device import make_runtime
-from inference.modelstore import load_model, save_model
-from inference.tabular import (
+from inference.engine.device import make_runtime
+from inference.models.modelstore import load_model, save_model
+from inference.tabular.tabular import (
     Standardizer,
     TabularScorer,
     TrainConfig,

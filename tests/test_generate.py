@@ -21,10 +21,10 @@ from assets.day_metadata import day_entries
 from assets.summaries.demo_data import BOILERPLATE, TOPICS, generate_day
 from assets.summaries.document_summaries import document_summaries
 from assets.summaries.documents import DOCUMENTS_SCHEMA, documents
-from inference.checkpoints import safetensors_folder
-from inference.decoding import static_sizing
-from inference.device import make_runtime
-from inference.generate import (
+from inference.engine.device import make_runtime
+from inference.generation.checkpoints import safetensors_folder
+from inference.generation.decoding import static_sizing
+from inference.generation.generate import (
     CheckpointError,
     check_checkpoint,
     checkpoint_version,

@@ -9,7 +9,7 @@ from pathlib import Path
 import numpy as np
 import pytest
 
-from inference.lexical import HashedTerms, words
+from inference.text.lexical import HashedTerms, words
 
 TEXTS = [
     "Storm Ciara closed the Severn Bridge on Sunday; 40,000 homes lost power.",
@@ -80,7 +80,7 @@ def test_a_vector_depends_only_on_its_text_and_not_on_the_process() -> None:
     # Python's str hash is salted per process; the buckets must not be, or stored vectors
     # would stop matching tomorrow's queries.
     code = (
-        "import sys, numpy as np; from inference.lexical import HashedTerms; "
+        "import sys, numpy as np; from inference.text.lexical import HashedTerms; "
         f"sys.stdout.buffer.write(HashedTerms(1024).vectors([{TEXTS[0]!r}]).tobytes())"
     )
     for seed in ("1", "2"):

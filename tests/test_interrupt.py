@@ -12,7 +12,7 @@ from http.server import BaseHTTPRequestHandler, ThreadingHTTPServer
 
 import pytest
 
-from inference.interrupt import (
+from inference.engine.interrupt import (
     AwsSpotNotice,
     AzureScheduledEvents,
     GcpPreemption,

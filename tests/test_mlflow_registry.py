@@ -19,8 +19,8 @@ from helpers import asset_metadata
 
 from assets.fraud.demo_data import generate_day
 from assets.fraud.schemas import MODEL_NAME
-from inference.mlflow_registry import TRACKING_ENV, VERSION_TAG
-from inference.registry import champion_version, promote
+from inference.models.mlflow_registry import TRACKING_ENV, VERSION_TAG
+from inference.models.registry import champion_version, promote
 from orchestration.definitions import build_definitions
 from resources.storage import REPO_ROOT, DataStore
 

@@ -15,7 +15,7 @@ from assets.observability import (
     observability_metadata,
     slowest_batches,
 )
-from inference.metrics import BatchMetrics
+from inference.engine.metrics import BatchMetrics
 
 PRICE = NodePrice(spot_per_hour=0.36, on_demand_per_hour=1.2)
 

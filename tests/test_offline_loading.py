@@ -7,10 +7,10 @@ from collections.abc import Iterator, MutableMapping
 import pytest
 from transformers import AutoTokenizer, LlamaConfig, LlamaForCausalLM
 
-from inference.device import make_runtime
-from inference.embeddings import encode
-from inference.encoder import load_sentence_encoder, packaged_encoder_path
-from inference.generate import load_generator
+from inference.engine.device import make_runtime
+from inference.generation.generate import load_generator
+from inference.text.embeddings import encode
+from inference.text.encoder import load_sentence_encoder, packaged_encoder_path
 
 RUNTIME = make_runtime("cpu", "fp32")
 

@@ -18,7 +18,7 @@ from helpers import asset_metadata
 from assets.fraud.checks import MIN_VALIDATION_AUPRC
 from assets.fraud.demo_data import generate_day
 from assets.fraud.schemas import LABELLED_SCHEMA, MODEL_NAME, TRANSACTIONS_LABELLED
-from inference.registry import (
+from inference.models.registry import (
     CHALLENGER,
     CHAMPION,
     alias_history,

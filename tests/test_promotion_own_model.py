@@ -8,9 +8,9 @@ from dagster import Config, MaterializeResult, asset, materialize
 from helpers import cpu_resources
 
 from assets.promotion import Gate, held_out_days, training_days
-from inference.device import Runtime
-from inference.modelstore import load_model
-from inference.registry import challenger_version, champion_version, register, window_of
+from inference.engine.device import Runtime
+from inference.models.modelstore import load_model
+from inference.models.registry import challenger_version, champion_version, register, window_of
 from orchestration.promotion import GATE_CHECK, gate_check
 from resources.storage import DataStore, StorageResource
 

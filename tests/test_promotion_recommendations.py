@@ -12,7 +12,7 @@ from helpers import asset_metadata
 
 from assets.recommendations.demo_data import generate_day
 from assets.recommendations.schemas import RECOMMENDATION_MODEL, USER_RECOMMENDATIONS
-from inference.registry import challenger_version, champion_version
+from inference.models.registry import challenger_version, champion_version
 from orchestration.definitions import build_definitions
 from orchestration.promotion import GATE_CHECK
 from resources.storage import DataStore
@@ -82,7 +82,9 @@ def test_a_worse_model_waits_and_the_champion_keeps_recommending(store, instance
         assert f"{gate[f'challenger_{k}']:.4f}" in description
         assert f"{gate[f'champion_{k}']:.4f}" in description
     assert _champion(store) == champion
-    assert challenger_version(store.read_bytes, store.models_dir, RECOMMENDATION_MODEL) == challenger
+    assert (
+        challenger_version(store.read_bytes, store.models_dir, RECOMMENDATION_MODEL) == challenger
+    )
     assert _listed_by(store, instance, NEW_DAYS[-1]) == {champion}
 
 

@@ -17,9 +17,9 @@ from assets.fraud.assets import fraud_alerts, fraud_model, fraud_scores, transac
 from assets.fraud.demo_data import generate_day
 from assets.fraud.gates import SCORE_SUITES, score_figures
 from assets.gates import conservation_figures
-from inference.invariants import StreamStats, population_stability
-from inference.local_pool import run_local
-from inference.quarantine import (
+from inference.engine.invariants import StreamStats, population_stability
+from inference.engine.local_pool import run_local
+from inference.engine.quarantine import (
     QuarantinePlan,
     QuarantineRateExceeded,
     RowConservationError,
@@ -27,10 +27,10 @@ from inference.quarantine import (
     blank,
     invalid_utf8,
 )
-from inference.shard_worker import ModelStep
-from inference.shard_writer import ShardedWriter, ShardFileTargets
-from inference.shards import Interrupted, Watch
-from inference.tabular import TabularScorer
+from inference.engine.shard_worker import ModelStep
+from inference.engine.shard_writer import ShardedWriter, ShardFileTargets
+from inference.engine.shards import Interrupted, Watch
+from inference.tabular.tabular import TabularScorer
 from resources.quality import (
     CheckSuite,
     StreamedSample,
@@ -271,9 +271,9 @@ def test_suites_report_counts_percentages_and_offending_values(capfd) -> None:
 
 
 def test_fraud_figures_hold_every_statistic_the_suites_read(store: DataStore) -> None:
-    from assets.common import PartitionReport
-    from inference.metrics import BatchMetrics
-    from inference.output_partition import ShardReport
+    from assets.partitions import PartitionReport
+    from inference.engine.metrics import BatchMetrics
+    from inference.engine.output_partition import ShardReport
     from resources.storage import Published
 
     shards = ShardReport(rows_in=10, rows_out=9, rows_scored=9, rows_quarantined=1)
@@ -447,7 +447,7 @@ def test_the_cost_benchmark_measures_every_gate(tmp_path) -> None:
     ],
 )
 def test_duplicates_after_the_first_occurrence(keys, repeats) -> None:
-    from inference.quarantine import duplicates
+    from inference.engine.quarantine import duplicates
 
     assert duplicates(pa.chunked_array([keys[:2], keys[2:]], pa.string())).tolist() == repeats
 

@@ -25,8 +25,8 @@ from assets.recommendations.training import current_model, load_recommender
 from assets.summaries.document_summaries import document_summaries
 from assets.summaries.documents import documents
 from assets.summaries.schemas import SUMMARIES
-from inference.device import make_runtime
-from inference.ray_pool import ray_session
+from inference.engine.device import make_runtime
+from inference.engine.ray_pool import ray_session
 from resources.inference import InferenceResource
 from resources.storage import DataStore, StorageResource
 

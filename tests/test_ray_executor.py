@@ -34,11 +34,17 @@ from assets.fraud.demo_data import generate_day
 from assets.fraud.pipeline import SCORED_COLUMNS
 from assets.fraud.quality import screen_transactions
 from assets.fraud.schemas import TRANSACTIONS, TRANSACTIONS_SCHEMA
-from inference.quarantine import RowConservationError
-from inference.ray_pool import RayPool, ray_session
-from inference.shard_worker import RUNNING_DIR, ModelStep, ShardJob
-from inference.shard_writer import ShardedWriter, ShardFileTargets
-from inference.shards import Interrupted, Watch, WorkerFigures, row_range_shards, run_partition
+from inference.engine.quarantine import RowConservationError
+from inference.engine.ray_pool import RayPool, ray_session
+from inference.engine.shard_worker import RUNNING_DIR, ModelStep, ShardJob
+from inference.engine.shard_writer import ShardedWriter, ShardFileTargets
+from inference.engine.shards import (
+    Interrupted,
+    Watch,
+    WorkerFigures,
+    row_range_shards,
+    run_partition,
+)
 from resources.inference import InferenceResource
 from resources.storage import DataStore, StorageResource
 
@@ -231,10 +237,10 @@ import sys, time
 sys.path.insert(0, {tests!r})
 import ray
 import test_ray_executor as t
-from inference.shards import row_range_shards, run_partition
-from inference.quarantine import RowConservationError
-from inference.ray_pool import RayPool, ray_session
-from inference.shards import Interrupted
+from inference.engine.shards import row_range_shards, run_partition
+from inference.engine.quarantine import RowConservationError
+from inference.engine.ray_pool import RayPool, ray_session
+from inference.engine.shards import Interrupted
 from resources.storage import DataStore, StorageResource
 
 with ray_session("", num_cpus=2, num_gpus=0) as session:
@@ -398,8 +404,8 @@ import sys
 sys.path.insert(0, {tests!r})
 import ray
 import test_ray_executor as t
-from inference.shards import row_range_shards, run_partition
-from inference.ray_pool import RayPool, ray_session
+from inference.engine.shards import row_range_shards, run_partition
+from inference.engine.ray_pool import RayPool, ray_session
 from resources.storage import DataStore, StorageResource
 
 for n, address in enumerate(sys.argv[1:]):

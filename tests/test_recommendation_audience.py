@@ -20,9 +20,9 @@ from assets.recommendations.checks import RECOMMENDATION_CHECKS
 from assets.recommendations.demo_data import generate_day
 from assets.recommendations.schemas import INTERACTIONS, INTERACTIONS_SCHEMA, USER_RECOMMENDATIONS
 from benchmarks.eval_recommendations import evaluate, load_movielens, table
-from inference.ease import EaseConfig, fit_ease
-from inference.recommend import recommend
-from inference.sparse import SparseRows
+from inference.recs.ease import EaseConfig, fit_ease
+from inference.recs.recommend import recommend
+from inference.recs.sparse import SparseRows
 from resources.storage import DataStore
 
 OLD, RECENT, DAY = "2026-01-21", "2026-04-21", "2026-05-01"  # DAY - 100, DAY - 10, DAY

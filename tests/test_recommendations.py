@@ -25,13 +25,13 @@ from assets.recommendations.schemas import (
     USER_RECOMMENDATIONS,
 )
 from assets.recommendations.training import current_model
-from inference.adaptive import BatchSizes
-from inference.modelstore import load_model, save_model
-from inference.recommend import holdout_recall, recommend
-from inference.registry import challenger_version
-from inference.sparse import SparseRows, Vocabulary
-from inference.topk_blocks import top_k
-from inference.two_tower import Recommender, TrainConfig, fit_recommender
+from inference.engine.adaptive import BatchSizes
+from inference.models.modelstore import load_model, save_model
+from inference.models.registry import challenger_version
+from inference.recs.recommend import holdout_recall, recommend
+from inference.recs.sparse import SparseRows, Vocabulary
+from inference.recs.topk_blocks import top_k
+from inference.recs.two_tower import Recommender, TrainConfig, fit_recommender
 from resources.inference import InferenceResource
 from resources.storage import DataStore, LandingDataError
 
@@ -87,7 +87,7 @@ def test_top_k_excludes_seen_items_exactly(block_size: int) -> None:
 
 def test_top_k_blocks_back_off_on_out_of_memory_and_keep_the_size(monkeypatch) -> None:
     """A block of users too big for the device is scored again as halves, to the same result."""
-    from inference import topk_blocks as engine
+    from inference.recs import topk_blocks as engine
 
     rng = np.random.default_rng(3)
     users = torch.from_numpy(rng.normal(size=(50, 4)).astype(np.float32))
@@ -412,7 +412,7 @@ def test_checks_catch_seen_items_and_broken_ranks(landed, resources, instance) -
 def test_grouped_top_k_on_a_large_catalogue_is_exact(with_bias: bool) -> None:
     """The cache-tiled grouped path (CPU, fp32, big catalogues) against brute force, with
     seen items taken from each user's true top-k so exclusion changes the answer."""
-    from inference.topk import GROUPED_MIN_ITEMS, ItemTiles, grouped_fits
+    from inference.recs.topk import GROUPED_MIN_ITEMS, ItemTiles, grouped_fits
 
     rng = np.random.default_rng(11)
     n_users, n_items, dims, k = 300, GROUPED_MIN_ITEMS + 1000, 8, 20

@@ -5,8 +5,8 @@ from __future__ import annotations
 import pytest
 import torch
 
-from inference.modelstore import ModelNotFoundError, load_model, save_model
-from inference.registry import (
+from inference.models.modelstore import ModelNotFoundError, load_model, save_model
+from inference.models.registry import (
     CHALLENGER,
     CHAMPION,
     FIRST_VERSION_REASON,

@@ -19,8 +19,8 @@ from dagster import (
 from helpers import asset_metadata, cpu_resources
 
 from assets.checkpointing import Input, Output, Sizes, Work, spot_safe
-from assets.common import partition_dates, scoring_metadata
-from inference.shard_worker import ModelStep
+from assets.partitions import partition_dates, scoring_metadata
+from inference.engine.shard_worker import ModelStep
 from orchestration.jobs import pipeline_jobs
 from policy.partitions import daily_partitions
 from policy.retries import INTERRUPTION_BUDGET

@@ -9,12 +9,12 @@ import pyarrow as pa
 import pyarrow.compute as pc
 import pytest
 
-from inference.leases import PartitionLeasedError, acquire_lease
-from inference.local_pool import run_local
-from inference.metrics import BatchMetrics
-from inference.shard_worker import ModelStep
-from inference.shard_writer import ShardedWriter, ShardFileTargets
-from inference.shards import Interrupted, Watch
+from inference.engine.leases import PartitionLeasedError, acquire_lease
+from inference.engine.local_pool import run_local
+from inference.engine.metrics import BatchMetrics
+from inference.engine.shard_worker import ModelStep
+from inference.engine.shard_writer import ShardedWriter, ShardFileTargets
+from inference.engine.shards import Interrupted, Watch
 from resources.storage import DataStore
 
 SCHEMA = pa.schema([("id", pa.int64()), ("y", pa.float64())])
@@ -150,7 +150,7 @@ def test_an_expired_lease_is_taken_over(any_store) -> None:
 
 
 def test_shards_dictionary_encode_only_repetitive_columns():
-    from inference.partition_io import dictionary_columns
+    from inference.engine.partition_io import dictionary_columns
 
     n = 5000
     table = pa.table(

@@ -21,7 +21,7 @@ from assets.summaries.demo_data import generate_day as generate_documents
 from assets.summaries.digest import daily_digest
 from assets.summaries.document_summaries import document_summaries
 from assets.summaries.documents import DOCUMENTS_SCHEMA, documents
-from inference.quarantine import QuarantineLimit, QuarantinePlan, QuarantineRateExceeded
+from inference.engine.quarantine import QuarantineLimit, QuarantinePlan, QuarantineRateExceeded
 from resources.quality import quarantine_limit
 from resources.storage import DataStore, StorageResource
 

@@ -36,8 +36,8 @@ from assets.staleness import (
     version_for_day,
     window,
 )
-from inference.modelstore import ModelNotFoundError, load_model, save_model
-from inference.registry import promote
+from inference.models.modelstore import ModelNotFoundError, load_model, save_model
+from inference.models.registry import promote
 from orchestration.cli import main
 from orchestration.jobs import pipeline_job
 from orchestration.rescore import (

@@ -19,14 +19,14 @@ from assets.summaries.demo_data import generate_day
 from assets.summaries.digest import daily_digest
 from assets.summaries.document_summaries import document_summaries
 from assets.summaries.documents import DOCUMENTS_SCHEMA, documents
-from inference.adaptive import BatchTooLargeError
-from inference.checkpoints import CheckpointError
-from inference.device import make_runtime
-from inference.embeddings import encode
-from inference.encoder import load_sentence_encoder, packaged_encoder_path
-from inference.segment import join_sentences, sentence_spans, split_sentences
-from inference.text import ExtractiveSummary, extractive_summaries
-from inference.topics import build_digest, choose_clusters, select_central
+from inference.engine.adaptive import BatchTooLargeError
+from inference.engine.device import make_runtime
+from inference.generation.checkpoints import CheckpointError
+from inference.text.embeddings import encode
+from inference.text.encoder import load_sentence_encoder, packaged_encoder_path
+from inference.text.segment import join_sentences, sentence_spans, split_sentences
+from inference.text.text import ExtractiveSummary, extractive_summaries
+from inference.text.topics import build_digest, choose_clusters, select_central
 
 DAY = "2026-03-02"
 NEXT_DAY = "2026-03-03"
@@ -347,7 +347,7 @@ ODD_BODIES = {
 
 
 def test_odd_documents_get_bounded_summaries_and_labelled_topics(store, resources, instance):
-    from inference.segment import LengthCap, within_cap
+    from inference.text.segment import LengthCap, within_cap
 
     land_documents(store, DAY, ODD_BODIES)
     result = materialize(
@@ -378,8 +378,8 @@ def test_a_summary_as_long_as_its_document_fails_the_blocking_cap(
 ):
     import importlib
 
-    from inference.embeddings import Embeddings
-    from inference.normalise import normalise_text
+    from inference.text.embeddings import Embeddings
+    from inference.text.normalise import normalise_text
 
     # The summariser as it was: the "summary" of an article whose sentences it could not find
     # is the whole article, which is not longer than the document and is drawn from it (every

@@ -12,12 +12,12 @@ from documents_world import land_documents
 from assets.summaries.digest import daily_digest
 from assets.summaries.document_summaries import document_summaries
 from assets.summaries.documents import documents
-from inference.device import make_runtime
-from inference.encoder import load_sentence_encoder
-from inference.normalise import normalise_text
-from inference.rank import RankerSettings
-from inference.segment import LengthCap, split_sentences
-from inference.text import ExtractiveSummary, extractive_summaries
+from inference.engine.device import make_runtime
+from inference.text.encoder import load_sentence_encoder
+from inference.text.normalise import normalise_text
+from inference.text.rank import RankerSettings
+from inference.text.segment import LengthCap, split_sentences
+from inference.text.text import ExtractiveSummary, extractive_summaries
 
 DAY = "2026-03-02"
 

@@ -9,8 +9,8 @@ from dagster import materialize
 from assets.summaries.digest import daily_digest
 from assets.summaries.document_summaries import document_summaries
 from assets.summaries.documents import DOCUMENTS_SCHEMA, documents
-from inference.normalise import normalise_text
-from inference.segment import split_sentences
+from inference.text.normalise import normalise_text
+from inference.text.segment import split_sentences
 
 DAY = "2026-03-02"
 

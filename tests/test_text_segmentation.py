@@ -4,9 +4,9 @@ import pytest
 import torch
 import torch.nn.functional as F
 
-from inference.normalise import normalise_text
-from inference.rank import RankerSettings, encoder_can_read, pacsum_centrality, rank_sentences
-from inference.segment import (
+from inference.text.normalise import normalise_text
+from inference.text.rank import RankerSettings, encoder_can_read, pacsum_centrality, rank_sentences
+from inference.text.segment import (
     WINDOW_CHARS,
     WINDOW_WORDS,
     LengthCap,
@@ -20,7 +20,7 @@ from inference.segment import (
     truncate,
     within_cap,
 )
-from inference.topics import topic_label
+from inference.text.topics import topic_label
 
 TOKENISED = (
     "-lrb- cnn -rrb- the palestinian authority officially became the 123rd member of the "
@@ -57,19 +57,38 @@ TOKENISED = (
             ],
         ),
         ("He said no. Then he left.", ["He said no.", "Then he left."]),
-        ("lower case prose. with no capitals at all. still split", [
-            "lower case prose.", "with no capitals at all.", "still split",
-        ]),  # fmt: skip
+        (
+            "lower case prose. with no capitals at all. still split",
+            [
+                "lower case prose.",
+                "with no capitals at all.",
+                "still split",
+            ],
+        ),  # fmt: skip
         ("今天天气很好。我们去公园吧！你来吗？", ["今天天气很好。", "我们去公园吧！", "你来吗？"]),
-        ("東京は晴れです。「明日は雨でしょう。」と彼は言った。", [
-            "東京は晴れです。", "「明日は雨でしょう。」", "と彼は言った。",
-        ]),  # fmt: skip
-        ("오늘은 날씨가 좋다. 우리는 공원에 갔다? 정말 즐거웠다!", [
-            "오늘은 날씨가 좋다.", "우리는 공원에 갔다?", "정말 즐거웠다!",
-        ]),  # fmt: skip
-        ("Заседание началось в 10 часов. Министр выступил первым.", [
-            "Заседание началось в 10 часов.", "Министр выступил первым.",
-        ]),  # fmt: skip
+        (
+            "東京は晴れです。「明日は雨でしょう。」と彼は言った。",
+            [
+                "東京は晴れです。",
+                "「明日は雨でしょう。」",
+                "と彼は言った。",
+            ],
+        ),  # fmt: skip
+        (
+            "오늘은 날씨가 좋다. 우리는 공원에 갔다? 정말 즐거웠다!",
+            [
+                "오늘은 날씨가 좋다.",
+                "우리는 공원에 갔다?",
+                "정말 즐거웠다!",
+            ],
+        ),  # fmt: skip
+        (
+            "Заседание началось в 10 часов. Министр выступил первым.",
+            [
+                "Заседание началось в 10 часов.",
+                "Министр выступил первым.",
+            ],
+        ),  # fmt: skip
     ],
 )
 def test_split_sentences_in_many_forms_and_scripts(text, expected):

@@ -1,4 +1,4 @@
-"""The cache-tiled grouped top-K (inference/topk.py) against brute force, on edge cases,
+"""The cache-tiled grouped top-K (inference/recs/topk.py) against brute force, on edge cases,
 for every candidate kernel, and the timed choice between the kernels.
 
 Factors are small integers, so every score is exact in fp32 whatever the GEMM's summation
@@ -11,9 +11,9 @@ import numpy as np
 import pytest
 import torch
 
-from inference import topk, topk_kernels
-from inference.topk import GROUPED_MIN_ITEMS, ItemTiles, fastest
-from inference.topk_kernels import GROUP_ITEMS, MAX_TILE_ITEMS, Kernel, candidates
+from inference.recs import topk, topk_kernels
+from inference.recs.topk import GROUPED_MIN_ITEMS, ItemTiles, fastest
+from inference.recs.topk_kernels import GROUP_ITEMS, MAX_TILE_ITEMS, Kernel, candidates
 
 TILE_ITEMS = MAX_TILE_ITEMS
 

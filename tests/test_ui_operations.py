@@ -180,7 +180,16 @@ def test_dagster_dev_exits_within_10s_of_a_stop_signal_during_a_run(
     log = tmp_path / "dagster_dev.log"
     with log.open("wb") as out:
         process = subprocess.Popen(
-            [str(BIN / "dagster"), "dev", "-w", "workspace.yaml", "-h", "127.0.0.1", "-p", str(port)],
+            [
+                str(BIN / "dagster"),
+                "dev",
+                "-w",
+                "workspace.yaml",
+                "-h",
+                "127.0.0.1",
+                "-p",
+                str(port),
+            ],
             cwd=REPO,
             env=env,
             stdout=out,

@@ -15,7 +15,7 @@ from safetensors.torch import save_file
 
 from examples import churn_scores as example
 from examples.churn_scores import ASSET, churn_mlp
-from inference.checkpoints import CheckpointError, weights_version
+from inference.generation.checkpoints import CheckpointError, weights_version
 from resources.inference import InferenceResource
 
 DOC = Path(__file__).resolve().parents[1] / "docs" / "your-own-model.md"

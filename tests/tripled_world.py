@@ -13,9 +13,9 @@ from dagster import AssetExecutionContext, MaterializeResult, asset, materialize
 from helpers import cpu_resources
 
 from assets.checkpointing import Input, Output, Sizes, Work, spot_safe
-from assets.common import partition_dates, scoring_metadata
 from assets.day_metadata import day_metadata
-from inference.shard_worker import ModelStep
+from assets.partitions import partition_dates, scoring_metadata
+from inference.engine.shard_worker import ModelStep
 from policy.partitions import daily_partitions
 from policy.prices import NODE_TYPE_SETTING, ON_DEMAND_PRICE_SETTING, SPOT_PRICE_SETTING
 from resources.inference import InferenceResource

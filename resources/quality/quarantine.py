@@ -11,8 +11,8 @@ from typing import Any
 import pyarrow.parquet as pq
 from dagster import Failure, MetadataValue
 
-from inference.output_partition import QUARANTINED_PREFIX, ShardReport
-from inference.quarantine import QuarantinePlan, QuarantineRateExceeded, RowConservationError
+from inference.engine.output_partition import QUARANTINED_PREFIX, ShardReport
+from inference.engine.quarantine import QuarantinePlan, QuarantineRateExceeded, RowConservationError
 from resources.storage import DataStore
 
 

@@ -8,7 +8,7 @@ import os
 from dagster import Config
 from pydantic import Field as PydanticField
 
-from inference.quarantine import QuarantineLimit
+from inference.engine.quarantine import QuarantineLimit
 
 DEFAULT_SAMPLE_ROWS = 10_000
 DEFAULT_SEED = 0
@@ -21,7 +21,7 @@ QUARANTINE_FLOOR_VARIABLE = "NIGHTSHIFT_QUARANTINE_FLOOR_ROWS"
 
 
 def quarantine_limit(rate: float | None = None, floor_rows: int | None = None) -> QuarantineLimit:
-    """The quarantine limit of a run (see :class:`~inference.quarantine.QuarantineLimit`): a
+    """The quarantine limit of a run (see :class:`~inference.engine.quarantine.QuarantineLimit`): a
     day fails when more rows are quarantined than the larger of the share x rows and the floor
     (which never covers more than half a day).
 
