@@ -19,7 +19,6 @@ from __future__ import annotations
 
 import math
 import tempfile
-import zlib
 from collections import Counter
 from collections.abc import Callable, Iterable, Iterator
 from dataclasses import dataclass, replace
@@ -144,6 +143,9 @@ class AccountShards:
         self._folder = tempfile.TemporaryDirectory(prefix="nightshift-account-shards-")
         self.folder = Path(self._folder.name)
         self.schema: pa.Schema | None = None
+        # A day of one shard is that shard whole, which is held to be scored anyway: it stays
+        # in memory rather than going through a scratch file.
+        self._in_memory: list[pa.Table] | None = [] if shards == 1 else None
 
     def path(self, shard: int) -> Path:
         return self.folder / f"shard-{shard:05d}.arrow"
@@ -165,6 +167,9 @@ class AccountShards:
         def flush(k: int) -> None:
             part = pa.concat_tables(pending.pop(k))
             buffered.pop(k)
+            if self._in_memory is not None:
+                self._in_memory.append(part)
+                return
             if k not in writers:
                 writers[k] = ipc.new_file(self.path(k), part.schema, options=SCRATCH_FORMAT)
             writers[k].write_table(part)
@@ -200,52 +205,62 @@ class AccountShards:
             rows=self.plan.rows - self.plan.count,
             countries=pa.array(names, pa.string()),
             country_counts=np.array([countries[n] for n in names], np.int64),
-            merchants=pa.array(sorted(reach), pa.string()),
-            merchant_reach=np.array([reach[m] for m in sorted(reach)], np.int64),
+            merchants=reach["merchant_id"].combine_chunks(),
+            merchant_reach=reach["n_sum"].to_numpy().astype(np.int64),
         )
         return self.day_wide.figures
 
-    def _merchant_reach(self) -> Counter:
+    def _merchant_reach(self) -> pa.Table:
         """Distinct accounts per merchant over clean rows, shard by shard (accounts never span
-        two shards, so the per-shard counts add up to the day's)."""
-        reach: Counter = Counter()
+        two shards, so the per-shard counts add up to the day's), sorted by merchant id."""
+        parts = [
+            pa.table({"merchant_id": pa.array([], pa.string()), "n": pa.array([], pa.int64())})
+        ]
         for shard in range(self.shards):
-            if not self.path(shard).exists():
+            rows = self._stored(shard, ["account_id", "merchant_id", POSITION])
+            if rows is None:
                 continue
-            rows = _read(self.path(shard)).select(["account_id", "merchant_id", POSITION])
             rows = self.plan.split_at(rows, rows[POSITION].to_numpy())[0]
-            pairs = rows.select(["merchant_id", "account_id"]).group_by(
-                ["merchant_id", "account_id"]
+            pairs = rows.group_by(["merchant_id", "account_id"]).aggregate([])
+            counts = pc.value_counts(pairs["merchant_id"])
+            parts.append(
+                pa.table({"merchant_id": counts.field("values"), "n": counts.field("counts")})
             )
-            per_merchant = (
-                pairs.aggregate([]).group_by("merchant_id").aggregate([("account_id", "count")])
-            )
-            for merchant, n in zip(
-                per_merchant["merchant_id"].to_pylist(),
-                per_merchant["account_id_count"].to_pylist(),
-                strict=True,
-            ):
-                reach[merchant] += n
-        return reach
+        reach = pa.concat_tables(parts).group_by("merchant_id").aggregate([("n", "sum")])
+        return reach.take(pc.sort_indices(reach["merchant_id"]))
+
+    def _stored(self, shard: int, columns: list[str] | None = None) -> pa.Table | None:
+        """A shard's rows as written (only ``columns``, when given), None if no row hashed to it."""
+        if self._in_memory is not None:
+            table = pa.concat_tables(self._in_memory) if self._in_memory else None
+            return table.select(columns) if table is not None and columns else table
+        if not self.path(shard).exists():
+            return None
+        return _read(self.path(shard), columns)
 
     def inputs(self) -> Iterator[ShardInput]:
         """Each shard's rows in input order, read back one shard at a time (a shard no account
         hashed to is an empty one: every shard index up to ``shards`` is published)."""
         for shard in range(self.shards):
-            if self.path(shard).exists():
-                # One chunk: the profile and the model calls then see large batches, not
-                # one per buffered write.
-                table = _read(self.path(shard)).combine_chunks()
-            else:
-                table = self.schema.empty_table()
+            table = self._stored(shard)
+            # One chunk: the profile and the model calls then see large batches, not one per
+            # buffered write.
+            table = table.combine_chunks() if table is not None else self.schema.empty_table()
             yield ShardInput(shard, table.drop_columns([POSITION]), table[POSITION].to_numpy())
 
     def close(self) -> None:
+        self._in_memory = [] if self._in_memory is not None else None
         self._folder.cleanup()
 
 
-def _read(path: Path) -> pa.Table:
-    with ipc.open_file(path) as reader:
+def _read(path: Path, columns: list[str] | None = None) -> pa.Table:
+    """A scratch file's rows; with ``columns``, only those are decompressed."""
+    options = None
+    if columns is not None:
+        with ipc.open_file(path) as reader:
+            names = reader.schema.names
+        options = ipc.IpcReadOptions(included_fields=[names.index(c) for c in columns])
+    with ipc.open_file(path, options=options) as reader:
         return reader.read_all()
 
 
