@@ -169,7 +169,7 @@ def day(run: SpotSafeRun, date: str, model: Model, config: EmbeddingsConfig, lim
     store, encoder, version, inference = run.store, model.value, model.version, run.inference
     program = EmbeddingProgram(
         model.key,
-        LoadEncoder(inference.engine.device, inference.precision),
+        LoadEncoder(inference.device, inference.precision),
         document_chunking(encoder, config),
         version,
         inference.max_batch_tokens,
