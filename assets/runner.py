@@ -40,7 +40,7 @@ from assets.days import DayRecorder, daily_assets, latest_materialization
 from assets.errors import fail_fast_on_bad_input
 from assets.landing_reads import landing_timezone_metadata, record_landing_read
 from assets.partitions import PartitionReport, log_partition, partition_dates, scoring_metadata
-from assets.staleness import load_chosen, point_in_time
+from assets.staleness import load_chosen, model_window, point_in_time
 from assets.upstream import jobs_holding, land_unchecked, refuse_blocked
 from policy.automation import GPU_POOL, scored_by_0700_utc
 from policy.tags import PIPELINE_TAG
@@ -159,6 +159,7 @@ def score(
     record_landing_read(context, store, spec.dataset, dates)
     with fail_fast_on_bad_input():
         model, choice = load_chosen(spec.load, store, inference, config, context.run.tags, dates)
+    window = model_window(store, model.version)  # one manifest read, whatever the days
     limit = quarantine_limit(config.max_quarantine_rate, config.quarantine_floor_rows)
     days = DayRecorder(context)
     with spot_safe(context, store, inference) as run:
@@ -192,7 +193,7 @@ def score(
                 **landing_timezone_metadata(store, spec.dataset),
                 **model.metadata,
                 **day.metadata(report),
-                **point_in_time(store, model.version, date, choice),
+                **point_in_time(window, date, choice),
                 **quarantine_metadata([report.shards] if report.shards else []),
                 "partitions": len(dates),  # days this run covers
                 "check_seconds": check_seconds,

@@ -216,19 +216,25 @@ def _refusal(why: str) -> Failure:
     )
 
 
-def point_in_time(store: DataStore, version: str, date: str, choice: str) -> dict[str, object]:
+def model_window(store: DataStore, version: str) -> tuple[str, str] | None:
+    """The data window (first, last day) ``version`` trained on, read once per run from its
+    manifest; None for a model whose manifest records no window (a packaged encoder trains on
+    no day of ours) or a version the store does not hold."""
+    manifest = version_manifest(store, version)
+    return trained_window(manifest) if manifest is not None else None
+
+
+def point_in_time(window: tuple[str, str] | None, date: str, choice: str) -> dict[str, object]:
     """What a scored day records of its model's data window and of the backfill's choice.
 
-    ``trained_through`` is the last day the version trained on; ``trained_after_day`` is true
+    ``trained_through`` is the last day the model trained on; ``trained_after_day`` is true
     when that day is after ``date``: the model saw data from the day's future. Both are absent
-    for a model whose manifest records no window (a packaged encoder trains on no day of ours).
+    without a window (:func:`model_window`).
     """
     figures: dict[str, object] = {"model_choice": choice}
-    manifest = version_manifest(store, version)
-    trained = trained_window(manifest) if manifest is not None else None
-    if trained is not None:
-        figures["trained_from"], figures["trained_through"] = trained
-        figures["trained_after_day"] = trained[1] > date
+    if window is not None:
+        figures["trained_from"], figures["trained_through"] = window
+        figures["trained_after_day"] = window[1] > date
     return figures
 
 

@@ -30,6 +30,7 @@ from assets.staleness import (
     champion,
     load_chosen,
     model_choice,
+    model_window,
     point_in_time,
     scored_days,
     stale_days,
@@ -282,9 +283,8 @@ def _storage(store: DataStore) -> StorageResource:
 
 def test_point_in_time_is_absent_for_a_version_the_store_does_not_hold(tmp_path):
     store = DataStore(str(tmp_path))
-    assert point_in_time(store, "packaged-encoder-1", "2026-06-01", "champion") == {
-        "model_choice": "champion"
-    }
+    window = model_window(store, "packaged-encoder-1")
+    assert point_in_time(window, "2026-06-01", "champion") == {"model_choice": "champion"}
 
 
 def _champions_since(store: DataStore, changes: list[tuple[str, str]]) -> None:
