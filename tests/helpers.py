@@ -56,3 +56,17 @@ def asset_metadata(result, asset: str | AssetKey, partition: str | None = None) 
         raise AssertionError(f"{key.to_user_string()} was materialised for {days}: which one?")
     materialization = events[0].event_specific_data.materialization
     return {k: v.value for k, v in day_entries(materialization.metadata).items()}
+
+
+def run_job(job: str, instance, config: dict | None = None, day: str | None = None):
+    """A real job of the project's local definitions, run in this process on ``instance``
+    (a failure is returned, not raised, so a test can read the failed check)."""
+    from orchestration.definitions import build_definitions
+
+    return (
+        build_definitions("local")
+        .resolve_job_def(job)
+        .execute_in_process(
+            run_config=config, instance=instance, partition_key=day, raise_on_error=False
+        )
+    )

@@ -13,7 +13,7 @@ import pyarrow as pa
 import pyarrow.compute as pc
 import pytest
 from dagster import DagsterInstance, RunsFilter
-from helpers import asset_metadata
+from helpers import asset_metadata, run_job
 
 from assets.fraud.checks import MIN_VALIDATION_AUPRC
 from assets.fraud.demo_data import generate_day
@@ -25,7 +25,6 @@ from inference.models.registry import (
     challenger_version,
     champion_version,
 )
-from orchestration.definitions import build_definitions
 from orchestration.promotion import GATE_CHECK, TAG_BY, TAG_FORCED, TAG_REASON
 from resources.storage import DataStore
 
@@ -43,20 +42,9 @@ def store(data_root: Path) -> DataStore:
     return store
 
 
-def _run(job: str, instance: DagsterInstance, config: dict | None = None, day: str | None = None):
-    """The real job from the project's definitions, in this process."""
-    return (
-        build_definitions("local")
-        .resolve_job_def(job)
-        .execute_in_process(
-            run_config=config, instance=instance, partition_key=day, raise_on_error=False
-        )
-    )
-
-
 def _retrain(instance: DagsterInstance, **settings):
     config = {"retrain": True, **settings}
-    return _run("fraud_training_job", instance, {"ops": {MODEL_NAME: {"config": config}}})
+    return run_job("fraud_training_job", instance, {"ops": {MODEL_NAME: {"config": config}}})
 
 
 def _champion_from_history(store: DataStore, instance: DagsterInstance, **settings) -> str:
@@ -93,7 +81,7 @@ def _noisy(labels: np.ndarray, rng: np.random.Generator) -> np.ndarray:
 
 
 def _scored_by(store: DataStore, instance: DagsterInstance, day: str) -> set[str]:
-    assert _run("fraud_scoring_job", instance, day=day).success
+    assert run_job("fraud_scoring_job", instance, day=day).success
     return set(pc.unique(store.read_output("fraud_scores", day)["model_version"]).to_pylist())
 
 
@@ -215,7 +203,7 @@ def test_a_damaged_champion_is_replaced_by_hand_as_the_fix_says(store, instance)
     champion = _champion_from_history(store, instance)
     weights = Path(store.models_dir) / MODEL_NAME / champion / "model.safetensors"
     weights.write_bytes(weights.read_bytes()[:-64])
-    scoring = _run("fraud_scoring_job", instance, day=NEW_DAYS[-1])
+    scoring = run_job("fraud_scoring_job", instance, day=NEW_DAYS[-1])
     assert not scoring.success
     [failure] = scoring.get_step_failure_events()
     assert "nightshift promote fraud_model --force" in failure.step_failure_data.error.message

@@ -8,12 +8,11 @@ from pathlib import Path
 import pyarrow.compute as pc
 import pytest
 from dagster import DagsterInstance
-from helpers import asset_metadata
+from helpers import asset_metadata, run_job
 
 from assets.recommendations.demo_data import generate_day
 from assets.recommendations.schemas import RECOMMENDATION_MODEL, USER_RECOMMENDATIONS
 from inference.models.registry import challenger_version, champion_version
-from orchestration.definitions import build_definitions
 from orchestration.promotion import GATE_CHECK
 from resources.storage import DataStore
 
@@ -33,19 +32,9 @@ def _land(store: DataStore, days: list[str]) -> None:
         generate_day(store, day, scale=SCALE, seed=0)
 
 
-def _run(job: str, instance: DagsterInstance, config: dict | None = None, day: str | None = None):
-    return (
-        build_definitions("local")
-        .resolve_job_def(job)
-        .execute_in_process(
-            run_config=config, instance=instance, partition_key=day, raise_on_error=False
-        )
-    )
-
-
 def _retrain(instance: DagsterInstance, **settings):
     config = {"ops": {RECOMMENDATION_MODEL: {"config": {"retrain": True, **settings}}}}
-    return _run(JOB, instance, config)
+    return run_job(JOB, instance, config)
 
 
 def _gate(result) -> tuple[dict, str]:
@@ -58,7 +47,7 @@ def _champion(store: DataStore) -> str:
 
 
 def _listed_by(store: DataStore, instance: DagsterInstance, day: str) -> set[str]:
-    assert _run("recommendations_job", instance, day=day).success
+    assert run_job("recommendations_job", instance, day=day).success
     lists = store.read_output(USER_RECOMMENDATIONS, day)
     return set(pc.unique(lists["model_version"]).to_pylist())
 
