@@ -11,6 +11,7 @@ from __future__ import annotations
 from collections.abc import Callable, Sequence
 from dataclasses import dataclass, field, replace
 
+from assets.shadow.nights import NightsVerdict, nights_verdict
 from inference.engine.device import Runtime
 from inference.models.modelstore import ModelNotFoundError, ModelUnusableError, load_model
 from inference.models.registry import (
@@ -43,6 +44,9 @@ class Gate:
             still be promoted: about how far apart two equally good versions measure on
             ``eval_days`` days (each domain's are measured in docs/models.md).
         eval_days: how many of the most recent days neither version trained on are used.
+        clean_nights: how many of the challenger's most recent shadow nights against the
+            champion must be clean (assets/shadow/) before it is promoted, on top of the
+            metrics; 0, the default, promotes on the metrics alone.
     """
 
     model: str
@@ -51,10 +55,13 @@ class Gate:
     evaluate: Evaluate
     tolerances: Metrics
     eval_days: int = DEFAULT_EVAL_DAYS
+    clean_nights: int = 0
 
     def __post_init__(self) -> None:
         if set(self.tolerances) != set(self.metrics):
             raise ValueError(f"{self.model}: a tolerance for each of {', '.join(self.metrics)}")
+        if self.clean_nights < 0:
+            raise ValueError(f"{self.model}: clean_nights {self.clean_nights} is negative")
 
 
 @dataclass(frozen=True)
@@ -70,6 +77,7 @@ class Verdict:
     tolerances: Metrics
     promoted: bool
     change: AliasChange | None = field(default=None, compare=False)
+    nights: NightsVerdict | None = field(default=None, compare=False)
 
     @property
     def margins(self) -> Metrics:
@@ -94,7 +102,8 @@ class Verdict:
             else f"{self.challenger} stays challenger, champion {self.champion} keeps scoring"
         )
         head = f"{self.model} {self.challenger} against {self.champion} on {where}"
-        return f"{head}: {figures}: {outcome}"
+        nights = f": {self.nights.summary()}" if self.nights is not None else ""
+        return f"{head}: {figures}{nights}: {outcome}"
 
     def metadata(self) -> dict[str, float | str | bool]:
         """Flat figures for the check's metadata: each metric of both, and the margin."""
@@ -109,6 +118,8 @@ class Verdict:
             out[f"champion_{k}"] = round(self.champion_metrics[k], 6)
             out[f"margin_{k}"] = self.margins[k]
             out[f"tolerance_{k}"] = self.tolerances[k]
+        if self.nights is not None:
+            out.update(self.nights.metadata())
         return out
 
 
@@ -186,10 +197,12 @@ def judge(
     challenger: str,
     by: str,
     tolerances: Metrics | None = None,
+    clean_nights: int | None = None,
 ) -> Verdict:
     """Evaluates ``challenger`` and the champion on the same held-out days and promotes the
     challenger when no metric trails the champion's by more than its tolerance (the gate's,
-    or ``tolerances`` where they name a metric).
+    or ``tolerances`` where they name a metric) and, when ``clean_nights`` (default the
+    gate's) is above 0, its last that many shadow nights against the champion were clean.
 
     Raises:
         CannotJudgeError: every labelled day is inside a training window, or a version's
@@ -216,7 +229,12 @@ def judge(
         )
     ours, theirs = (_measure(store, gate, v, days, runtime) for v in (challenger, champion))
     passed = all(ours[k] >= theirs[k] - tolerance[k] for k in gate.metrics)
-    verdict = Verdict(name, challenger, champion, days, ours, theirs, tolerance, passed)
+    required = gate.clean_nights if clean_nights is None else clean_nights
+    nights = nights_verdict(store, name, challenger, champion, required) if required else None
+    passed = passed and (nights is None or nights.passed)
+    verdict = Verdict(
+        name, challenger, champion, days, ours, theirs, tolerance, passed, None, nights
+    )
     if not passed:
         return verdict
     change = promote(

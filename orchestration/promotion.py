@@ -37,6 +37,7 @@ from resources.storage import DataStore, StorageResource
 GATE_CHECK = "challenger_not_worse_than_champion"
 PROMOTE_JOB = "promote_model_job"
 TOLERANCE_ENV = "NIGHTSHIFT_PROMOTION_TOLERANCE"
+CLEAN_NIGHTS_ENV = "NIGHTSHIFT_PROMOTION_CLEAN_NIGHTS"
 # Run tags a by-hand promotion carries, so the run list says who moved a champion and why.
 TAG_MODEL, TAG_BY, TAG_FORCED, TAG_REASON = (
     f"nightshift/promotion_{k}" for k in ("model", "by", "forced", "reason")
@@ -49,6 +50,12 @@ class PromotionGateConfig(Config):
         description="Per metric, how far below the champion a challenger may measure and "
         f"still be promoted; unnamed metrics take ${TOLERANCE_ENV}, else the gate's own.",
     )
+    clean_nights: int | None = Field(
+        default=None,
+        ge=0,
+        description="How many of the challenger's last shadow nights must be clean before it "
+        f"is promoted (0: none); unset: ${CLEAN_NIGHTS_ENV}, else the gate's own.",
+    )
 
 
 def tolerances(gate: Gate, config: PromotionGateConfig) -> dict[str, float]:
@@ -56,6 +63,22 @@ def tolerances(gate: Gate, config: PromotionGateConfig) -> dict[str, float]:
     the run config."""
     setting = parse_tolerances(os.environ.get(TOLERANCE_ENV, ""), gate.metrics)
     return {**gate.tolerances, **setting, **config.tolerances}
+
+
+def clean_nights(gate: Gate, config: PromotionGateConfig) -> int:
+    """The shadow nights the gate requires: the run config's, else the setting (read when the
+    run starts), else the gate's own."""
+    if config.clean_nights is not None:
+        return config.clean_nights
+    raw = os.environ.get(CLEAN_NIGHTS_ENV, "").strip()
+    if not raw:
+        return gate.clean_nights
+    if not raw.isdigit():
+        raise Failure(
+            f"${CLEAN_NIGHTS_ENV}={raw!r}: expected a number of nights (0 or more)",
+            allow_retries=False,
+        )
+    return int(raw)
 
 
 def gate_check(gate: Gate) -> AssetChecksDefinition:
@@ -77,7 +100,13 @@ def gate_check(gate: Gate) -> AssetChecksDefinition:
         try:
             by = f"run {context.op_execution_context.run_id}"
             verdict = judge(
-                store, gate, inference.runtime, challenger, by, tolerances(gate, config)
+                store,
+                gate,
+                inference.runtime,
+                challenger,
+                by,
+                tolerances(gate, config),
+                clean_nights(gate, config),
             )
         except CannotJudgeError as exc:
             return AssetCheckResult(
@@ -191,9 +220,15 @@ def promote_by_hand(
             allow_retries=False,
         )
     try:
-        gate = GATES[model]
+        gate, settings = GATES[model], PromotionGateConfig()
         verdict = judge(
-            store, gate, inference.runtime, version, by, tolerances(gate, PromotionGateConfig())
+            store,
+            gate,
+            inference.runtime,
+            version,
+            by,
+            tolerances(gate, settings),
+            clean_nights(gate, settings),
         )
     except CannotJudgeError as exc:
         raise Failure(str(exc), allow_retries=False) from exc

@@ -35,6 +35,7 @@ from dagster import (
 )
 
 from assets.domains import DOMAINS
+from assets.shadow.asset import shadow_keys
 from assets.staleness import (
     CHAMPION_CHOICE,
     StaleDay,
@@ -89,7 +90,8 @@ def _targets() -> tuple[Target, ...]:
     for domain in DOMAINS:
         for pipeline in domain.pipelines:
             models = [t.model for t in domain.training if t.model in pipeline.assets]
-            below = _downstream(domain, AssetKey(pipeline.scored))
+            # A shadow is the challenger's evidence for its promotion, not a day's output.
+            below = _downstream(domain, AssetKey(pipeline.scored)) - shadow_keys(domain.defs.assets)
             selection = tuple(a for a in pipeline.assets if AssetKey(a) in below)
             targets += [Target(pipeline.scored, m, pipeline.job, selection) for m in models]
     return tuple(targets)

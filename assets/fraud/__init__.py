@@ -1,14 +1,16 @@
-"""The fraud domain: transactions -> fraud_model -> fraud_scores -> fraud_alerts."""
+"""The fraud domain: transactions -> fraud_model -> fraud_scores -> fraud_alerts, and the
+challenger's fraud_scores_shadow when shadow scoring is on."""
 
 import dagster
 
 from assets.fraud.assets import fraud_alerts, fraud_model, fraud_scores, transactions
 from assets.fraud.checks import fraud_model_auprc_above_floor
 from assets.fraud.pipeline import FRAUD_GATE
+from assets.fraud.shadow import fraud_scores_shadow
 from assets.wiring import DomainWiring, Pipeline, TrainingJob
 
 defs = dagster.Definitions(
-    assets=[transactions, fraud_model, fraud_scores, fraud_alerts],
+    assets=[transactions, fraud_model, fraud_scores, fraud_alerts, fraud_scores_shadow],
     asset_checks=[fraud_model_auprc_above_floor],
 )
 
@@ -24,6 +26,7 @@ wiring = DomainWiring(
                 "fraud_model",
                 "fraud_scores",
                 "fraud_alerts",
+                "fraud_scores_shadow",
             ),
             hour_utc=2,
             landing=("transactions",),

@@ -1,14 +1,16 @@
-"""The recommendations domain: interactions, the two-tower model, nightly top-K lists."""
+"""The recommendations domain: interactions, the two-tower model, nightly top-K lists, and the
+challenger's user_recommendations_shadow when shadow scoring is on."""
 
 import dagster
 
 from assets.recommendations.assets import interactions, recommendation_model, user_recommendations
 from assets.recommendations.checks import RECOMMENDATION_CHECKS
+from assets.recommendations.shadow import user_recommendations_shadow
 from assets.recommendations.training import RECOMMENDATION_GATE
 from assets.wiring import DomainWiring, Pipeline, TrainingJob
 
 defs = dagster.Definitions(
-    assets=[interactions, recommendation_model, user_recommendations],
+    assets=[interactions, recommendation_model, user_recommendations, user_recommendations_shadow],
     asset_checks=RECOMMENDATION_CHECKS,
 )
 
@@ -18,7 +20,12 @@ wiring = DomainWiring(
     pipelines=(
         Pipeline(
             job="recommendations_job",
-            assets=("interactions", "recommendation_model", "user_recommendations"),
+            assets=(
+                "interactions",
+                "recommendation_model",
+                "user_recommendations",
+                "user_recommendations_shadow",
+            ),
             hour_utc=3,
             landing=("interactions",),
             scored="user_recommendations",
