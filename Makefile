@@ -63,11 +63,11 @@ bench-quality: $(STAMP)
 eval: $(STAMP)
 	$(BIN)/python -m benchmarks.eval $(EVAL_ARGS)
 
-# init takes the instance lock that every nightshift command takes: the shipped config (refreshed
-# when it changed) and the storage exist before the daemon or any other command opens them.
+# nightshift ui takes the instance lock that every nightshift command takes (the shipped config,
+# refreshed when it changed, and the storage exist before the daemon or any other command opens
+# them), then becomes dagster dev on workspace.yaml at 127.0.0.1:3000 (orchestration/dev_server.py).
 ui: $(STAMP)
-	$(BIN)/nightshift init --refresh-config
-	$(BIN)/dagster dev -w workspace.yaml -h 127.0.0.1 -p 3000
+	$(BIN)/nightshift ui
 
 clean:
 	rm -rf .nightshift

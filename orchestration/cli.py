@@ -354,6 +354,23 @@ def _add_stale(sub) -> None:
     stale.set_defaults(func=_cmd_stale, opens_instance=True)
 
 
+def _cmd_ui(args: argparse.Namespace) -> int:
+    from orchestration.dev_server import exec_dagster_dev
+
+    exec_dagster_dev(args.host, args.port)
+    return 1  # not reached: the process is now `dagster dev`
+
+
+def _add_ui(sub) -> None:
+    ui = sub.add_parser(
+        "ui",
+        help="refresh $DAGSTER_HOME's config and start `dagster dev` (webserver and daemon)",
+    )
+    ui.add_argument("--host", default="127.0.0.1")
+    ui.add_argument("--port", type=int, default=3000)
+    ui.set_defaults(func=_cmd_ui, opens_instance=True, refresh_config=True)
+
+
 def build_parser() -> argparse.ArgumentParser:
     """The command line: one ``_add_<command>(sub)`` a subcommand. A command that opens the
     Dagster instance sets ``opens_instance=True``, and :func:`main` initialises the instance
@@ -365,6 +382,7 @@ def build_parser() -> argparse.ArgumentParser:
     _add_run(sub)
     _add_stale(sub)
     _add_promote(sub)
+    _add_ui(sub)
     _add_simulate(sub)
     return parser
 

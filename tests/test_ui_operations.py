@@ -16,13 +16,14 @@ from ui_stack import (
     REPO,
     REPOSITORIES,
     DagsterStack,
-    _server_up,
     completed_days,
-    free_port,
+    start_dagster_dev,
     wait_for,
+    wait_until_serving,
 )
 
 from orchestration.automation import classify_failure, failure_observations
+from orchestration.dev_server import EXIT_SITE, dagster_dev_environment
 
 BIN = Path(sys.executable).parent
 DAY = "2026-03-01"
@@ -152,6 +153,78 @@ def _logged(home: Path, run_id: str, text: str) -> bool:
         return any(text in (record.message or "") for record in instance.all_logs(run_id))
 
 
+# Garbage only the collector can free (a reference cycle), whose finaliser says when it ran.
+CYCLE_AT_EXIT = """
+class Cyclic:
+    def __del__(self):
+        print("collected at exit", flush=True)
+held = Cyclic()
+held.self = held
+try:
+    import sitecustomize
+    print(sitecustomize.__file__, flush=True)
+except ImportError:
+    print("no sitecustomize", flush=True)
+"""
+
+
+def test_processes_started_by_nightshift_ui_skip_the_last_garbage_collection() -> None:
+    """Each process of the `nightshift ui` tree imports orchestration/dev_site, whatever else
+    is on PYTHONPATH, and exits without CPython's final collection (what made the tree outlive
+    a stop signal); outside the tree the collection runs as usual."""
+    plain = {k: v for k, v in os.environ.items() if k != "PYTHONPATH"}
+    env = dagster_dev_environment({**plain, "PYTHONPATH": "/elsewhere"})
+    assert env["PYTHONPATH"].split(os.pathsep) == [str(EXIT_SITE), "/elsewhere"]
+
+    def lines(environment: dict[str, str]) -> list[str]:
+        done = subprocess.run(
+            [sys.executable, "-c", CYCLE_AT_EXIT],
+            env=environment,
+            capture_output=True,
+            text=True,
+            timeout=60,
+        )
+        assert done.returncode == 0, done.stderr
+        return done.stdout.splitlines()
+
+    assert lines(env) == [str(EXIT_SITE / "sitecustomize.py")]
+    assert lines(plain)[-1] == "collected at exit"
+
+
+# `nightshift ui` as a shell starts a script's background job (SIGINT ignored), with `dagster
+# dev` swapped for a probe of what the exec'd process inherits.
+PROBE = """
+import os, signal
+print(signal.getsignal(signal.SIGINT) is signal.default_int_handler)
+print(os.getcwd())
+print(os.environ["PYTHONPATH"].split(os.pathsep)[0])
+os.kill(os.getpid(), signal.SIGTERM)
+"""
+EXEC_WITH_SIGINT_IGNORED = f"""
+import signal, sys
+signal.signal(signal.SIGINT, signal.SIG_IGN)
+from orchestration import dev_server
+dev_server.dagster_dev_command = lambda host, port: [sys.executable, "-c", {PROBE!r}]
+dev_server.exec_dagster_dev("127.0.0.1", 3000)
+"""
+
+
+def test_nightshift_ui_execs_dagster_dev_able_to_stop(tmp_path: Path) -> None:
+    """What `dagster dev` starts with under `nightshift ui`, even from a script's background
+    job: SIGINT raising KeyboardInterrupt (each Dagster process gives SIGTERM the same handler,
+    so an ignored SIGINT would have made the tree ignore SIGTERM too), SIGTERM not ignored, the
+    repository as working directory and the exit site first on PYTHONPATH."""
+    done = subprocess.run(
+        [sys.executable, "-c", EXEC_WITH_SIGINT_IGNORED],
+        cwd=tmp_path,
+        capture_output=True,
+        text=True,
+        timeout=60,
+    )
+    assert done.returncode == -signal.SIGTERM, done.stderr
+    assert done.stdout.splitlines() == ["True", str(REPO), str(EXIT_SITE)]
+
+
 @pytest.mark.parametrize("stop", [signal.SIGTERM, signal.SIGINT], ids=["SIGTERM", "SIGINT"])
 def test_dagster_dev_exits_within_10s_of_a_stop_signal_during_a_run(
     stop: signal.Signals, tmp_path: Path
@@ -173,33 +246,12 @@ def test_dagster_dev_exits_within_10s_of_a_stop_signal_during_a_run(
         [*generate, "--scale", "0.3"], env=env, capture_output=True, text=True, timeout=120
     )
     assert done.returncode == 0, done.stderr
-    assert subprocess.run([str(BIN / "nightshift"), "init"], env=env, timeout=120).returncode == 0
-
-    port = free_port()
-    url = f"http://127.0.0.1:{port}"
+    # `nightshift ui` (what `make ui` runs) creates the instance, then becomes `dagster dev`.
     log = tmp_path / "dagster_dev.log"
-    with log.open("wb") as out:
-        process = subprocess.Popen(
-            [
-                str(BIN / "dagster"),
-                "dev",
-                "-w",
-                "workspace.yaml",
-                "-h",
-                "127.0.0.1",
-                "-p",
-                str(port),
-            ],
-            cwd=REPO,
-            env=env,
-            stdout=out,
-            stderr=subprocess.STDOUT,
-            start_new_session=True,
-        )
+    process, url = start_dagster_dev(env, log)
     stack = DagsterStack(url, home, data_root, log, process)
     try:
-        wait_for(lambda: process.poll() is not None or _server_up(url), 120, "dagster dev")
-        assert process.poll() is None, f"dagster dev exited:\n{stack.log_tail()}"
+        wait_until_serving(stack)
         [repo] = stack.graphql(REPOSITORIES)["repositoriesOrError"]["nodes"]
         params = {
             "selector": {

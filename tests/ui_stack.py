@@ -102,6 +102,30 @@ def _server_up(url: str) -> bool:
         return False
 
 
+def start_dagster_dev(env: dict[str, str], log: Path) -> tuple[subprocess.Popen, str]:
+    """Starts `nightshift ui` (what `make ui` runs: the instance's config refreshed, then
+    `dagster dev`) on a free loopback port, as the leader of its own process group, so that
+    a test can signal the whole tree as a terminal's Ctrl-C does. Returns it and its URL."""
+    port = free_port()
+    with log.open("wb") as out:
+        process = subprocess.Popen(
+            [str(BIN / "nightshift"), "ui", "--host", "127.0.0.1", "--port", str(port)],
+            cwd=REPO,
+            env=env,
+            stdout=out,
+            stderr=subprocess.STDOUT,
+            start_new_session=True,
+        )
+    return process, f"http://127.0.0.1:{port}"
+
+
+def wait_until_serving(stack: DagsterStack, timeout: float = 120) -> None:
+    """Waits for the webserver to answer; fails with the log's tail if `dagster dev` exited."""
+    process = stack.process
+    wait_for(lambda: process.poll() is not None or _server_up(stack.url), timeout, "dagster dev")
+    assert process.poll() is None, f"dagster dev exited:\n{stack.log_tail()}"
+
+
 def _stop(process: subprocess.Popen) -> None:
     """Stops `dagster dev` and every process it started (its whole session)."""
     if process.poll() is not None:
@@ -143,30 +167,10 @@ def dagster_dev(workdir: Path) -> Iterator[DagsterStack]:
     assert done.returncode == 0, done.stderr
     _train_fraud_model(home, data_root)
 
-    port = free_port()
-    url = f"http://127.0.0.1:{port}"
-    with log.open("wb") as out:
-        process = subprocess.Popen(
-            [
-                str(BIN / "dagster"),
-                "dev",
-                "-w",
-                "workspace.yaml",
-                "-h",
-                "127.0.0.1",
-                "-p",
-                str(port),
-            ],
-            cwd=REPO,
-            env=env,
-            stdout=out,
-            stderr=subprocess.STDOUT,
-            start_new_session=True,
-        )
+    process, url = start_dagster_dev(env, log)
     stack = DagsterStack(url, home, data_root, log, process, facts={"days": days})
     try:
-        wait_for(lambda: process.poll() is not None or _server_up(url), 120, "dagster dev")
-        assert process.poll() is None, f"dagster dev exited:\n{stack.log_tail()}"
+        wait_until_serving(stack)
         [repo] = stack.graphql(REPOSITORIES)["repositoriesOrError"]["nodes"]
         stack.repository, stack.location = repo["name"], repo["location"]["name"]
         yield stack

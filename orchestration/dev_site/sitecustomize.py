@@ -1,0 +1,21 @@
+"""Lets every Python process of a `nightshift ui` tree exit without the interpreter's last
+garbage collection.
+
+`nightshift ui` puts this folder first on the PYTHONPATH of `dagster dev`, so its webserver,
+daemon, code servers and run workers all import it at start-up. A stop signal reaches all of
+them at once, and each then spends most of its exit in CPython's final collection over every
+object its imports made (Dagster, torch, the definitions), memory the operating system takes
+back anyway. Three of them wait on one another (the run worker, the code server that started
+it, the proxy in front of that server), so the tree outlived the stop whenever anything else
+wanted the CPUs.
+
+Freezing the heap in the last exit handler skips that collection: registered before any other,
+it runs after all of them (log flushes, temporary-file clean-up, Dagster's own), and objects
+freed by reference count are still finalised as usual; only garbage held in reference cycles
+is left to the operating system.
+"""
+
+import atexit
+import gc
+
+atexit.register(gc.freeze)
