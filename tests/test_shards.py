@@ -3,6 +3,7 @@
 from __future__ import annotations
 
 import json
+import threading
 
 import numpy as np
 import pyarrow as pa
@@ -187,6 +188,48 @@ def test_batches_prepared_on_several_threads_reach_the_model_in_input_order(stor
     _run(_writer(store), _input(), model, batch_size=25, prepare=prepare)
     assert [first for first, _ in seen] == sorted(first for first, _ in seen)
     assert all(first == prepared for first, prepared in seen)
+    assert store.read_output("out", "2026-03-01")["y"].to_pylist() == _expected()
+
+
+def test_the_next_shard_is_started_on_a_thread_while_one_is_scored(store) -> None:
+    """Shard 1's first call is prepared while shard 0's calls run, and every model call runs on
+    the step's own thread (where a stop signal is handled)."""
+    second_started = threading.Event()
+    waited: list[bool] = []
+    model_threads: set[str] = set()
+
+    def prepare(batch: pa.RecordBatch) -> pa.RecordBatch:
+        if batch["id"][0].as_py() == 200:  # shard 1's first call
+            second_started.set()
+        return batch
+
+    def model(batch: pa.RecordBatch, prepared) -> pa.Table:
+        model_threads.add(threading.current_thread().name)
+        if batch["id"][0].as_py() == 150:  # shard 0's last call
+            waited.append(second_started.wait(timeout=30))
+        ids = batch["id"].to_numpy()
+        return pa.table({"id": ids, "y": ids * 2.0})
+
+    _run(_writer(store), _input(), model, batch_size=50, prepare=prepare)
+    assert waited == [True]
+    assert model_threads == {threading.current_thread().name}
+    assert store.read_output("out", "2026-03-01")["y"].to_pylist() == _expected()
+
+
+def test_a_shard_that_fails_to_start_fails_the_run_after_the_shard_before_is_kept(store) -> None:
+    def prepare(batch: pa.RecordBatch) -> pa.RecordBatch:
+        if batch["id"][0].as_py() == 400:  # shard 2 cannot be prepared
+            raise ValueError("features cannot be built")
+        return batch
+
+    first = Model()
+    with pytest.raises(ValueError, match="features cannot be built"):
+        _run(_writer(store), _input(), first, batch_size=50, prepare=prepare)
+    assert not store.output_exists("out", "2026-03-01")
+    retry = Model()
+    report = _run(_writer(store), _input(), retry, batch_size=50)
+    # Shards 0 and 1 were recorded before shard 2's failure reached the driver.
+    assert report.shards_resumed == 2 and retry.rows == 600 and report.rows_redone == 0
     assert store.read_output("out", "2026-03-01")["y"].to_pylist() == _expected()
 
 

@@ -21,6 +21,7 @@ import math
 import tempfile
 from collections import Counter
 from collections.abc import Callable, Iterable, Iterator
+from contextlib import closing
 from dataclasses import dataclass, replace
 from pathlib import Path
 
@@ -30,6 +31,7 @@ import pyarrow.compute as pc
 import pyarrow.ipc as ipc
 
 from assets.fraud.profile import PROFILE_COLUMNS, PartitionProfile, ProfileBuilder
+from inference.engine.batching import Prefetcher
 from inference.engine.quarantine import QuarantinePlan
 from inference.engine.shard_worker import ModelStep, ShardInput, worker_model
 
@@ -39,10 +41,10 @@ POSITION = "_position"
 # row groups rather than one per shard per input batch.
 BUFFER_ROWS = 500_000
 MIN_ROW_GROUP = 1_024
-# The shard files are scratch, written and read once or twice on this machine: Arrow's own
-# format with lz4, faster to write and read than parquet at the cost of disk (figures in
-# benchmarks/runner-2026-12-01/engine.md).
-SCRATCH_FORMAT = ipc.IpcWriteOptions(compression="lz4")
+# The shard files are scratch, written and read back once or twice on this machine: Arrow's own
+# format, uncompressed, costs the least time to write and read (no encoding, no codec) for under
+# twice lz4's disk (figures in benchmarks/runner-2026-12-02/engine.md).
+SCRATCH_FORMAT = ipc.IpcWriteOptions()
 
 
 def shard_count(rows: int, shard_rows: int) -> int:
@@ -156,13 +158,13 @@ class AccountShards:
 
         Each shard's rows are buffered up to its share of :data:`BUFFER_ROWS` and written as
         one row group: a day of many shards neither holds the day nor writes a row group per
-        shard per input batch."""
+        shard per input batch. Reading and routing the next input batch (its rows' shards and
+        the day's country counts) runs on a thread while this one's rows are written."""
         writers: dict[int, ipc.RecordBatchFileWriter] = {}
         pending: dict[int, list[pa.Table]] = {}
         buffered: Counter = Counter()
         flush_at = max(MIN_ROW_GROUP, BUFFER_ROWS // self.shards)
         countries: Counter = Counter()
-        offset = 0
 
         def flush(k: int) -> None:
             part = pa.concat_tables(pending.pop(k))
@@ -174,26 +176,17 @@ class AccountShards:
                 writers[k] = ipc.new_file(self.path(k), part.schema, options=SCRATCH_FORMAT)
             writers[k].write_table(part)
 
+        routed = iter(Prefetcher(self._routed(batches, countries), depth=2))
         try:
-            for batch in batches:
-                if self.schema is None:
-                    self.schema = batch.schema.append(pa.field(POSITION, pa.int64()))
-                positions = np.arange(offset, offset + batch.num_rows, dtype=np.int64)
-                offset += batch.num_rows
-                clean = self.plan.split(batch, int(positions[0]))[0] if batch.num_rows else batch
-                for value in pc.value_counts(clean["country"]).to_pylist():
-                    countries[value["values"]] += value["counts"]
-                table = pa.Table.from_batches([batch]).append_column(POSITION, pa.array(positions))
-                shard = account_shards(batch["account_id"], self.shards)
-                order = np.argsort(shard, kind="stable")
-                bounds = np.searchsorted(shard[order], np.arange(self.shards + 1))
-                for k in map(int, np.flatnonzero(np.diff(bounds))):
-                    pending.setdefault(k, []).append(
-                        table.take(pa.array(order[bounds[k] : bounds[k + 1]]))
-                    )
-                    buffered[k] += int(bounds[k + 1] - bounds[k])
-                    if buffered[k] >= flush_at:
-                        flush(k)
+            with closing(routed):
+                for table, order, bounds in routed:
+                    for k in map(int, np.flatnonzero(np.diff(bounds))):
+                        pending.setdefault(k, []).append(
+                            table.take(pa.array(order[bounds[k] : bounds[k + 1]]))
+                        )
+                        buffered[k] += int(bounds[k + 1] - bounds[k])
+                        if buffered[k] >= flush_at:
+                            flush(k)
             for k in list(pending):
                 flush(k)
         finally:
@@ -209,6 +202,25 @@ class AccountShards:
             merchant_reach=reach["n_sum"].to_numpy().astype(np.int64),
         )
         return self.day_wide.figures
+
+    def _routed(
+        self, batches: Iterable[pa.RecordBatch], countries: Counter
+    ) -> Iterator[tuple[pa.Table, np.ndarray, np.ndarray]]:
+        """Each input batch with its positions, its rows in shard order and each shard's
+        bounds in that order; the clean rows' countries are counted into ``countries``."""
+        offset = 0
+        for batch in batches:
+            if self.schema is None:
+                self.schema = batch.schema.append(pa.field(POSITION, pa.int64()))
+            positions = np.arange(offset, offset + batch.num_rows, dtype=np.int64)
+            offset += batch.num_rows
+            clean = self.plan.split(batch, int(positions[0]))[0] if batch.num_rows else batch
+            for value in pc.value_counts(clean["country"]).to_pylist():
+                countries[value["values"]] += value["counts"]
+            table = pa.Table.from_batches([batch]).append_column(POSITION, pa.array(positions))
+            shard = account_shards(batch["account_id"], self.shards)
+            order = np.argsort(shard, kind="stable")
+            yield table, order, np.searchsorted(shard[order], np.arange(self.shards + 1))
 
     def _merchant_reach(self) -> pa.Table:
         """Distinct accounts per merchant over clean rows, shard by shard (accounts never span

@@ -101,6 +101,8 @@ class RayPool:
     """``workers`` Ray actors computing shards for the driver loop (inference/engine/shards.py)."""
 
     in_process = False
+    # The next shard is read while the actors compute.
+    read_ahead = 1
 
     def __init__(self, ray: Any, workers: int, cpus_per_worker: float, gpus_per_worker: float):
         self.ray = ray

@@ -203,43 +203,79 @@ def compute_shard(job: ShardJob, shard: ShardInput, stop: StopCheck | None = Non
         ShardStopped: ``stop`` fired before a model call; the marker records the rows done.
         RowConservationError: a model call answered for more or fewer rows than it was given.
     """
-    io = PartitionIO(job.files.target)
-    marker = f"{job.files.target.staging_dir}/{RUNNING_DIR}/{shard_file_name(shard.index)}.json"
-    redone = _rows_redone(io, marker, shard.rows.num_rows)
-    io.mkdir(f"{job.files.target.staging_dir}/{RUNNING_DIR}")
-    io.write_json(
-        marker, {"shard": shard.index, "rows": shard.rows.num_rows, "worker": _worker_name()}
-    )
-    done = _Outputs([], [], StreamStats(), BatchMetrics())
-    good, held = _split(job.quarantine, shard.rows, shard.positions)
-    if held is not None:
-        for why, n in Counter(held.column(REASON).to_pylist()).items():
-            done.stats.count(f"{QUARANTINED_PREFIX}{why}", n)
-    step = job.program(good) if good.num_rows else None
-    try:
-        if step is not None:
-            _score_calls(job, shard, step, done, stop)
-    except ShardStopped:
-        # Only the rows done count as redone on the retry: none done, nothing to redo.
-        io.write_json(marker, {"shard": shard.index, "rows_discarded": done.rows_done})
-        raise
-    started = time.perf_counter()
-    files = write_shard_files(
-        job.files, shard.index, done.tables, [held] if held else [], done.side
-    )
-    done.metrics.add_phase("write", time.perf_counter() - started)
-    return ShardResult(
-        shard.index,
-        files,
-        shard.rows.num_rows,
-        good.num_rows,
-        done.stats,
-        redone,
-        done.metrics,
-        _worker_name(),
-        peak_rss_mib(),
-        worker_loads(),
-    )
+    return StartedShard(job, shard).finish(stop)
+
+
+class StartedShard:
+    """A shard whose model calls can begin: its quarantined rows set aside, its step built by
+    the program and its first calls prepared.
+
+    Starting touches no storage, so a pool may start the next shard on a thread while this
+    one's model calls run (:class:`inference.engine.local_pool.LocalPool`): a shard started and
+    never finished has cost nothing a retry must redo. :meth:`finish` runs the model calls."""
+
+    def __init__(self, job: ShardJob, shard: ShardInput):
+        self.job, self.shard = job, shard
+        self.done = _Outputs([], [], StreamStats(), BatchMetrics())
+        self.good, self.held = _split(job.quarantine, shard.rows, shard.positions)
+        if self.held is not None:
+            for why, n in Counter(self.held.column(REASON).to_pylist()).items():
+                self.done.stats.count(f"{QUARANTINED_PREFIX}{why}", n)
+        self.step = job.program(self.good) if self.good.num_rows else None
+        self._calls: Iterator | None = None
+        self._first: tuple | None = None
+        if self.step is not None:
+            self._calls = _prepared(self.step, _model_calls(job, shard), self.done.metrics)
+            # The first call's preparation waited for here, where the shard is started.
+            self._first = next(self._calls, None)
+
+    def finish(self, stop: StopCheck | None = None) -> ShardResult:
+        """Runs the shard's model calls on this thread and writes its files to staging."""
+        job, shard, done = self.job, self.shard, self.done
+        io = PartitionIO(job.files.target)
+        marker = f"{job.files.target.staging_dir}/{RUNNING_DIR}/{shard_file_name(shard.index)}.json"
+        redone = _rows_redone(io, marker, shard.rows.num_rows)
+        io.mkdir(f"{job.files.target.staging_dir}/{RUNNING_DIR}")
+        io.write_json(
+            marker, {"shard": shard.index, "rows": shard.rows.num_rows, "worker": _worker_name()}
+        )
+        try:
+            if self.step is not None:
+                _score_calls(job, shard, self.step, self._started_calls(), done, stop)
+        except ShardStopped:
+            # Only the rows done count as redone on the retry: none done, nothing to redo.
+            io.write_json(marker, {"shard": shard.index, "rows_discarded": done.rows_done})
+            raise
+        finally:
+            self.close()
+        started = time.perf_counter()
+        files = write_shard_files(
+            job.files, shard.index, done.tables, [self.held] if self.held else [], done.side
+        )
+        done.metrics.add_phase("write", time.perf_counter() - started)
+        return ShardResult(
+            shard.index,
+            files,
+            shard.rows.num_rows,
+            self.good.num_rows,
+            done.stats,
+            redone,
+            done.metrics,
+            _worker_name(),
+            peak_rss_mib(),
+            worker_loads(),
+        )
+
+    def _started_calls(self) -> Iterator[tuple[int, pa.RecordBatch | None, Any]]:
+        if self._first is not None:
+            yield self._first
+        if self._calls is not None:
+            yield from self._calls
+
+    def close(self) -> None:
+        """Stops the preparation threads of a shard that will not be finished."""
+        if self._calls is not None:
+            self._calls.close()
 
 
 def _rows_redone(io: PartitionIO, marker: str, rows: int) -> int:
@@ -252,10 +288,15 @@ def _rows_redone(io: PartitionIO, marker: str, rows: int) -> int:
 
 
 def _score_calls(
-    job: ShardJob, shard: ShardInput, step: ModelStep, done: _Outputs, stop: StopCheck | None
+    job: ShardJob,
+    shard: ShardInput,
+    step: ModelStep,
+    calls: Iterator[tuple[int, pa.RecordBatch | None, Any]],
+    done: _Outputs,
+    stop: StopCheck | None,
 ) -> None:
-    """The shard's model calls in order, each prepared ahead, checked and observed."""
-    for rows_in, batch, prepared in _prepared(step, _model_calls(job, shard), done.metrics):
+    """The shard's model calls (each prepared ahead) in order, checked and observed."""
+    for rows_in, batch, prepared in calls:
         reason = stop() if stop is not None else None
         if reason:
             raise ShardStopped(reason, shard.index, done.rows_done)

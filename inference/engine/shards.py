@@ -37,8 +37,6 @@ from inference.engine.shard_writer import ShardedWriter
 
 # Seconds between stop checks while the driver waits for the pool.
 WAIT_SECONDS = 0.25
-# Shards read ahead of the pool, beyond those it holds.
-READ_AHEAD = 1
 
 # Told after each shard this attempt records: (input rows read so far, of them rows of shards
 # an earlier attempt finished, shards finished so far).
@@ -62,9 +60,11 @@ class Interrupted(Exception):
 
 class ShardPool(Protocol):
     """Where shards are computed. ``slots``: shards handed out at once (their rows are held
-    until they are done); ``in_process``: whether shards run in this process."""
+    until they are done); ``read_ahead``: shards read on a thread beyond those;
+    ``in_process``: whether shards run in this process."""
 
     slots: int
+    read_ahead: int
     in_process: bool
 
     def submit(self, job: ShardJob, shard: ShardInput) -> Any: ...
@@ -169,9 +169,14 @@ class _Loop:
     def run(self, shards: Iterable[ShardInput], job: ShardJob) -> int:
         """Hands out every shard not finished before; returns how many shards there are.
 
-        The next shard is read on a thread while the pool computes one (a pool in this process
-        computes it on this thread)."""
-        ahead = iter(Prefetcher(shards, depth=READ_AHEAD))
+        With ``pool.read_ahead``, the next shards are read on a thread while the pool computes
+        (a pool in this process computes on this thread); else each is read when a slot is free."""
+        reading = _each(shards)  # closed at the end, which closes a generator of shards too
+        ahead = (
+            iter(Prefetcher(reading, depth=self.pool.read_ahead))
+            if self.pool.read_ahead
+            else reading
+        )
         with closing(ahead):
             count = self._hand_out(ahead, job)
         self.collect(block=True)
@@ -249,6 +254,10 @@ class _Loop:
             with suppress(Exception):
                 self.pool.stop(list(self.pending))
             self.pending.clear()
+
+
+def _each(items: Iterable[ShardInput]) -> Iterator[ShardInput]:
+    yield from items
 
 
 def publish(writer: ShardedWriter, shards: int, metrics: BatchMetrics) -> ShardReport:
