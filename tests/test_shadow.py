@@ -9,8 +9,8 @@ from pathlib import Path
 import numpy as np
 import pyarrow.compute as pc
 import pytest
-from dagster import AssetKey, DagsterInstance
-from helpers import asset_metadata, run_job
+from dagster import AssetKey, DagsterInstance, materialize
+from helpers import asset_metadata, cpu_inference, run_job
 
 from assets.fraud.demo_data import generate_day
 from assets.fraud.schemas import ALERTS, FLAGGED, MODEL_NAME, SCORES
@@ -19,7 +19,7 @@ from assets.shadow.nights import ShadowNight, nights_verdict, record_night, shad
 from inference.models.registry import challenger_version, champion_version
 from orchestration.definitions import defs
 from orchestration.promotion import CLEAN_NIGHTS_ENV, GATE_CHECK, PROMOTE_JOB
-from resources.storage import DataStore
+from resources.storage import DataStore, StorageResource
 
 SCALE = 0.02
 HISTORY = [f"2026-03-{d:02d}" for d in range(1, 11)]
@@ -265,3 +265,42 @@ def test_nights_are_recorded_replaced_and_judged_on_local_and_s3(any_store: Data
     assert nights_verdict(any_store, MODEL_NAME, "v2", "c1", 2).passed
     short = nights_verdict(any_store, MODEL_NAME, "v2", "c1", 3)
     assert not short.passed and "1 night missing" in short.summary()
+
+
+def test_the_shadow_writes_through_the_storage_resource_on_local_and_s3(
+    any_store: DataStore, instance: DagsterInstance
+) -> None:
+    from assets.fraud import fraud_alerts, fraud_model, fraud_scores, transactions
+    from assets.fraud.shadow import fraud_scores_shadow
+
+    for day in [*HISTORY[-3:], NIGHTS[0]]:
+        generate_day(any_store, day, scale=SCALE)
+    storage = StorageResource(
+        data_root=any_store.root, s3_endpoint=any_store.s3_endpoint, s3_region=any_store.s3_region
+    )
+    resources = {"storage": storage, "inference": cpu_inference()}
+    for history in (1, 3):  # the first version is champion, the second waits as challenger
+        settings = {"retrain": True, "history_days": history, "epochs": 5}
+        retrain = {"ops": {MODEL_NAME: {"config": settings}}}
+        assert materialize(
+            [fraud_model], resources=resources, run_config=retrain, instance=instance
+        ).success
+    challenger = challenger_version(any_store.read_bytes, any_store.models_dir, MODEL_NAME)
+
+    result = materialize(
+        [transactions, fraud_scores, fraud_alerts, fraud_scores_shadow],
+        resources=resources,
+        partition_key=NIGHTS[0],
+        run_config={"ops": {SHADOW: {"config": {"enabled": True}}}},
+        instance=instance,
+    )
+
+    assert result.success
+    shadowed = any_store.read_output(SHADOW, NIGHTS[0])
+    assert any_store.uri(any_store.output_path(SHADOW, NIGHTS[0])).startswith(
+        "s3://" if any_store.root.startswith("s3://") else "/"
+    )
+    assert set(pc.unique(shadowed["model_version"]).to_pylist()) == {challenger}
+    assert shadowed.num_rows == any_store.read_output(SCORES, NIGHTS[0]).num_rows > 0
+    [night] = shadow_nights(any_store, MODEL_NAME, challenger)
+    assert night.date == NIGHTS[0] and night.figures["rows_unmatched"] == 0
