@@ -1,5 +1,5 @@
 """The cache-tiled grouped top-K (inference/recs/topk.py) against brute force, on edge cases,
-for every candidate kernel, and the timed choice between the kernels.
+for the fixed tile shape and other shapes, and its norm-ordered item layout.
 
 Factors are small integers, so every score is exact in fp32 whatever the GEMM's summation
 order: ties are common and must come out as brute force ranks them (lowest item first).
@@ -11,11 +11,13 @@ import numpy as np
 import pytest
 import torch
 
-from inference.recs import topk, topk_kernels
-from inference.recs.topk import GROUPED_MIN_ITEMS, ItemTiles, fastest
-from inference.recs.topk_kernels import GROUP_ITEMS, MAX_TILE_ITEMS, Kernel, candidates
+from inference.recs import topk_kernels
+from inference.recs.topk import GROUPED_MIN_ITEMS, ItemTiles
+from inference.recs.topk_kernels import GROUP_ITEMS, MAX_TILE_ITEMS, Kernel, default_kernel
 
 TILE_ITEMS = MAX_TILE_ITEMS
+# Other shapes than the fixed one, whose tiles divide it: the algorithm must not depend on it.
+OTHER_SHAPES = ((256, 2048), (128, 1024), (512, 1024))
 
 
 def brute_force(scores: np.ndarray, seen: list[set[int]], k: int) -> tuple[np.ndarray, np.ndarray]:
@@ -31,21 +33,28 @@ def brute_force(scores: np.ndarray, seen: list[set[int]], k: int) -> tuple[np.nd
     return values, items
 
 
+def shapes() -> list[Kernel]:
+    """The fixed kernel first, then the other shapes on the same engine."""
+    default = default_kernel()
+    return [default, *(Kernel(default.engine, *shape) for shape in OTHER_SHAPES)]
+
+
 def engines(items: torch.Tensor, bias: torch.Tensor | None) -> list[ItemTiles]:
-    """The tiles for every candidate shape (oneDNN where torch has it), the one this process
-    chose, and numpy's BLAS engine at the default shape."""
-    chosen = ItemTiles.build(items, bias)
-    kernels = [*candidates(), Kernel("blas", *topk_kernels.SHAPES[0])]
-    return [chosen, *(ItemTiles.build(items, bias, k) for k in kernels if k != chosen.kernel)]
+    """The tiles for the fixed shape (oneDNN where torch has it), other shapes, and numpy's
+    BLAS engine at the fixed shape."""
+    kernels = [*shapes(), Kernel("blas", *topk_kernels.SHAPE)]
+    return [ItemTiles.build(items, bias, k) for k in dict.fromkeys(kernels)]
 
 
 def gemm_scores(tiles: ItemTiles, augmented: torch.Tensor) -> np.ndarray:
-    """All scores, chunk by chunk and tile by tile, as the tiles' GEMM computes them."""
+    """All scores by item id, chunk by chunk and tile by tile, as the tiles' GEMM computes
+    them (the tiles hold the items in norm order)."""
     step, gemm = tiles.kernel.chunk_users, tiles.kernel.gemm
     chunks = [augmented[s : s + step] for s in range(0, len(augmented), step)]
-    return np.concatenate(
+    by_position = np.concatenate(
         [np.concatenate([gemm(c, t) for t in tiles.tiles], axis=1) for c in chunks]
     )
+    return by_position[:, tiles.positions]
 
 
 def integer_problem(rng, n_users: int, n_items: int, dims: int, with_bias: bool):
@@ -113,7 +122,7 @@ def test_real_valued_scores_match_brute_force_on_the_same_gemm() -> None:
     seen = [set(rng.integers(0, n_items, 30).tolist()) for _ in range(n_users)]
     augmented = torch.cat([users, torch.ones(n_users, 1)], dim=1)
     for tiles in engines(items, bias):
-        scores = gemm_scores(tiles, augmented)[:, :n_items]
+        scores = gemm_scores(tiles, augmented)
         values, ranked = run(tiles, users, seen, k)
         expected_values, expected_items = brute_force(scores, seen, k)
         np.testing.assert_array_equal(ranked, expected_items)
@@ -132,49 +141,64 @@ def test_no_users_and_users_without_history() -> None:
     np.testing.assert_array_equal(values, expected_values)
 
 
-def test_every_candidate_shape_scores_bit_for_bit_like_the_default() -> None:
-    """The premise of timing shapes: on this process's engine the tile shape never changes a
-    score, so whichever shape wins, every process ranks near-ties alike."""
+def test_every_shape_scores_bit_for_bit_like_the_fixed_one() -> None:
+    """On this process's engine the tile shape never changes a score, so a change of the
+    fixed shape changes no ranking of near-ties."""
     rng = np.random.default_rng(7)
     users = torch.from_numpy(rng.standard_normal((520, 33), dtype=np.float32))
     items = torch.from_numpy(rng.standard_normal((GROUPED_MIN_ITEMS + 100, 32), dtype=np.float32))
     bias = torch.from_numpy(rng.standard_normal(len(items), dtype=np.float32))
     users[:, -1] = 1
-    default, *others = (ItemTiles.build(items, bias, k) for k in candidates())
-    expected = gemm_scores(default, users)[:, : len(items)]
+    default, *others = (ItemTiles.build(items, bias, k) for k in shapes())
+    expected = gemm_scores(default, users)
     for tiles in others:
-        np.testing.assert_array_equal(gemm_scores(tiles, users)[:, : len(items)], expected)
+        np.testing.assert_array_equal(gemm_scores(tiles, users), expected)
 
 
-def test_fastest_times_only_candidates_that_agree_and_keeps_the_quickest() -> None:
-    """A fake clock charges each candidate its own cost: the cheapest candidate whose answer
-    equals the default's wins; a cheaper one that answers differently is never chosen."""
-    rng = np.random.default_rng(2)
-    users, items, bias, _ = integer_problem(rng, 64, GROUPED_MIN_ITEMS, 4, True)
-    kernels = candidates()
-    built = [ItemTiles.build(items, bias, k) for k in kernels]
-    wrong = ItemTiles.build(-items, bias, kernels[-1])  # other scores, so another answer
-    cost = {id(t): 5.0 - i for i, t in enumerate(built)} | {id(wrong): 0.1}
-    now = [0.0]
-    calls: list[int] = []
+def test_tiles_hold_items_by_descending_norm_and_answers_do_not_depend_on_it() -> None:
+    """The first tile holds the items of highest norm of (factors, bias), equal norms in id
+    order; the same catalogue given in reverse order ranks alike once ids are mapped back,
+    and both equal brute force (integer factors: many tied scores and tied norms)."""
+    rng = np.random.default_rng(11)
+    n_users, n_items, dims, k = 270, GROUPED_MIN_ITEMS + 300, 4, 20
+    users, items, bias, scores = integer_problem(rng, n_users, n_items, dims, True)
+    tiles = ItemTiles.build(items, bias)
+    norms = (items**2).sum(1).numpy() + bias.numpy() ** 2
+    real = tiles.ids[:n_items]
+    assert np.all(np.diff(norms[real]) <= 0)
+    tied = np.diff(norms[real]) == 0
+    assert tied.any() and np.all(np.diff(real)[tied] > 0)
+    assert sorted(real.tolist()) == list(range(n_items))
+    seen = [set(rng.integers(0, n_items, rng.integers(0, 30)).tolist()) for _ in range(n_users)]
+    expected_values, expected_items = brute_force(scores, seen, k)
+    values, ranked = run(tiles, users, seen, k)
+    np.testing.assert_array_equal(ranked, expected_items)
+    np.testing.assert_array_equal(values, expected_values)
+    flip = n_items - 1 - np.arange(n_items)  # item i of the reversed catalogue is item flip[i]
+    reversed_tiles = ItemTiles.build(items[flip], bias[flip])
+    values_r, ranked_r = run(reversed_tiles, users, [{int(flip[i]) for i in s} for s in seen], k)
+    # Same scores; among tied scores each catalogue ranks its own lowest id first.
+    np.testing.assert_array_equal(values_r, expected_values)
+    mapped = np.where(ranked_r >= 0, flip[ranked_r], -1)
+    for user in range(n_users):
+        for value in np.unique(expected_values[user][np.isfinite(expected_values[user])]):
+            at = expected_values[user] == value
+            tie = set(np.flatnonzero(scores[user] == value)) - seen[user]
+            assert set(mapped[user][at]) <= tie and set(expected_items[user][at]) <= tie
 
-    def run_probe(tiles: ItemTiles):
-        calls.append(id(tiles))
-        now[0] += cost[id(tiles)]
-        return tiles.top_k(users, np.zeros(0, np.int64), np.zeros(0, np.int64), 5)
 
-    chosen = fastest([*built, wrong], run_probe, rounds=3, clock=lambda: now[0])
-    assert chosen == kernels[-1]
-    assert calls.count(id(wrong)) == 1  # the agreement check only, never timed
-    assert all(calls.count(id(t)) == 4 for t in built[1:])  # check + 3 timed rounds
-
-
-def test_fastest_kernel_is_measured_once_per_width_and_is_a_candidate() -> None:
-    before = topk._fastest_kernel.cache_info()
-    first = topk.fastest_kernel(17)
-    again = topk.fastest_kernel(17)
-    after = topk._fastest_kernel.cache_info()
-    assert first == again and first in candidates()
-    assert after.hits >= before.hits + 1
-    assert after.misses <= before.misses + 1
-    assert ItemTiles.build(torch.zeros(GROUPED_MIN_ITEMS, 16), None).kernel == first
+def test_k_above_the_number_of_items_ranks_every_eligible_item_then_pads() -> None:
+    """More recommendations asked than items exist: every unseen item in brute-force order,
+    then -1 with -inf, also where the catalogue is smaller than one tile."""
+    rng = np.random.default_rng(13)
+    n_users, n_items, dims, k = 40, 90, 3, 120
+    users, items, bias, scores = integer_problem(rng, n_users, n_items, dims, True)
+    seen = [set(rng.integers(0, n_items, rng.integers(0, 20)).tolist()) for _ in range(n_users)]
+    seen[0] = set(range(n_items))
+    expected_values, expected_items = brute_force(scores, seen, k)
+    for tiles in engines(items, bias):
+        values, ranked = run(tiles, users, seen, k)
+        np.testing.assert_array_equal(ranked, expected_items)
+        np.testing.assert_array_equal(values, expected_values)
+        assert np.all(ranked[:, n_items:] == -1) and np.all(np.isneginf(values[:, n_items:]))
+        assert np.all(ranked[0] == -1)

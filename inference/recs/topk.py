@@ -7,22 +7,21 @@ A chunk of users times one tile of items is scored by one GEMM, its seen items s
 and reduced to maxima over groups of items while the tile is still in cache; only groups that
 can still reach a user's top k are kept, so the full score matrix never goes to memory. The
 bias rides along as one more dimension (users get a constant 1), so one GEMM yields the final
-scores. The engine and tile shape are in ``inference.recs.topk_kernels``; the shape is the fastest
-of a few candidates, timed once per process because it depends on the CPU's vectors and caches.
+scores. Items are tiled by descending norm of (factors, bias): a score is at most the user's
+norm times the item's, so the first tiles hold more of each user's best items, the bar for
+later groups rises sooner and fewer groups are kept. The engine and tile shape are in
+``inference.recs.topk_kernels``.
 """
 
 from __future__ import annotations
 
 import contextlib
-import time
-from collections.abc import Callable
 from dataclasses import dataclass
-from functools import cache
 
 import numpy as np
 import torch
 
-from inference.recs.topk_kernels import GROUP_ITEMS, MAX_TILE_ITEMS, Kernel, candidates
+from inference.recs.topk_kernels import GROUP_ITEMS, MAX_TILE_ITEMS, Kernel, default_kernel
 
 # Score-matrix elements per block (x4 bytes): large enough to keep the matmul efficient,
 # small enough that a 1M-item catalogue still scores in blocks of a few hundred MB.
@@ -31,12 +30,6 @@ DEFAULT_BLOCK_ELEMENTS = 1 << 24
 # Smaller catalogues rank whole rows: there the tiles' fixed costs (the copy into tiles, the
 # per-tile selection) are not repaid by keeping the scores in cache.
 GROUPED_MIN_ITEMS = 8 * MAX_TILE_ITEMS
-
-# The problem the candidate kernels are timed on: as many users as the largest chunk, the
-# smallest catalogue that takes this path, and the usual k.
-PROBE_USERS = 512
-PROBE_K = 20
-PROBE_ROUNDS = 2
 
 
 def grouped_fits(item_factors: torch.Tensor, k: int) -> bool:
@@ -60,7 +53,8 @@ class ItemTiles:
     group's maximum. Scanning the tiles, the k-th highest group maximum seen so far only
     grows towards ``M``, so a group whose maximum is below it at any point can be dropped;
     at the end, the kept items scoring at least ``M`` are all items scoring at least ``S``.
-    Ranking them by (score descending, item ascending) gives the brute-force order exactly.
+    None of this depends on the order of the items in the tiles. Ranking the kept items by
+    (score descending, item id ascending) gives the brute-force order exactly.
     """
 
     # (kernel.tile_items, dims + 1) float32 each, the last column the bias; in oneDNN's
@@ -68,6 +62,10 @@ class ItemTiles:
     tiles: list[torch.Tensor]
     n_items: int
     kernel: Kernel
+    # The item id at each tile position (padding positions past n_items keep their own
+    # index, and only ever carry -inf), and the position of each item id.
+    ids: np.ndarray
+    positions: np.ndarray
 
     @classmethod
     def build(
@@ -76,19 +74,26 @@ class ItemTiles:
         item_bias: torch.Tensor | None,
         kernel: Kernel | None = None,
     ) -> ItemTiles:
-        """Tiles for ``kernel``, by default the fastest one for this width in this process."""
+        """Tiles for ``kernel`` (by default the fixed shape on this process's engine)."""
         n_items, dims = item_factors.shape
-        kernel = kernel or fastest_kernel(dims + 1)
+        kernel = kernel or default_kernel()
         size = kernel.tile_items
         padded = -(-n_items // size) * size
+        augmented = np.zeros((n_items, dims + 1), dtype=np.float32)
+        augmented[:, :dims] = item_factors.numpy()
+        if item_bias is not None:
+            augmented[:, dims] = item_bias.float().numpy()
+        # Stable, so equal norms keep id order and the layout is the same in every process.
+        order = np.argsort(-np.einsum("ij,ij->i", augmented, augmented), kind="stable")
         # Padding items score -inf: zero factors, -inf bias (times the users' constant 1).
         factors = np.zeros((padded, dims + 1), dtype=np.float32)
-        factors[:n_items, :dims] = item_factors.numpy()
+        factors[:n_items] = augmented[order]
         factors[n_items:, dims] = -np.inf
-        if item_bias is not None:
-            factors[:n_items, dims] = item_bias.float().numpy()
         tiles = [torch.from_numpy(factors[j : j + size].copy()) for j in range(0, padded, size)]
-        return cls(kernel.packed(tiles), n_items, kernel)
+        ids = np.concatenate([order, np.arange(n_items, padded)]).astype(np.int64)
+        positions = np.empty(n_items, dtype=np.int64)
+        positions[order] = np.arange(n_items)
+        return cls(kernel.packed(tiles), n_items, kernel, ids, positions)
 
     def chunk_users(self) -> int:
         """Users per chunk: a chunk's working set is one tile of scores, whatever the items."""
@@ -110,6 +115,7 @@ class ItemTiles:
         """
         chunk = self.chunk_users()
         bounds = np.searchsorted(rows, np.arange(0, len(users) + chunk, chunk))
+        cols = self.positions[cols]
         augmented = np.ones((len(users), users.shape[1] + 1), dtype=np.float32)
         augmented[:, :-1] = users.numpy()
         augmented_t = torch.from_numpy(augmented)
@@ -137,7 +143,8 @@ class ItemTiles:
     def _scan(
         self, users: torch.Tensor, rows: np.ndarray, cols: np.ndarray, k: int
     ) -> tuple[np.ndarray, np.ndarray, np.ndarray]:
-        """(owner, score, item) of every item of a chunk that can be in its users' top k."""
+        """(owner, score, item id) of every item of a chunk that can be in its users' top k;
+        ``cols`` are tile positions."""
         n, size, width = len(users), self.kernel.tile_items, self.kernel.groups
         # Seen entries as flat positions in their tile's (n, size) scores, by tile.
         tile_of = cols // size
@@ -169,57 +176,7 @@ class ItemTiles:
         rows_k, base, kept = map(np.concatenate, (kept_rows, kept_base, kept_scores))
         hit = np.flatnonzero(kept >= maxima[rows_k, :1])
         group, member = np.divmod(hit, GROUP_ITEMS)
-        return rows_k[group], kept.reshape(-1)[hit], base[group] + member * width
-
-
-def fastest_kernel(width: int) -> Kernel:
-    """The quickest candidate kernel for factors ``width`` wide (bias column included).
-
-    Timed the first time a process asks, per width and torch thread count, on a random
-    problem of the smallest catalogue this path takes; later calls reuse the answer.
-    """
-    return _fastest_kernel(width, torch.get_num_threads())
-
-
-@cache
-def _fastest_kernel(width: int, threads: int) -> Kernel:
-    rng = np.random.default_rng(0)
-    users = torch.from_numpy(rng.standard_normal((PROBE_USERS, width - 1), dtype=np.float32))
-    items = rng.standard_normal((GROUPED_MIN_ITEMS, width - 1), dtype=np.float32)
-    bias = torch.from_numpy(rng.standard_normal(GROUPED_MIN_ITEMS, dtype=np.float32))
-    rows = np.repeat(np.arange(PROBE_USERS), 30)
-    cols = rng.integers(0, GROUPED_MIN_ITEMS, len(rows))
-    built = [ItemTiles.build(torch.from_numpy(items), bias, k) for k in candidates()]
-    # On one thread the process's CPU time measures the kernel and not what other processes
-    # on a shared machine take from it; with more threads, idle waits count, so wall time.
-    clock = time.process_time if threads == 1 else time.perf_counter
-    return fastest(built, lambda tiles: tiles.top_k(users, rows, cols, PROBE_K), clock=clock)
-
-
-def fastest(
-    built: list[ItemTiles],
-    run: Callable[[ItemTiles], tuple[torch.Tensor, torch.Tensor]],
-    rounds: int = PROBE_ROUNDS,
-    clock: Callable[[], float] = time.perf_counter,
-) -> Kernel:
-    """The kernel of the quickest of ``built``, best of ``rounds`` interleaved runs each.
-
-    Only candidates whose answer equals the first's bit for bit are timed, so the choice can
-    never change a ranking; that first run also warms each GEMM (oneDNN compiles per shape).
-    """
-    reference = run(built[0])
-    usable = [built[0]] + [t for t in built[1:] if _same(run(t), reference)]
-    best = [float("inf")] * len(usable)
-    for _ in range(rounds):
-        for i, tiles in enumerate(usable):
-            began = clock()
-            run(tiles)
-            best[i] = min(best[i], clock() - began)
-    return usable[best.index(min(best))].kernel
-
-
-def _same(a: tuple[torch.Tensor, torch.Tensor], b: tuple[torch.Tensor, torch.Tensor]) -> bool:
-    return all(torch.equal(x, y) for x, y in zip(a, b, strict=True))
+        return rows_k[group], kept.reshape(-1)[hit], self.ids[base[group] + member * width]
 
 
 def _first_k(

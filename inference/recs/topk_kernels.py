@@ -1,11 +1,11 @@
-"""The GEMM engine and tile shapes of the CPU top-K (``inference.recs.topk``).
+"""The GEMM engine and tile shape of the CPU top-K (``inference.recs.topk``).
 
 The engine is chosen by what this torch has, never by timing: oneDNN and numpy's BLAS round
 differently, so which of them scored a near-tie decides its order, and every process scoring
-the same day (a Ray actor, a resumed run) must rank it alike. The tile shape is free to vary:
-oneDNN's scores do not depend on it, and ``inference.recs.topk`` checks that on each candidate before
-timing it. Which shape is fastest depends on the CPU's vector width and caches, so it is
-measured once per process (see ``inference.recs.topk.fastest_kernel``).
+the same day (a Ray actor, a resumed run) must rank it alike. The tile shape is fixed: the
+shapes measured scored within noise of each other under AVX2 and AVX-512 alike (see
+benchmarks/topk-2026-12-02.md), so timing them in every process bought nothing for its cost.
+oneDNN's scores do not depend on the shape (tested), so changing it changes no ranking.
 """
 
 from __future__ import annotations
@@ -41,8 +41,7 @@ class Kernel:
     """How item tiles are scored: the GEMM engine and the shape of one tile of scores.
 
     ``chunk_users`` rows times ``tile_items`` columns is the score tile that the selection
-    reads while it is still in cache; its best size depends on the core's L2 and on the
-    GEMM's register blocking, hence several candidates.
+    reads while it is still in cache.
     """
 
     engine: str
@@ -75,11 +74,11 @@ class Kernel:
         return tiles
 
 
-# (chunk_users, tile_items): the first is the default; the others trade a smaller score tile
-# (for CPUs with a 512 KB L2) or a wider GEMM (for 256-bit vectors) against more selection
-# passes. A tile is at most MAX_TILE_ITEMS items.
-SHAPES = ((256, 2048), (128, 2048), (256, 1024), (512, 1024), (128, 1024))
-MAX_TILE_ITEMS = max(items for _, items in SHAPES)
+# (chunk_users, tile_items): the score tile the selection reads right after its GEMM. Many
+# users per chunk keep the GEMM near the core's FMA peak and spread each chunk's fixed cost
+# (the seen-item layout, the final ranking) over more rows; fewer users starve the GEMM.
+SHAPE = (512, 2048)
+MAX_TILE_ITEMS = SHAPE[1]
 
 
 @cache
@@ -98,6 +97,6 @@ def engine() -> str:
     return "blas"
 
 
-def candidates() -> list[Kernel]:
-    """Every shape on this process's engine, the default first."""
-    return [Kernel(engine(), users, items) for users, items in SHAPES]
+def default_kernel() -> Kernel:
+    """This process's engine at the fixed tile shape."""
+    return Kernel(engine(), *SHAPE)
