@@ -238,7 +238,14 @@ def judge(
     if not passed:
         return verdict
     change = promote(
-        read, store.write_bytes, store.models_dir, name, challenger, by, verdict.summary()
+        read,
+        store.write_bytes,
+        store.models_dir,
+        name,
+        challenger,
+        by,
+        verdict.summary(),
+        cas=store.cas(),
     )
     return replace(verdict, change=change)
 

@@ -212,7 +212,17 @@ def promote_by_hand(
     if force:
         if not reason.strip():
             raise Failure("a forced promotion needs a reason", allow_retries=False)
-        return promote(read, store.write_bytes, store.models_dir, model, version, by, reason, True)
+        return promote(
+            read,
+            store.write_bytes,
+            store.models_dir,
+            model,
+            version,
+            by,
+            reason,
+            forced=True,
+            cas=store.cas(),
+        )
     if model not in GATES:
         raise Failure(
             f"{model} has no promotion gate (known: {', '.join(GATES)}): promote it with "

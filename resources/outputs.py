@@ -39,11 +39,12 @@ class OutputStore(FileStore):
             staging_dir=f"{asset_dir}/_staging/date={date}",
             trash_dir=f"{asset_dir}/_trash/date={date}",
             lease_path=f"{asset_dir}/_leases/date={date}.json",
-            cas=self._cas(),
+            cas=self.cas(),
             uri_prefix=self._scheme,
         )
 
-    def _cas(self) -> CasStore:
+    def cas(self) -> CasStore:
+        """Compare-and-swap on this store's objects: what leases and alias moves hold."""
         if isinstance(self.fs, pafs.LocalFileSystem):
             return LocalCasStore()
         # dagster-aws's S3Resource builds the client (credentials, endpoint override, retries);

@@ -2,6 +2,9 @@
 
 from __future__ import annotations
 
+import threading
+import time
+
 import pytest
 import torch
 
@@ -118,3 +121,84 @@ def test_a_malformed_uri_says_what_was_expected() -> None:
 )
 def test_trained_window_reads_new_and_older_manifests(manifest: dict, window) -> None:
     assert trained_window(manifest) == window
+
+
+def _two_saved_versions(store: DataStore) -> list[str]:
+    manifest = {"features": ["a"], "trained_window": window_of(["2026-11-01"])}
+    return [
+        save_model(store.write_bytes, store.models_dir, "m", {"w": torch.full((2,), w)}, manifest)
+        for w in (2.0, 3.0)
+    ]
+
+
+def _promote_both_at_once(store: DataStore, versions: list[str], read, cas) -> list[Exception]:
+    errors: list[Exception] = []
+
+    def move(version: str) -> None:
+        try:
+            promote(read, store.write_bytes, store.models_dir, "m", version, by=version,
+                    reason="race", forced=True, cas=cas)  # fmt: skip
+        except Exception as exc:  # noqa: BLE001 - handed to the test
+            errors.append(exc)
+
+    threads = [threading.Thread(target=move, args=(v,)) for v in versions]
+    for thread in threads:
+        thread.start()
+    for thread in threads:
+        thread.join(timeout=60)
+    return errors
+
+
+def test_two_promotions_at_once_keep_both_moves_in_the_history(any_store: DataStore) -> None:
+    """Each move holds the name's lease from reading the history to writing the pointer."""
+    store = any_store
+    first, _ = _register(store, 1.0, ["2026-11-01"])
+    versions = _two_saved_versions(store)
+
+    def slow(path: str) -> bytes:  # a move that dawdles between reading and writing
+        data = store.read_bytes(path)
+        if path.endswith("/aliases.json"):
+            time.sleep(0.3)
+        return data
+
+    assert _promote_both_at_once(store, versions, slow, store.cas()) == []
+    history = alias_history(store.read_bytes, store.models_dir, "m")
+    champions = [c.version for c in history if c.alias == CHAMPION]
+    assert champions[0] == first and sorted(champions[1:]) == sorted(versions)
+    # The pointer names the move recorded last.
+    assert champion_version(store.read_bytes, store.models_dir, "m") == champions[-1]
+    assert not store.exists(f"{store.models_dir}/m/_aliases.lease")
+
+
+def test_without_the_lease_two_promotions_at_once_lose_a_move(store: DataStore) -> None:
+    """What the lease prevents: both moves read the history before either writes it."""
+    _register(store, 1.0, ["2026-11-01"])
+    versions = _two_saved_versions(store)
+    both_read = threading.Barrier(2, timeout=30)
+
+    def interleaved(path: str) -> bytes:
+        data = store.read_bytes(path)
+        if path.endswith("/aliases.json"):
+            both_read.wait()
+        return data
+
+    assert _promote_both_at_once(store, versions, interleaved, None) == []
+    history = alias_history(store.read_bytes, store.models_dir, "m")
+    assert len([c for c in history if c.alias == CHAMPION]) == 2  # one of the two moves is lost
+
+
+def test_a_move_waits_for_one_in_progress_and_says_so_when_it_never_ends(
+    store: DataStore, monkeypatch: pytest.MonkeyPatch
+) -> None:
+    import inference.models.registry as registry
+
+    _register(store, 1.0, ["2026-11-01"])
+    (second,) = _two_saved_versions(store)[:1]
+    monkeypatch.setattr(registry, "LOCK_WAIT_SECONDS", 0.3)
+    with registry.aliases_locked(store.cas(), store.models_dir, "m"):
+        with pytest.raises(registry.AliasesBusyError, match="aliases of model 'm'"):
+            promote(store.read_bytes, store.write_bytes, store.models_dir, "m", second,
+                    by="b", reason="r", forced=True, cas=store.cas())  # fmt: skip
+    promote(store.read_bytes, store.write_bytes, store.models_dir, "m", second, by="b",
+            reason="r", forced=True, cas=store.cas())  # fmt: skip
+    assert champion_version(store.read_bytes, store.models_dir, "m") == second

@@ -119,7 +119,13 @@ def train_and_save(
     )
     tensors = trained.tensors()
     version, alias = register(
-        store.read_bytes, store.write_bytes, store.models_dir, MODEL_NAME, tensors, manifest
+        store.read_bytes,
+        store.write_bytes,
+        store.models_dir,
+        MODEL_NAME,
+        tensors,
+        manifest,
+        cas=store.cas(),
     )
     log(
         f"trained fraud model {version} ({alias}) on {len(y)} rows in {trained.seconds:.1f}s: "

@@ -125,6 +125,7 @@ def train_and_save(
         RECOMMENDATION_MODEL,
         tensors,
         manifest,
+        cas=store.cas(),
     )
     return TrainedModel(version, {**manifest, "version": version}, fitted.timings, alias)
 

@@ -13,6 +13,9 @@ versions of ``<models>/<name>/`` live
 - ``aliases.json``: every alias move, oldest first (who, when, why, forced or measured).
 
 The history is written before the pointer it explains, so a pointer never moves unrecorded.
+Given the store's compare-and-swap (``cas``), every move holds the name's lease
+(``_aliases.lease``) from reading the history to writing the pointer, so two moves at once (two
+retrains, a retrain and a promotion) never lose one another's history entry or pointer.
 Nothing here moves the champion except ``promote``; ``register`` saves a version as the
 challenger, or as the champion when the name has none yet (nothing to compare it with).
 """
@@ -23,12 +26,17 @@ import getpass
 import json
 import os
 import re
+import time
+import uuid
+from collections.abc import Iterator
+from contextlib import contextmanager
 from dataclasses import asdict, dataclass
 from datetime import UTC, datetime
 from typing import Any
 
 import torch
 
+from inference.engine.leases import CasStore, PartitionLeasedError, acquire_lease
 from inference.models import mlflow_registry
 from inference.models.modelstore import (
     ModelNotFoundError,
@@ -42,6 +50,11 @@ CHAMPION = "champion"
 CHALLENGER = "challenger"
 ALIASES = (CHAMPION, CHALLENGER)
 FIRST_VERSION_REASON = "first version of the model: no champion to compare it with"
+
+# How long a move waits for another move of the same name's aliases (each takes milliseconds),
+# and how long the lease lasts if its holder dies mid-move.
+LOCK_WAIT_SECONDS = 30.0
+LOCK_LEASE_SECONDS = 60.0
 
 _URI = re.compile(r"^models:/(?P<name>[^/@]+)(?:@(?P<alias>[\w-]+)|/(?P<version>[\w.-]+))$")
 
@@ -177,8 +190,11 @@ def register(
     tensors: dict[str, torch.Tensor],
     manifest: dict,
     by: str | None = None,
+    cas: CasStore | None = None,
 ) -> tuple[str, str]:
     """Saves a new version and makes it the challenger, or the champion when the name has none.
+
+    ``cas``: the store's compare-and-swap, to hold the name's aliases while they move.
 
     Returns:
         (version, the alias it now holds: ``champion`` or ``challenger``). Retraining to the
@@ -191,16 +207,18 @@ def register(
         folder, window = f"{models_dir}/{name}/{version}", trained_window(manifest)
         trained = f"trained on {window[0]}..{window[1]}" if window else "training window unknown"
         mirror.register_version(name, version, folder, f"nightshift {name} {version}, {trained}")
-    try:
-        champion = champion_version(read, models_dir, name)
-    except ModelNotFoundError:
-        promote(read, write, models_dir, name, version, by=by, reason=FIRST_VERSION_REASON)
-        return version, CHAMPION
-    if champion == version:
-        return version, CHAMPION
-    reason = f"trained to replace champion {champion}; waits for the promotion gate"
-    _record(read, write, models_dir, name, AliasChange(CHALLENGER, version, _now(), by, reason))
-    write(f"{models_dir}/{name}/CHALLENGER", version.encode())
+    with aliases_locked(cas, models_dir, name):
+        try:
+            champion = champion_version(read, models_dir, name)
+        except ModelNotFoundError:
+            _promote(read, write, models_dir, name, version, by, FIRST_VERSION_REASON, False)
+            return version, CHAMPION
+        if champion == version:
+            return version, CHAMPION
+        reason = f"trained to replace champion {champion}; waits for the promotion gate"
+        change = AliasChange(CHALLENGER, version, _now(), by, reason)
+        _record(read, write, models_dir, name, change)
+        write(f"{models_dir}/{name}/CHALLENGER", version.encode())
     return version, CHALLENGER
 
 
@@ -213,12 +231,27 @@ def promote(
     by: str | None = None,
     reason: str = "",
     forced: bool = False,
+    cas: CasStore | None = None,
 ) -> AliasChange:
     """Makes ``version`` the champion; the challenger alias is removed if it named it.
 
     The version's files must exist (its manifest is read first), so an alias never names a
-    version that was never saved.
+    version that was never saved. ``cas``: as for :func:`register`.
     """
+    with aliases_locked(cas, models_dir, name):
+        return _promote(read, write, models_dir, name, version, by, reason, forced)
+
+
+def _promote(
+    read: ReadBytes,
+    write: WriteBytes,
+    models_dir: str,
+    name: str,
+    version: str,
+    by: str | None,
+    reason: str,
+    forced: bool,
+) -> AliasChange:
     try:
         read(f"{models_dir}/{name}/{version}/manifest.json")
     except (FileNotFoundError, OSError) as exc:
@@ -233,6 +266,42 @@ def promote(
         _record(read, write, models_dir, name, cleared)
         write(f"{models_dir}/{name}/CHALLENGER", b"")
     return change
+
+
+class AliasesBusyError(RuntimeError):
+    """Another move of the same name's aliases held them for longer than a move takes."""
+
+
+@contextmanager
+def aliases_locked(cas: CasStore | None, models_dir: str, name: str) -> Iterator[None]:
+    """Holds ``name``'s alias lease while the body moves its aliases (no lease when ``cas`` is
+    None); waits up to :data:`LOCK_WAIT_SECONDS` for a move in progress elsewhere.
+
+    Raises:
+        AliasesBusyError: the lease stayed held by another live holder all that time.
+    """
+    if cas is None:
+        yield
+        return
+    path = f"{models_dir}/{name}/_aliases.lease"
+    lineage = f"aliases-{uuid.uuid4().hex}"  # this move only: never takes over another's
+    deadline = time.monotonic() + LOCK_WAIT_SECONDS
+    while True:
+        try:
+            lease = acquire_lease(cas, path, lineage, LOCK_LEASE_SECONDS)
+            break
+        except PartitionLeasedError as busy:
+            if time.monotonic() > deadline:
+                raise AliasesBusyError(
+                    f"the aliases of model '{name}' stayed held by another move for "
+                    f"{LOCK_WAIT_SECONDS:.0f} s ({busy}); retry once it is done, or delete "
+                    f"{path} if its holder is gone"
+                ) from busy
+            time.sleep(0.05)
+    try:
+        yield
+    finally:
+        lease.release()
 
 
 def _record(
