@@ -124,11 +124,14 @@ def recommendation_model(
     storage: StorageResource,
     inference: InferenceResource,
 ) -> MaterializeResult:
-    """What each user is likely to want next, learned from every day of interactions landed so
+    """What each user is likely to want next, learned from the days of interactions landed so
     far (quarantined rows left out): by default EASE, which scores each item by how strongly
-    the items a user already took predict it; or a two-tower embedding model. Quality is
-    recall@20 on the last day held out, next to recommending the most popular items. The
-    current model is reused unless `retrain` is set."""
+    the items a user already took predict it; or a two-tower embedding model. The first model
+    learns from every day and becomes the champion; a retrain holds out the newest days after
+    the champion's last training day for the promotion gate, learns from the days before them
+    and waits as the challenger (assets/promotion.py). Quality is recall@20 on the held-out
+    day, next to recommending the most popular items. The champion is reused unless `retrain`
+    is set."""
     store = storage.store()
     # A current model whose files are damaged fails at once (see fraud_model).
     with fail_fast_on_bad_input():
