@@ -9,12 +9,18 @@ from pathlib import Path
 import numpy as np
 import pyarrow.compute as pc
 import pytest
-from dagster import AssetKey, DagsterInstance, materialize
+from dagster import AssetKey, DagsterInstance, Failure, materialize
 from helpers import asset_metadata, cpu_inference, run_job
 
 from assets.fraud.demo_data import generate_day
 from assets.fraud.schemas import ALERTS, FLAGGED, MODEL_NAME, SCORES
-from assets.shadow.asset import AGREES_CHECK, SHADOW_ENV, shadow_name
+from assets.shadow.asset import (
+    AGREES_CHECK,
+    SHADOW_ENV,
+    ShadowConfig,
+    shadow_enabled,
+    shadow_name,
+)
 from assets.shadow.nights import ShadowNight, nights_verdict, record_night, shadow_nights
 from inference.models.registry import challenger_version, champion_version
 from orchestration.definitions import defs
@@ -304,3 +310,20 @@ def test_the_shadow_writes_through_the_storage_resource_on_local_and_s3(
     assert shadowed.num_rows == any_store.read_output(SCORES, NIGHTS[0]).num_rows > 0
     [night] = shadow_nights(any_store, MODEL_NAME, challenger)
     assert night.date == NIGHTS[0] and night.figures["rows_unmatched"] == 0
+
+
+@pytest.mark.parametrize(
+    ("setting", "on"), [("1", True), ("true", True), ("", False), ("0", False)]
+)
+def test_the_setting_turns_the_shadow_on_and_a_run_config_overrides_it(
+    setting: str, on: bool, monkeypatch
+) -> None:
+    monkeypatch.setenv(SHADOW_ENV, setting)
+    assert shadow_enabled(ShadowConfig()) is on
+    assert shadow_enabled(ShadowConfig(enabled=not on)) is (not on)
+
+
+def test_an_unreadable_setting_fails_naming_it(monkeypatch) -> None:
+    monkeypatch.setenv(SHADOW_ENV, "maybe")
+    with pytest.raises(Failure, match=f"{SHADOW_ENV}='maybe'"):
+        shadow_enabled(ShadowConfig())

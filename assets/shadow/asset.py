@@ -33,6 +33,7 @@ from dagster import (
     AssetsDefinition,
     AssetSpec,
     Config,
+    Failure,
     RetryRequested,
 )
 from pydantic import Field
@@ -104,7 +105,11 @@ def shadow_enabled(config: ShadowConfig) -> bool:
         return config.enabled
     raw = os.environ.get(SHADOW_ENV, "").strip().lower()
     if raw not in _ON | _OFF:
-        raise ValueError(f"${SHADOW_ENV}={raw!r}: expected one of 1, true, 0, false (or unset)")
+        # A typo fails the step loudly (a retry would read the same setting).
+        raise Failure(
+            f"${SHADOW_ENV}={raw!r}: expected one of 1, true, 0, false (or unset)",
+            allow_retries=False,
+        )
     return raw in _ON
 
 
