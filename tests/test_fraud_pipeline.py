@@ -50,6 +50,8 @@ def test_definitions_hold_the_contract_assets():
         "fraud_model",
         "fraud_scores",
         "fraud_alerts",
+        # The challenger's shadow scores (assets/shadow/), off unless NIGHTSHIFT_SHADOW is set.
+        "fraud_scores_shadow",
     }
     checks = {key.name for a in [*defs.assets, *defs.asset_checks] for key in a.check_keys}
     assert checks == {
@@ -67,6 +69,7 @@ def test_definitions_hold_the_contract_assets():
         "features_within_training_range",
         "feature_drift_below_limit",
         "alert_count_matches_flagged_scores",
+        "shadow_agrees_with_champion",  # a warning on the shadow's agreement, never blocking
     }
 
 
