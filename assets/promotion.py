@@ -124,7 +124,7 @@ class Verdict:
 
 
 def parse_tolerances(raw: str, metrics: Sequence[str]) -> Metrics:
-    """``0.05`` (every metric) or ``auprc=0.03,recall_at_threshold=0.1`` (those named), as the
+    """``0.05`` (every metric) or ``auprc=0.03,recall_at_champion_alerts=0.1`` (those named), as the
     ``NIGHTSHIFT_PROMOTION_TOLERANCE`` setting writes them; a name not among ``metrics`` is
     ignored, so one setting serves every model's gate."""
     out: Metrics = {}

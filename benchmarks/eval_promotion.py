@@ -267,8 +267,9 @@ def bootstrap(store: DataStore, held: pd.DataFrame, versions: dict[str, str], re
         rows = held.iloc[rng.integers(0, len(held), len(held))]
         store.write_landing(TRANSACTIONS_LABELLED, day, labelled_table(rows, day, f"r{rep}"))
         for name, version in versions.items():
-            for k, v in FRAUD_GATE.evaluate(store, version, [day], runtime).items():
-                drawn[name][k].append(v)
+            measured = FRAUD_GATE.evaluate(store, version, [day], runtime)
+            for k in METRICS:
+                drawn[name][k].append(measured[k])
     first, second = versions
     out: dict = {"reps": reps}
     for k in METRICS:
@@ -295,10 +296,12 @@ def budget_recall(store: DataStore, versions: dict[str, str], days: list[str]) -
         scored[name] = (scorer.score(x), scorer.threshold)
     champion, threshold = scored["champion"]
     alerts = int(np.sum(champion >= threshold))
-    out: dict = {"alerts": alerts, "rows": len(y)}
-    for name, (scores, _) in scored.items():
+    out: dict = {"alerts": alerts, "rows": len(y), "threshold": {}}
+    for name, (scores, own) in scored.items():
         top = np.argsort(-scores, kind="stable")[:alerts]
         out[name] = float(y[top].sum() / y.sum())
+        # Recall at the version's own alert threshold: what the gate compared before.
+        out["threshold"][name] = float(np.mean(scores[y == 1] >= own))
     return out
 
 

@@ -41,7 +41,7 @@ from assets.fraud.schemas import (
 from assets.promotion import Gate, held_out_days, training_days
 from inference.engine.device import Runtime
 from inference.models.modelstore import load_model
-from inference.models.registry import register, window_of
+from inference.models.registry import champion_version, register, window_of
 from inference.tabular.ranges import FeatureRanges
 from inference.tabular.tabular import TabularScorer, TrainConfig, train_classifier
 from inference.tabular.tabular_metrics import average_precision
@@ -135,26 +135,55 @@ def train_and_save(
 
 
 def evaluate(store: DataStore, version: str, days: list[str], runtime: Runtime) -> dict:
-    """AUPRC and recall at the alert threshold of one version on the labelled ``days``,
-    scored as nightly scoring scores them (features clamped to the version's training ranges).
+    """How well one version finds fraud on the labelled ``days``, scored as nightly scoring
+    scores them (features clamped to the version's training ranges):
+
+    - ``auprc``: the ranking, over every threshold;
+    - ``recall_at_champion_alerts``: the share of frauds among its top rows when it raises as
+      many alerts as the champion raises at its own alert threshold. Each version picks its
+      own threshold on its own validation split, so recall at each one's threshold moves with
+      how many alerts it raises, not with how well it ranks; at the champion's alert count the
+      analysts' workload is the same and only the ranking decides;
+    - ``recall_at_threshold``: recall at the version's own threshold (reported, not gated).
     """
+    scores, y, threshold = _held_out_scores(store, version, days, runtime)
+    champion = champion_version(store.read_bytes, store.models_dir, MODEL_NAME)
+    if champion == version:
+        alerts = int(np.count_nonzero(scores >= threshold))
+    else:
+        theirs, _, their_threshold = _held_out_scores(store, champion, days, runtime)
+        alerts = int(np.count_nonzero(theirs >= their_threshold))
+    fraud = y == 1
+    return {
+        "auprc": average_precision(y, scores),
+        "recall_at_champion_alerts": recall_at_alerts(y, scores, alerts),
+        "recall_at_threshold": float(np.mean(scores[fraud] >= threshold)),
+        "champion_alerts": alerts,
+    }
+
+
+def recall_at_alerts(y: np.ndarray, scores: np.ndarray, alerts: int) -> float:
+    """The share of frauds among the ``alerts`` highest scores (ties by row order)."""
+    top = np.argsort(-scores, kind="stable")[: max(0, alerts)]
+    return float(np.count_nonzero(y[top] == 1) / max(1, np.count_nonzero(y == 1)))
+
+
+def _held_out_scores(
+    store: DataStore, version: str, days: list[str], runtime: Runtime
+) -> tuple[np.ndarray, np.ndarray, float]:
+    """One version's scores of the labelled ``days``, their labels and its alert threshold."""
     stored = load_model(store.read_bytes, store.models_dir, MODEL_NAME, version)
     scorer = TabularScorer.from_stored(stored.tensors, stored.manifest, runtime)
     x, y = training_set(store, days, stored.manifest["features"], lambda _: None)
     if scorer.ranges is not None:
         x = scorer.ranges.guard(x).x
-    scores = scorer.score(x, max_rows=EVAL_BATCH_ROWS)
-    fraud = y == 1
-    if not fraud.any():
+    if not (y == 1).any():
         where = store.uri(store.path("landing", TRANSACTIONS_LABELLED))
         raise LandingDataError(
             f"{TRANSACTIONS_LABELLED} on {', '.join(days)} under {where}: {len(y)} rows and no "
             "is_fraud label set, so a fraud model cannot be judged on them"
         )
-    return {
-        "auprc": average_precision(y, scores),
-        "recall_at_threshold": float(np.mean(scores[fraud] >= scorer.threshold)),
-    }
+    return scorer.score(x, max_rows=EVAL_BATCH_ROWS), y, float(scorer.threshold)
 
 
 # Rows per model call when the gate scores held-out days.
@@ -162,12 +191,12 @@ EVAL_BATCH_ROWS = 65_536
 
 FRAUD_GATE = Gate(
     model=MODEL_NAME,
-    metrics=("auprc", "recall_at_threshold"),
+    metrics=("auprc", "recall_at_champion_alerts"),
     labelled_days=lambda store: store.landing_dates(TRANSACTIONS_LABELLED),
     evaluate=evaluate,
     # About how far apart retrains of one history with other seeds measure on two demo days,
-    # where each missed fraud moves recall by about a hundredth (docs/models.md).
-    tolerances={"auprc": 0.025, "recall_at_threshold": 0.075},
+    # and what the real card data allows (docs/models.md).
+    tolerances={"auprc": 0.025, "recall_at_champion_alerts": 0.075},
 )
 
 
