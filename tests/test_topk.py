@@ -17,7 +17,7 @@ from inference.recs.topk_kernels import GROUP_ITEMS, MAX_TILE_ITEMS, Kernel, def
 
 TILE_ITEMS = MAX_TILE_ITEMS
 # Other shapes than the fixed one, whose tiles divide it: the algorithm must not depend on it.
-OTHER_SHAPES = ((256, 2048), (128, 1024), (512, 1024))
+OTHER_SHAPES = ((512, 2048), (128, 1024), (512, 1024))
 
 
 def brute_force(scores: np.ndarray, seen: list[set[int]], k: int) -> tuple[np.ndarray, np.ndarray]:

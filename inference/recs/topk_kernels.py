@@ -74,10 +74,11 @@ class Kernel:
         return tiles
 
 
-# (chunk_users, tile_items): the score tile the selection reads right after its GEMM. Many
-# users per chunk keep the GEMM near the core's FMA peak and spread each chunk's fixed cost
-# (the seen-item layout, the final ranking) over more rows; fewer users starve the GEMM.
-SHAPE = (512, 2048)
+# (chunk_users, tile_items): the score tile the selection reads right after its GEMM. Fewer
+# than 256 users per chunk starve the GEMM and repeat each chunk's fixed cost (the seen-item
+# layout, the final ranking) more often; more users measured no faster and double the tile
+# every chunk keeps in cache.
+SHAPE = (256, 2048)
 MAX_TILE_ITEMS = SHAPE[1]
 
 
