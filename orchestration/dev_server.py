@@ -14,6 +14,11 @@ from resources.storage import REPO_ROOT
 # Holds only sitecustomize.py: on PYTHONPATH it adds no other importable name.
 EXIT_SITE = Path(__file__).resolve().parent / "dev_site"
 WORKSPACE = REPO_ROOT / "workspace.yaml"
+# How often `dagster dev` heartbeats its code-server proxy and restarts it if it is gone (its
+# default is 5 s). It restarts it also while it is itself stopping, after the stop signal that
+# ended the proxy too, and the new proxy then outlives the stop: a longer period makes that
+# rarer. It stays well under the proxy's heartbeat timeout (45 s), past which it would stop.
+CODE_SERVER_CHECK_SECONDS = "20"
 
 
 def dagster_dev_command(host: str, port: int) -> list[str]:
@@ -24,9 +29,14 @@ def dagster_dev_command(host: str, port: int) -> list[str]:
 
 def dagster_dev_environment(base: Mapping[str, str]) -> dict[str, str]:
     """``base`` with :data:`EXIT_SITE` first on PYTHONPATH, where every process of the tree
-    (each one a new interpreter that inherits the environment) finds its sitecustomize."""
+    (each one a new interpreter that inherits the environment) finds its sitecustomize, and
+    the code-server check period of :data:`CODE_SERVER_CHECK_SECONDS`."""
     paths = [str(EXIT_SITE), *filter(None, base.get("PYTHONPATH", "").split(os.pathsep))]
-    return {**base, "PYTHONPATH": os.pathsep.join(dict.fromkeys(paths))}
+    return {
+        **base,
+        "PYTHONPATH": os.pathsep.join(dict.fromkeys(paths)),
+        "DAGSTER_CODE_SERVER_AUTO_RESTART_INTERVAL": CODE_SERVER_CHECK_SECONDS,
+    }
 
 
 def exec_dagster_dev(host: str, port: int) -> None:

@@ -246,7 +246,8 @@ def test_dagster_dev_exits_within_10s_of_a_stop_signal_during_a_run(
         [*generate, "--scale", "0.3"], env=env, capture_output=True, text=True, timeout=120
     )
     assert done.returncode == 0, done.stderr
-    # `nightshift ui` (what `make ui` runs) creates the instance, then becomes `dagster dev`.
+    assert subprocess.run([str(BIN / "nightshift"), "init"], env=env, timeout=120).returncode == 0
+
     log = tmp_path / "dagster_dev.log"
     process, url = start_dagster_dev(env, log)
     stack = DagsterStack(url, home, data_root, log, process)

@@ -119,9 +119,21 @@ def start_dagster_dev(env: dict[str, str], log: Path) -> tuple[subprocess.Popen,
     return process, f"http://127.0.0.1:{port}"
 
 
+def _became_dagster_dev(process: subprocess.Popen) -> bool:
+    """Whether `nightshift ui` (its instance initialised) has exec'd `dagster dev`, or exited."""
+    if process.poll() is not None:
+        return True
+    try:
+        return b"dagster\x00dev\x00" in Path(f"/proc/{process.pid}/cmdline").read_bytes()
+    except OSError:
+        return True
+
+
 def wait_until_serving(stack: DagsterStack, timeout: float = 120) -> None:
-    """Waits for the webserver to answer; fails with the log's tail if `dagster dev` exited."""
+    """Waits for `nightshift ui` to become `dagster dev`, then for the webserver to answer
+    (each within ``timeout``); fails with the log's tail if it exited."""
     process = stack.process
+    wait_for(lambda: _became_dagster_dev(process), timeout, "nightshift ui to exec dagster dev")
     wait_for(lambda: process.poll() is not None or _server_up(stack.url), timeout, "dagster dev")
     assert process.poll() is None, f"dagster dev exited:\n{stack.log_tail()}"
 

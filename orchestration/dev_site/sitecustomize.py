@@ -5,9 +5,8 @@ garbage collection.
 daemon, code servers and run workers all import it at start-up. A stop signal reaches all of
 them at once, and each then spends most of its exit in CPython's final collection over every
 object its imports made (Dagster, torch, the definitions), memory the operating system takes
-back anyway. Three of them wait on one another (the run worker, the code server that started
-it, the proxy in front of that server), so the tree outlived the stop whenever anything else
-wanted the CPUs.
+back anyway. They also wait on one another (a code server for the run workers it started),
+so the tree outlived the stop whenever anything else wanted the CPUs.
 
 Freezing the heap in the last exit handler skips that collection: registered before any other,
 it runs after all of them (log flushes, temporary-file clean-up, Dagster's own), and objects
