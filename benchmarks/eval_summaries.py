@@ -2,11 +2,12 @@
 
 The data is CNN/DailyMail (human-written highlights as references), in two forms: plain
 (cased, as published) and tokenised lower-case (Penn-Treebank-style tokens, `` . `` between
-sentences, ``-lrb-`` brackets: the form many corpora ship). Two sets (:data:`DATASETS`): the
+sentences, ``-lrb-`` brackets: the form many corpora ship). Four sets (:data:`DATASETS`): the
 first 1,000 validation articles, all CNN, cased, whose tokenised form is made here by
-:func:`ptb_tokenise`; and 4,368 later validation articles, 4,148 of them Daily Mail, that exist
+:func:`ptb_tokenise`; 4,368 later validation articles, 4,148 of them Daily Mail, that exist
 here only in See et al.'s tokenised form (:mod:`benchmarks.cnn_dailymail_bins`), so they are
-scored in that form alone. Articles are drawn every k-th across a file, not the first N: the
+scored in that form alone; and two sets of cased test articles, mostly Daily Mail, from the
+BUMP and FRANK annotation benchmarks (:mod:`benchmarks.cnn_dailymail_cased`), both forms. Articles are drawn every k-th across a file, not the first N: the
 ranker is tuned on such samples (``--tune``, each set's ``tuning`` offsets) and reported on
 three disjoint ones pooled (offsets k/4, k/2, 3k/4). Each article's source, CNN or Daily Mail,
 is read from the URL its id is the sha1 of (the published URL lists), else from its dateline;
@@ -152,8 +153,64 @@ VALIDATION_URLS = Dataset(
     urls=None,
 )
 
-# The evaluation sets, by name: CNN (both forms) and mostly Daily Mail (tokenised form only).
-DATASETS = {d.name: d for d in (CNN_DAILYMAIL, VALIDATION_CHUNKS)}
+_BUMP_REPO, _BUMP_COMMIT = "github.com/dataminr-ai/BUMP", "86327f14b9e0c16a364a3793b8a622dc703d22fd"
+_FRANK_REPO, _FRANK_COMMIT = "github.com/artidoro/frank", "5860706bda0641136d10d27ead52c5f6ae79630e"
+_CASED_LICENCE = (
+    "articles and highlights: copyright CNN and the Daily Mail, distributed for research "
+    "(Hermann et al. 2015); the repository's MIT licence covers its annotations, not the "
+    "articles. Not committed here."
+)
+
+TEST_BUMP = Dataset(
+    name="cnn_dailymail_test_bump",
+    file="cnn_dailymail_test_bump.csv",
+    sha256="30a6616a00101cf2abe1c0058dc997359b23347027695bef35fe4de9fd88030f",
+    source="198 CNN/DailyMail 3.0.0 test articles (176 Daily Mail, 22 CNN), cased, whole, with "
+    f"their highlights, from BUMP (Ma et al. 2023), {_BUMP_REPO}, commit {_BUMP_COMMIT}, "
+    "data/task1_dataset.json (3,852,954 bytes, sha256 419c37fd...2b47e) and "
+    "data/task2_dataset.json (1,060,175 bytes, sha256 b4b03a80...47a5d), converted by "
+    "benchmarks.cnn_dailymail_cased; source by BUMP's test-split index (CNN first)",
+    licence=_CASED_LICENCE,
+    how_to_get=f"git clone https://{_BUMP_REPO} bump && mkdir -p .nightshift/eval/bump && "
+    + " && ".join(
+        f"git -C bump show {_BUMP_COMMIT}:data/{t}_dataset.json > .nightshift/eval/bump/{t}.json"
+        for t in ("task1", "task2")
+    )
+    + " && python -m benchmarks.cnn_dailymail_cased bump "
+    ".nightshift/eval/cnn_dailymail_test_bump.csv .nightshift/eval/bump/task1.json "
+    ".nightshift/eval/bump/task2.json",
+    every=4,
+    urls=None,
+)
+
+TEST_FRANK = Dataset(
+    name="cnn_dailymail_test_frank",
+    file="cnn_dailymail_test_frank.csv",
+    sha256="c4aacda6d30f07c2f5c70920080118a9f498f26929ccfe4116ae08e3e4097dca",
+    source="244 CNN/DailyMail test articles (222 Daily Mail, 22 CNN; FRANK's 250 less the 6 "
+    "BUMP also has), cased, cut at the summarisers' input length, with their highlights "
+    f"(detokenised), from FRANK (Pagnoni et al. 2021), {_FRANK_REPO}, commit {_FRANK_COMMIT}, "
+    "data/articles-wbertscore-json/<sha1 of the URL>.json, converted by "
+    "benchmarks.cnn_dailymail_cased in the order of the test URL list "
+    "(github.com/abisee/cnn-dailymail b15ad0a, url_lists/all_test.txt, sha256 "
+    "c4f5efb5...09bd); source by each article's URL",
+    licence=_CASED_LICENCE,
+    how_to_get=f"git clone https://{_FRANK_REPO} frank && mkdir -p .nightshift/eval/frank && "
+    f"git -C frank archive {_FRANK_COMMIT} data/articles-wbertscore-json | tar -x "
+    "--strip-components=2 -C .nightshift/eval/frank && git clone "
+    "https://github.com/abisee/cnn-dailymail && git -C cnn-dailymail show "
+    "b15ad0a2db0d407a84b8ca9b5731e1f1c4bd24b9:url_lists/all_test.txt > "
+    ".nightshift/eval/cnn_dailymail_all_test_urls.txt && "
+    "python -m benchmarks.cnn_dailymail_cased frank .nightshift/eval/cnn_dailymail_test_frank.csv "
+    ".nightshift/eval/cnn_dailymail_all_test_urls.txt .nightshift/eval/frank --exclude "
+    ".nightshift/eval/cnn_dailymail_test_bump.csv",
+    every=4,
+    urls=None,
+)
+
+# The evaluation sets, by name: CNN (both forms), mostly Daily Mail (tokenised form only), and
+# the cased test articles, mostly Daily Mail (both forms).
+DATASETS = {d.name: d for d in (CNN_DAILYMAIL, VALIDATION_CHUNKS, TEST_BUMP, TEST_FRANK)}
 
 
 @dataclass(frozen=True)
@@ -161,6 +218,7 @@ class Example:
     doc_id: str
     article: str
     reference: str  # one highlight per line
+    source: str | None = None  # cnn or dailymail, where the file says it
 
 
 def dataset_path(dataset: Dataset = CNN_DAILYMAIL, cache: Path = CACHE) -> Path:
@@ -178,10 +236,14 @@ def dataset_path(dataset: Dataset = CNN_DAILYMAIL, cache: Path = CACHE) -> Path:
 
 
 def load_examples(path: Path) -> list[Example]:
-    """Rows of a CSV with ``article``, ``highlights`` (one per line) and ``id`` columns."""
+    """Rows of a CSV with ``article``, ``highlights`` (one per line) and ``id`` columns, and a
+    ``source`` one where the file says each article's source."""
     with open(path, newline="", encoding="utf-8") as handle:
         rows = list(csv.DictReader(handle))
-    return [Example(r["id"], r["article"], r["highlights"].strip()) for r in rows]
+    return [
+        Example(r["id"], r["article"], r["highlights"].strip(), r.get("source") or None)
+        for r in rows
+    ]
 
 
 def every_kth(examples: Sequence[Example], every: int, offset: int) -> list[Example]:
@@ -197,13 +259,14 @@ def report_offsets(every: int) -> list[int]:
 
 
 def article_sources(examples: Sequence[Example], urls: Path | None) -> dict[str, str]:
-    """Each article's source, ``cnn`` or ``dailymail``: by the URL its id is the sha1 of, when
-    the URL list has it, else by its dateline (``unknown`` when neither says)."""
+    """Each article's source, ``cnn`` or ``dailymail``: as its file says, else by the URL its
+    id is the sha1 of, when the URL list has it, else by its dateline (``unknown`` when none
+    says)."""
     by_id = {}
     if urls is not None:
         for url in urls.read_text(encoding="utf-8").split():
             by_id[hashlib.sha1(url.encode()).hexdigest()] = url
-    return {e.doc_id: _source(by_id.get(e.doc_id), e.article) for e in examples}
+    return {e.doc_id: e.source or _source(by_id.get(e.doc_id), e.article) for e in examples}
 
 
 def _source(url: str | None, article: str) -> str:
@@ -397,26 +460,12 @@ def evaluate(
         rows of dataset (name, source and form), method, metric (rouge1, rouge2, rougeLsum,
         summary_words), value, documents.
     """
-    path = data or dataset_path(dataset, cache)
-    if urls is None and data is None and dataset.urls is not None:
-        urls = dataset_path(DATASETS.get(dataset.urls, VALIDATION_URLS), cache)
-    if data is None:
-        pretokenised = dataset.forms == ("tokenised",)
-    every = every or (dataset.every if data is None else EVERY)
-    offsets = report_offsets(every) if offsets is None else list(offsets)
-    loaded = load_examples(path)
-    examples = [e for offset in offsets for e in every_kth(loaded, every, offset)]
-    source = article_sources(examples, urls)
-    groups = {"all": examples}
-    for name in (*SOURCES, "unknown"):
-        members = [e for e in examples if source[e.doc_id] == name]
-        if members:
-            groups[name] = members
+    label, examples, groups, pretokenised = _sample(
+        data, every, offsets, cache, urls, dataset, pretokenised
+    )
     methods = methods or default_methods()
     encoder = encoder or load_sentence_encoder(make_runtime("cpu", "fp32"))
     embed = CachedEmbeddings(encoder, cache)
-    starts = ",".join(map(str, offsets))
-    label = path.stem if every == 1 else f"{path.stem}[{starts}::{every}]"
     rows = []
     try:
         for form in ("tokenised",) if pretokenised else ("tokenised", "plain"):
@@ -434,6 +483,105 @@ def evaluate(
     finally:
         embed.save()
     return rows
+
+
+def _sample(
+    data: Path | None,
+    every: int | None,
+    offsets: Sequence[int] | None,
+    cache: Path,
+    urls: Path | None,
+    dataset: Dataset,
+    pretokenised: bool,
+) -> tuple[str, list[Example], dict[str, list[Example]], bool]:
+    """The sample :func:`evaluate` scores: its label, its articles, them by source ("all"
+    first), and whether it is tokenised already."""
+    path = data or dataset_path(dataset, cache)
+    if urls is None and data is None and dataset.urls is not None:
+        urls = dataset_path(DATASETS.get(dataset.urls, VALIDATION_URLS), cache)
+    if data is None:
+        pretokenised = dataset.forms == ("tokenised",)
+    every = every or (dataset.every if data is None else EVERY)
+    offsets = report_offsets(every) if offsets is None else list(offsets)
+    loaded = load_examples(path)
+    examples = [e for offset in offsets for e in every_kth(loaded, every, offset)]
+    source = article_sources(examples, urls)
+    groups = {"all": examples}
+    for name in (*SOURCES, "unknown"):
+        members = [e for e in examples if source[e.doc_id] == name]
+        if members:
+            groups[name] = members
+    starts = ",".join(map(str, offsets))
+    label = path.stem if every == 1 else f"{path.stem}[{starts}::{every}]"
+    return label, examples, groups, pretokenised
+
+
+def paired_margins(
+    dataset: Dataset = CNN_DAILYMAIL,
+    *,
+    data: Path | None = None,
+    every: int | None = None,
+    offsets: Sequence[int] | None = None,
+    cache: Path = CACHE,
+    encoder: SentenceEncoder | None = None,
+) -> list[dict]:
+    """Per source and form, nightshift's per-article ROUGE-1 lead over Lead-3 on the same
+    articles: its mean, the mean's standard error, and the wins, ties and losses (a tie is
+    mostly the same sentences), so a margin can be told from the spread between articles."""
+    label, examples, groups, pretokenised = _sample(
+        data, every, offsets, cache, None, dataset, False
+    )
+    methods = default_methods()
+    embed = CachedEmbeddings(encoder or load_sentence_encoder(make_runtime("cpu", "fp32")), cache)
+    rows = []
+    try:
+        for form in ("tokenised",) if pretokenised else ("tokenised", "plain"):
+            ours, theirs = (
+                _rouge1_each(_summaries(methods[m], examples, form, embed, pretokenised))
+                for m in ("nightshift", "lead-3")
+            )
+            diff = dict(zip((e.doc_id for e in examples), ours - theirs, strict=True))
+            for group, members in groups.items():
+                d = np.array([diff[e.doc_id] for e in members])
+                se = d.std(ddof=1) / np.sqrt(len(d)) if len(d) > 1 else float("nan")
+                rows.append(
+                    {
+                        "dataset": f"{label} {group} ({form})",
+                        "margin": round(float(d.mean()), 2),
+                        "se": round(float(se), 2),
+                        "wins": int((d > 1e-9).sum()),
+                        "ties": int((abs(d) <= 1e-9).sum()),
+                        "losses": int((d < -1e-9).sum()),
+                        "documents": len(d),
+                    }
+                )
+    finally:
+        embed.save()
+    return rows
+
+
+def _rouge1_each(pairs: Sequence[tuple[str, str]]) -> np.ndarray:
+    """ROUGE-1 F1 (x100) of each (summary, reference) pair, scored as :func:`rouge` does."""
+    from rouge_score import rouge_scorer
+
+    scorer = rouge_scorer.RougeScorer(["rouge1"], use_stemmer=True)
+    return np.array(
+        [
+            100 * scorer.score(ref, "\n".join(split_sentences(s)))["rouge1"].fmeasure
+            for s, ref in pairs
+        ]
+    )
+
+
+def margins_table(rows: Sequence[dict]) -> str:
+    """:func:`paired_margins` rows as a Markdown table."""
+    head = "| dataset | margin | se | wins | ties | losses | documents |\n|---|---|---|---|---|---|---|"
+    body = [
+        f"| {r['dataset']} | {r['margin']:+.2f} | {r['se']:.2f} | {r['wins']} | {r['ties']} | "
+        f"{r['losses']} | {r['documents']} |"
+        for r in rows
+    ]
+    return "\n".join([head, *body])
 
 
 def _summaries(
@@ -560,6 +708,11 @@ def main(argv: Sequence[str] | None = None) -> int:
         "--offset", type=int, nargs="+", help="where the samples start (default k/4 k/2 3k/4)"
     )
     parser.add_argument("--tune", action="store_true", help="the ranker grid on offset 0")
+    parser.add_argument(
+        "--paired",
+        action="store_true",
+        help="per-article ROUGE-1 margin over Lead-3: mean, standard error, wins/ties/losses",
+    )
     parser.add_argument("--json", type=Path, help="also write the rows here")
     parser.add_argument("--cache", type=Path, default=CACHE, help="data and embeddings cache")
     args = parser.parse_args(argv)
@@ -567,6 +720,18 @@ def main(argv: Sequence[str] | None = None) -> int:
     os.environ.setdefault("TRANSFORMERS_OFFLINE", "1")
     try:
         datasets = [DATASETS[n] for n in args.dataset or DATASETS]
+        if args.paired:
+            margins = [
+                row
+                for dataset in datasets
+                for row in paired_margins(
+                    dataset, every=args.every, offsets=args.offset, cache=args.cache
+                )
+            ]
+            print(margins_table(margins))
+            if args.json:
+                args.json.write_text(json.dumps(margins, indent=2))
+            return 0
         if args.tune:
             rows = tune(
                 args.data,

@@ -1,0 +1,148 @@
+"""Cased CNN/DailyMail test articles with their highlights, from two annotation benchmarks.
+
+No copy of the cased test split fits the public-repository store (its files of 4 MiB and more
+are dropped), but two factual-consistency benchmarks ship CNN/DailyMail test articles, cased,
+with the reference highlights beside them:
+
+- BUMP (Ma et al. 2023, github.com/dataminr-ai/BUMP, ``data/task1_dataset.json`` and
+  ``task2_dataset.json``): whole articles and their highlights as plain prose, keyed by
+  ``article_id``, an index into the test split, whose first 1,093 articles are CNN (the URL
+  list has the 1,093 CNN URLs first). That index is the source: it agrees with the "(CNN)"
+  dateline on every article.
+- FRANK (Pagnoni et al. 2021, github.com/artidoro/frank, ``data/articles-wbertscore-json/``):
+  one JSON file per article with its URL (whose sha1 is the file's name, checked here), the
+  article as the summarisers read it (cut at their input length, so long articles end early)
+  and the highlights in Stanford-tokenised cased form (``-LRB-``, `` 's``, `` .``), which
+  :func:`detokenise` turns back into prose. The URL is the source.
+
+    python -m benchmarks.cnn_dailymail_cased bump OUT.csv TASK1.json TASK2.json
+    python -m benchmarks.cnn_dailymail_cased frank OUT.csv ALL_TEST_URLS.txt DIR --exclude BUMP.csv
+
+write the CSV layout ``benchmarks.eval_summaries`` reads (article, highlights one per line, id,
+source), articles in test-split order. FRANK articles that BUMP also holds are left out with
+``--exclude``, so the two files share no article and their figures can be pooled.
+"""
+
+from __future__ import annotations
+
+import csv
+import hashlib
+import json
+import re
+import sys
+from collections.abc import Sequence
+from pathlib import Path
+
+# The test split's URL list has its CNN articles first: 1,093 of 11,490.
+CNN_TEST_ARTICLES = 1093
+FIELDS = ("article", "highlights", "id", "source")
+# One highlight ends with " ." (how the highlights are joined on one line in both sources).
+_HIGHLIGHT_END = re.compile(r"(?<= \.)\s+")
+_PTB = {"-LRB-": "(", "-RRB-": ")", "-LSB-": "[", "-RSB-": "]", "-LCB-": "{", "-RCB-": "}"}
+
+
+def highlight_lines(text: str) -> str:
+    """The highlights one per line: each ends with a detached period."""
+    return "\n".join(line.strip() for line in _HIGHLIGHT_END.split(text.strip()) if line.strip())
+
+
+def detokenise(text: str) -> str:
+    """Stanford-tokenised prose back to plain: brackets, quotes, clitics and punctuation
+    rejoined. The sentence-final " ." stays detached, as the highlights are published."""
+    for token, char in _PTB.items():
+        text = text.replace(token, char)
+    text = re.sub(r"``\s*", '"', text)
+    text = re.sub(r"\s*''", '"', text)
+    text = re.sub(r"`\s*", "'", text)
+    text = re.sub(r"([£$€])\s+(?=\d)", r"\1", text)
+    text = re.sub(r"([(\[{])\s+", r"\1", text)
+    text = re.sub(r"\s+([)\]}])", r"\1", text)
+    text = re.sub(r"(?i)\s+(n't|'s|'re|'ve|'ll|'m|'d)\b", r"\1", text)
+    text = re.sub(r"\s+([,;:!?%])", r"\1", text)
+    return re.sub(r"\s{2,}", " ", text).strip()
+
+
+def bump_rows(paths: Sequence[Path]) -> list[dict[str, str]]:
+    """One row per distinct BUMP article (each is repeated once per edited summary)."""
+    articles: dict[int, dict[str, str]] = {}
+    for path in paths:
+        for record in json.loads(path.read_text(encoding="utf-8")):
+            index = int(record["article_id"])
+            row = {
+                "article": record["article"],
+                "highlights": highlight_lines(record["reference_summary"]),
+                "id": f"bump-test-{index}",
+                "source": "cnn" if index < CNN_TEST_ARTICLES else "dailymail",
+            }
+            if articles.setdefault(index, row) != row:
+                raise ValueError(f"{path}: article_id {index} has two different texts")
+    return [articles[i] for i in sorted(articles)]
+
+
+def frank_rows(urls: Path, folder: Path, exclude: Sequence[str] = ()) -> list[dict[str, str]]:
+    """One row per FRANK CNN/DailyMail article (files named by a sha1), in test-split order,
+    without those whose text starts as one of ``exclude`` does."""
+    position = {
+        hashlib.sha1(u.encode()).hexdigest(): i
+        for i, u in enumerate(urls.read_text(encoding="utf-8").split())
+    }
+    skip = {_key(text) for text in exclude}
+    rows = []
+    for path in sorted(folder.glob("*.json")):
+        if not re.fullmatch(r"[0-9a-f]{40}", path.stem):
+            continue  # the XSum articles, named by their BBC id
+        record = json.loads(path.read_text(encoding="utf-8"))
+        url = record["url"]
+        if hashlib.sha1(url.encode()).hexdigest() != path.stem or path.stem not in position:
+            raise ValueError(f"{path}: its url {url} is not the test URL its name is the sha1 of")
+        if _key(record["article"]) in skip:
+            continue
+        source = "dailymail" if "dailymail.co.uk" in url else "cnn" if "cnn.com" in url else ""
+        if not source:
+            raise ValueError(f"{path}: url {url} is neither CNN nor Daily Mail")
+        reference = highlight_lines(detokenise(record["bart_reference"]))
+        rows.append(
+            {
+                "article": record["article"],
+                "highlights": reference,
+                "id": path.stem,
+                "source": source,
+            }
+        )
+    return sorted(rows, key=lambda r: position[r["id"]])
+
+
+def _key(article: str) -> str:
+    """An article's first 400 characters, whitespace collapsed: enough to tell two apart."""
+    return " ".join(article.split())[:400]
+
+
+def write(rows: Sequence[dict[str, str]], out: Path) -> None:
+    """The rows as the CSV ``benchmarks.eval_summaries`` reads."""
+    out.parent.mkdir(parents=True, exist_ok=True)
+    with open(out, "w", newline="", encoding="utf-8") as handle:
+        writer = csv.DictWriter(handle, fieldnames=FIELDS)
+        writer.writeheader()
+        writer.writerows(rows)
+
+
+def main(argv: Sequence[str]) -> int:
+    if len(argv) >= 3 and argv[0] == "bump":
+        rows = bump_rows([Path(p) for p in argv[2:]])
+    elif len(argv) in (4, 6) and argv[0] == "frank":
+        exclude = []
+        if len(argv) == 6 and argv[4] == "--exclude":
+            with open(argv[5], newline="", encoding="utf-8") as handle:
+                exclude = [r["article"] for r in csv.DictReader(handle)]
+        rows = frank_rows(Path(argv[2]), Path(argv[3]), exclude)
+    else:
+        print(__doc__, file=sys.stderr)
+        return 2
+    write(rows, Path(argv[1]))
+    counts = {s: sum(r["source"] == s for r in rows) for s in ("cnn", "dailymail")}
+    print(f"{argv[1]}: {len(rows)} articles, {counts}")
+    return 0
+
+
+if __name__ == "__main__":
+    sys.exit(main(sys.argv[1:]))

@@ -1,0 +1,140 @@
+"""The cased CNN/DailyMail test articles from BUMP and FRANK (benchmarks.cnn_dailymail_cased)."""
+
+from __future__ import annotations
+
+import hashlib
+import json
+
+import pytest
+
+from benchmarks import cnn_dailymail_cased as cased
+from benchmarks import eval_summaries as evaluation
+
+CNN_URL = "http://web.archive.org/web/2015id_/http://www.cnn.com/2015/04/01/us/index.html"
+MAIL_URL = "http://web.archive.org/web/2015id_/http://www.dailymail.co.uk/news/article-2.html"
+
+
+def _bump(path, records):
+    path.write_text(json.dumps(records))
+    return path
+
+
+def _record(index, article, reference, edited="x"):
+    return {
+        "id": 0,
+        "article_id": index,
+        "article": article,
+        "reference_summary": reference,
+        "edited_summary": edited,
+    }
+
+
+def test_bump_keeps_one_row_per_article_its_source_from_the_test_index(tmp_path):
+    mail = "Council approves the plan. iPhone sales rose after it."
+    first = _bump(
+        tmp_path / "task1.json",
+        [
+            _record(5000, mail, "Council approves plan . Sales rose .", "one"),
+            _record(5000, mail, "Council approves plan . Sales rose .", "two"),
+            _record(12, "(CNN)It rained.", "It rained ."),
+        ],
+    )
+    second = _bump(
+        tmp_path / "task2.json", [_record(5000, mail, "Council approves plan . Sales rose .")]
+    )
+    out = tmp_path / "bump.csv"
+    assert cased.main(["bump", str(out), str(first), str(second)]) == 0
+    examples = evaluation.load_examples(out)
+    assert [(e.doc_id, e.source) for e in examples] == [
+        ("bump-test-12", "cnn"),
+        ("bump-test-5000", "dailymail"),
+    ]
+    assert examples[1].reference == "Council approves plan .\nSales rose ."
+    assert evaluation.article_sources(examples, None) == {
+        "bump-test-12": "cnn",
+        "bump-test-5000": "dailymail",
+    }
+
+
+def test_bump_refuses_one_index_with_two_texts(tmp_path):
+    path = _bump(tmp_path / "t.json", [_record(5000, "A.", "a ."), _record(5000, "B.", "b .")])
+    with pytest.raises(ValueError, match="article_id 5000"):
+        cased.bump_rows([path])
+
+
+def _frank(folder, url, article, reference):
+    name = hashlib.sha1(url.encode()).hexdigest()
+    record = {"url": url, "article": article, "bart_reference": reference, "hash": name}
+    (folder / f"{name}.json").write_text(json.dumps(record))
+    return name
+
+
+def test_frank_rows_in_test_order_detokenised_without_the_excluded(tmp_path):
+    urls = tmp_path / "all_test.txt"
+    urls.write_text(f"{CNN_URL}\n{MAIL_URL}\n")
+    folder = tmp_path / "frank"
+    folder.mkdir()
+    mail = _frank(
+        folder,
+        MAIL_URL,
+        "The firm's £330million loan (Greece) was repaid.",
+        "Greece 's £ 330million loan -LRB- IMF -RRB- is `` repaid '' . It was n't late .",
+    )
+    _frank(folder, CNN_URL, "(CNN)It rained.", "It rained .")
+    (folder / "35933239.json").write_text("{}")  # an XSum article: not CNN/DailyMail
+    out = tmp_path / "frank.csv"
+    cased.write(cased.frank_rows(urls, folder, exclude=["(CNN)It  rained."]), out)
+    examples = evaluation.load_examples(out)
+    assert [(e.doc_id, e.source) for e in examples] == [(mail, "dailymail")]
+    assert (
+        examples[0].reference == "Greece's £330million loan (IMF) is \"repaid\" .\nIt wasn't late ."
+    )
+
+
+def test_frank_refuses_a_file_not_named_by_its_urls_sha1(tmp_path):
+    urls = tmp_path / "all_test.txt"
+    urls.write_text(f"{MAIL_URL}\n")
+    folder = tmp_path / "frank"
+    folder.mkdir()
+    wrong = "0" * 40
+    (folder / f"{wrong}.json").write_text(
+        json.dumps({"url": MAIL_URL, "article": "A.", "bart_reference": "a ."})
+    )
+    with pytest.raises(ValueError, match=wrong):
+        cased.frank_rows(urls, folder)
+
+
+def test_paired_margins_count_each_article_once_per_source_and_form(tmp_path):
+    from inference.engine.device import make_runtime
+    from inference.text.encoder import load_sentence_encoder
+
+    lead = "The council approved the new bridge on Monday. It will open in May. Tolls are free."
+    rest = " Residents spoke at length about parking. The weather was mild. A dog barked twice."
+    out = tmp_path / "tiny.csv"
+    cased.write(
+        [
+            {
+                "article": lead + rest,
+                "highlights": "Council approves bridge .\nIt opens in May .",
+                "id": f"a{i}",
+                "source": "dailymail" if i % 2 else "cnn",
+            }
+            for i in range(4)
+        ],
+        out,
+    )
+    encoder = load_sentence_encoder(make_runtime("cpu", "fp32"))
+    rows = evaluation.paired_margins(
+        data=out, every=1, offsets=[0], cache=tmp_path, encoder=encoder
+    )
+    by = {r["dataset"]: r for r in rows}
+    assert set(by) == {f"tiny {g} ({f})" for g in ("all", "cnn", "dailymail") for f in FORMS}
+    for row in rows:
+        assert row["wins"] + row["ties"] + row["losses"] == row["documents"]
+        # The same article four times: every margin is the same, so its spread is nil.
+        assert row["se"] == 0.0
+    assert by["tiny all (plain)"]["documents"] == 4 and by["tiny cnn (plain)"]["documents"] == 2
+    assert "| tiny dailymail (plain) |" in evaluation.margins_table(rows)
+
+
+FORMS = ("tokenised", "plain")
