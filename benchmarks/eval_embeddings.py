@@ -130,11 +130,15 @@ def embedded(
 def timed(
     runs: dict[str, Callable[[], np.ndarray]], repeats: int
 ) -> dict[str, tuple[float, np.ndarray]]:
-    """Each run's best seconds over ``repeats`` rounds (the runs alternated within a round, so a
-    change of machine load falls on all) and its result."""
+    """Each run's best seconds over ``repeats`` rounds and its result. The runs alternate
+    within a round, and each round starts one run later than the one before, so a load that
+    rises or falls through the rounds does not always land on the same run."""
     best: dict[str, tuple[float, np.ndarray]] = {}
-    for _ in range(repeats):
-        for name, run in runs.items():
+    names = list(runs)
+    for round_ in range(repeats):
+        shift = round_ % len(names)
+        for name in names[shift:] + names[:shift]:
+            run = runs[name]
             started = time.perf_counter()
             result = run()
             seconds = time.perf_counter() - started
