@@ -217,8 +217,10 @@ def test_new_landing_partition_launches_exactly_one_run(ui_stack: DagsterStack) 
     forgotten = time.time()
 
     def evaluated_again() -> dict | None:
+        # A tick still STARTED has not been evaluated yet: wait for one that has ended.
         ticks = _sensor_ticks(ui_stack, "landing_sensor")
-        return next((t for t in ticks if t["timestamp"] > forgotten), None)
+        ended = (t for t in ticks if t["timestamp"] > forgotten and t["status"] != "STARTED")
+        return next(ended, None)
 
     repeat = wait_for(evaluated_again, 150, "a later landing_sensor tick", every=3)
     assert repeat["runIds"] == [] and repeat["status"] == "SKIPPED", repeat
