@@ -151,7 +151,7 @@ def test_an_expired_lease_is_taken_over(any_store) -> None:
 
 
 def test_shards_dictionary_encode_only_repetitive_columns():
-    from inference.engine.partition_io import dictionary_columns
+    from inference.engine.output_partition import dictionary_columns
 
     n = 5000
     table = pa.table(

@@ -30,8 +30,7 @@ from dataclasses import asdict, dataclass, field
 
 import pyarrow.fs as pafs
 
-from inference.engine.output_partition import PartitionTarget
-from inference.engine.partition_io import PartitionIO
+from inference.engine.output_partition import PartitionIO, PartitionTarget
 from policy.prices import NodePrices
 
 SPOT, ON_DEMAND = "spot", "on_demand"

@@ -1,15 +1,29 @@
 """An output partition: where it and its staging area live, the names inside it, what decides its
-content (fingerprints), and what writing it did (``ShardReport``)."""
+content (fingerprints), what writing it did (``ShardReport``), the file operations on its
+filesystem (``PartitionIO``), and how it is published.
+
+Files are written whole: parquet and JSON through a temporary file renamed into place locally,
+in one PUT on S3. A partition written in staging is published by renaming the staging folder
+into place (local), or by copying its files under commit-unique names and writing the manifest
+last (S3). A companion's (quarantine, side output) files wait in the writing partition's
+staging folder until they are published.
+"""
 
 from __future__ import annotations
 
 import hashlib
 import json
+import uuid
+from collections.abc import Iterable
 from dataclasses import dataclass, field
 from typing import Any
 
+import pyarrow as pa
+import pyarrow.compute as pc
 import pyarrow.fs as pafs
+import pyarrow.parquet as pq
 
+from inference.engine.diskspace import writing
 from inference.engine.invariants import StreamStats
 from inference.engine.leases import CasStore
 
@@ -82,3 +96,179 @@ def input_fingerprint(fs: pafs.FileSystem, files: list[str]) -> list[tuple[str, 
     """Identity of input files: path, size and modification time (ETag-like)."""
     infos = fs.get_file_info(files)
     return [(i.path, i.size or 0, str(i.mtime_ns or i.mtime)) for i in infos]
+
+
+class PartitionIO:
+    """Writes, reads and removes files on ``target``'s filesystem; local writes go through a
+    temporary file, and a write that fails for lack of space names the file."""
+
+    def __init__(self, target: PartitionTarget):
+        self.target = target
+
+    def write_parquet(self, path: str, tables: Iterable[pa.Table], schema: pa.Schema) -> int:
+        tmp = f"{path}.tmp" if self.target.local else path
+        with self._writing(tmp, path):
+            rows = self._write_tables(tmp, tables, schema)
+        if self.target.local:
+            self.target.fs.move(tmp, path)
+        return rows
+
+    def write_beside(
+        self,
+        subdir: str,
+        target: PartitionTarget | None,
+        name: str,
+        tables: list[pa.Table],
+        schema: pa.Schema | None = None,
+    ) -> str | None:
+        """Writes a shard's companion rows (quarantined, side output) into ``subdir`` of staging;
+        removes a stale file when the shard now has none."""
+        path = f"{self.target.staging_dir}/{subdir}/{name}"
+        if not tables:
+            if target is not None and self.exists(path):
+                self.target.fs.delete_file(path)
+            return None
+        if target is None:
+            raise ValueError(f"a shard has rows for {subdir} but the writer has no target for it")
+        self.mkdir(f"{self.target.staging_dir}/{subdir}")
+        self.write_parquet(path, tables, schema or tables[0].schema)
+        return name
+
+    def _write_tables(self, tmp: str, tables: Iterable[pa.Table], schema: pa.Schema) -> int:
+        rows, out = 0, None
+        try:
+            for table in tables:
+                table = table.select(schema.names).cast(schema)
+                if out is None:
+                    out = pq.ParquetWriter(
+                        tmp,
+                        schema,
+                        filesystem=self.target.fs,
+                        use_dictionary=dictionary_columns(table),
+                    )
+                out.write_table(table)
+                rows += table.num_rows
+            if out is None:  # no rows: an empty file that still carries the schema
+                out = pq.ParquetWriter(tmp, schema, filesystem=self.target.fs)
+        finally:
+            if out is not None:
+                out.close()
+        return rows
+
+    def _writing(self, tmp: str, path: str):
+        """Removes a failed write's temporary file, and names the file when space ran out."""
+
+        def cleanup() -> None:
+            if tmp != path and self.exists(tmp):
+                self.target.fs.delete_file(tmp)
+
+        return writing(path, self.target.uri(path), cleanup, local=self.target.local)
+
+    def write_json(self, path: str, data: dict) -> None:
+        raw = json.dumps(data, sort_keys=True).encode()
+        fs = self.target.fs
+        tmp = f"{path}.tmp-{uuid.uuid4().hex[:8]}" if self.target.local else path
+        with self._writing(tmp, path):
+            with fs.open_output_stream(tmp) as out:
+                out.write(raw)
+        if tmp != path:
+            fs.move(tmp, path)
+
+    def read_json(self, path: str) -> dict | None:
+        try:
+            with self.target.fs.open_input_stream(path) as stream:
+                return json.loads(stream.read())
+        except (FileNotFoundError, OSError):
+            return None
+
+    def exists(self, path: str) -> bool:
+        return self.target.fs.get_file_info(path).type != pafs.FileType.NotFound
+
+    def delete_dir(self, path: str) -> None:
+        if self.exists(path):
+            self.target.fs.delete_dir(path)
+
+    def mkdir(self, path: str) -> None:
+        self.target.fs.create_dir(path, recursive=True)
+
+    def keep_only(self, folder: str, keep: set[str]) -> None:
+        """Deletes every file and folder directly in ``folder`` whose name is not in ``keep``."""
+        for info in self.target.fs.get_file_info(pafs.FileSelector(folder)):
+            if info.base_name in keep:
+                continue
+            if info.type == pafs.FileType.Directory:
+                self.target.fs.delete_dir(info.path)
+            else:
+                self.target.fs.delete_file(info.path)
+
+
+def dictionary_columns(table: pa.Table, sample: int = 4096) -> list[str]:
+    """Columns worth dictionary-encoding: those with at most half as many distinct values as
+    rows in a leading sample (a model version, a reason), not ids or scores.
+
+    Parquet tries a dictionary on every column by default and gives up only once it outgrows
+    its page limit: on a shard of unique ids and float scores that makes the write several
+    times slower and the file larger than a dictionary on the repetitive columns alone.
+    """
+    head = table.slice(0, sample)
+    chosen = []
+    for name in head.column_names:
+        column = head[name]
+        if pa.types.is_boolean(column.type) or not len(column):
+            continue
+        if pa.types.is_nested(column.type):  # lists and structs: parquet's default
+            chosen.append(name)
+        elif pc.count_distinct(column).as_py() * 2 <= len(column):
+            chosen.append(name)
+    return chosen
+
+
+def swap_in(io: PartitionIO, t: PartitionTarget) -> None:
+    """Renames the staging folder into place; readers see the old or the new partition."""
+    old = f"{t.trash_dir}/{uuid.uuid4().hex}"
+    if io.exists(t.final_dir):
+        io.mkdir(t.trash_dir)
+        t.fs.move(t.final_dir, old)
+    t.fs.move(t.staging_dir, t.final_dir)
+    io.delete_dir(t.trash_dir)
+
+
+def commit_by_manifest(
+    io: PartitionIO, t: PartitionTarget, source: str, files: list[str], manifest: dict
+) -> None:
+    parts = []
+    for i, name in enumerate(files):
+        part = f"part-{manifest['commit']}-{i:05d}.parquet"
+        t.fs.copy_file(f"{source}/{name}", f"{t.final_dir}/{part}")
+        parts.append(part)
+    # The manifest is the commit point: written last, in one PUT.
+    io.write_json(f"{t.final_dir}/{MANIFEST}", {**manifest, "files": parts})
+    io.keep_only(t.final_dir, {*parts, MANIFEST})
+
+
+def commit_beside(
+    io: PartitionIO,
+    subdir: str,
+    q: PartitionTarget,
+    files: list[str],
+    manifest: dict,
+    schema: pa.Schema | None = None,
+) -> None:
+    """Publishes a companion (quarantined rows, side output; possibly no rows) as its own
+    partition, replacing any earlier one, while the shards' copies stay in staging until the
+    partition commits. A side output with no rows is still published, as an empty file."""
+    source = f"{io.target.staging_dir}/{subdir}"
+    if schema is not None and not files:
+        io.mkdir(source)
+        io.write_parquet(f"{source}/empty.parquet", [], schema)
+        files = ["empty.parquet"]
+    if not q.local:
+        io.mkdir(q.final_dir)
+        commit_by_manifest(io, q, source, files, manifest)
+        return
+    io.delete_dir(q.staging_dir)
+    io.mkdir(q.staging_dir)
+    for name in files:
+        q.fs.copy_file(f"{source}/{name}", f"{q.staging_dir}/{name}")
+    io.write_json(f"{q.staging_dir}/{MANIFEST}", {**manifest, "files": files})
+    swap_in(io, q)

@@ -32,8 +32,7 @@ import pyarrow as pa
 
 from inference.engine.invariants import StreamStats
 from inference.engine.metrics import BatchMetrics
-from inference.engine.output_partition import QUARANTINED_PREFIX
-from inference.engine.partition_io import PartitionIO
+from inference.engine.output_partition import QUARANTINED_PREFIX, PartitionIO
 from inference.engine.quarantine import REASON, QuarantinePlan, RowConservationError
 from inference.engine.shard_writer import (
     ShardFiles,

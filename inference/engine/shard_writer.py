@@ -42,11 +42,13 @@ from inference.engine.output_partition import (
     PROGRESS,
     QUARANTINE_DIR,
     SIDE_DIR,
+    PartitionIO,
     PartitionTarget,
     ShardReport,
+    commit_beside,
+    commit_by_manifest,
+    swap_in,
 )
-from inference.engine.partition_commit import commit_beside, commit_by_manifest, swap_in
-from inference.engine.partition_io import PartitionIO
 
 
 @dataclass
