@@ -2,12 +2,15 @@
 
 The data is CNN/DailyMail (human-written highlights as references), in two forms: plain
 (cased, as published) and tokenised lower-case (Penn-Treebank-style tokens, `` . `` between
-sentences, ``-lrb-`` brackets: the form many corpora ship). Four sets (:data:`DATASETS`): the
+sentences, ``-lrb-`` brackets: the form many corpora ship). Five sets (:data:`DATASETS`): the
 first 1,000 validation articles, all CNN, cased, whose tokenised form is made here by
-:func:`ptb_tokenise`; 4,368 later validation articles, 4,148 of them Daily Mail, that exist
-here only in See et al.'s tokenised form (:mod:`benchmarks.cnn_dailymail_bins`), so they are
-scored in that form alone; and two sets of cased test articles, mostly Daily Mail, from the
-BUMP and FRANK annotation benchmarks (:mod:`benchmarks.cnn_dailymail_cased`), both forms. Articles are drawn every k-th across a file, not the first N: the
+:func:`ptb_tokenise`; 4,368 later validation articles, 4,148 of them Daily Mail, and 4,490 test
+articles, 1,093 of them CNN, that exist here only in See et al.'s tokenised form
+(:mod:`benchmarks.cnn_dailymail_bins`), so they are scored in that form alone; and two sets of
+cased test articles, mostly Daily Mail, from the BUMP and FRANK annotation benchmarks
+(:mod:`benchmarks.cnn_dailymail_cased`), both forms. The trained sentence scorer
+(:mod:`benchmarks.train_ranker`) learns from other articles: training chunks and the validation
+articles outside these samples. Articles are drawn every k-th across a file, not the first N: the
 ranker is tuned on such samples (``--tune``, each set's ``tuning`` offsets) and reported on
 three disjoint ones pooled (offsets k/4, k/2, 3k/4). Each article's source, CNN or Daily Mail,
 is read from the URL its id is the sha1 of (the published URL lists), else from its dateline;
@@ -108,30 +111,49 @@ _CHUNKS = {  # name: (first position in the validation URL list, bytes, sha256)
     "val_013": (13000, 1784208, "344806e405d83a933fce335fa001d50d12a935822cba2cd9ab620840d3386190"),
 }
 
+_CHUNKS_LICENCE = (
+    "articles and highlights: copyright CNN and the Daily Mail, distributed for research "
+    "(Hermann et al. 2015; See et al. 2017); the repository states no licence. Not committed here."
+)
+
+
+def _chunks_source(chunks: dict[str, tuple[int, int, str]]) -> str:
+    """Where a set of See et al.'s chunk files comes from, with each file's size and digest."""
+    files = "; ".join(
+        f"{n}.bin {size:,} bytes sha256 {digest}" for n, (_, size, digest) in chunks.items()
+    )
+    return (
+        f"the chunks finished_files/chunked/{{{','.join(chunks)}}}.bin of {_CHUNKS_REPO}, commit "
+        f"{_CHUNKS_COMMIT}, path chunked/ ({files}), converted by benchmarks.cnn_dailymail_bins"
+    )
+
+
+def _chunks_how_to_get(chunks: dict[str, tuple[int, int, str]], csv: str, urls: str) -> str:
+    """The commands that fetch a set's chunk files and convert them to ``csv``."""
+    shows = " && ".join(
+        f"git -C chunks show {_CHUNKS_COMMIT}:chunked/{n}.bin > .nightshift/eval/chunks/{n}.bin"
+        for n in chunks
+    )
+    parts = " ".join(
+        f".nightshift/eval/chunks/{n}.bin:{first}" for n, (first, _, _) in chunks.items()
+    )
+    return (
+        f"git clone https://{_CHUNKS_REPO} chunks && mkdir -p .nightshift/eval/chunks && {shows} "
+        f"&& python -m benchmarks.cnn_dailymail_bins .nightshift/eval/{csv} "
+        f".nightshift/eval/{urls} {parts}"
+    )
+
+
 VALIDATION_CHUNKS = Dataset(
     name="cnn_dailymail_validation_chunks",
     file="cnn_dailymail_validation_chunks_tokenised.csv",
     sha256="ef4b3bd009c1ff6ac0f9dfedbcb9208750141d52f7a322b1c29ac794f77e63f8",
     source="CNN/DailyMail validation articles 1,000-4,999 and 13,000-13,367 (4,148 Daily Mail, "
-    "220 CNN), in See et al.'s tokenised lower-case form, from the chunks "
-    f"finished_files/chunked/{{{','.join(_CHUNKS)}}}.bin of {_CHUNKS_REPO}, commit "
-    f"{_CHUNKS_COMMIT}, path chunked/ ("
-    + "; ".join(
-        f"{n}.bin {size:,} bytes sha256 {digest}" for n, (_, size, digest) in _CHUNKS.items()
-    )
-    + "), converted by benchmarks.cnn_dailymail_bins",
-    licence="articles and highlights: copyright CNN and the Daily Mail, distributed for "
-    "research (Hermann et al. 2015; See et al. 2017); the repository states no licence. Not "
-    "committed here.",
-    how_to_get=f"git clone https://{_CHUNKS_REPO} chunks && mkdir -p .nightshift/eval/chunks && "
-    + " && ".join(
-        f"git -C chunks show {_CHUNKS_COMMIT}:chunked/{n}.bin > .nightshift/eval/chunks/{n}.bin"
-        for n in _CHUNKS
-    )
-    + " && python -m benchmarks.cnn_dailymail_bins "
-    ".nightshift/eval/cnn_dailymail_validation_chunks_tokenised.csv "
-    ".nightshift/eval/cnn_dailymail_all_val_urls.txt "
-    + " ".join(f".nightshift/eval/chunks/{n}.bin:{first}" for n, (first, _, _) in _CHUNKS.items()),
+    "220 CNN), in See et al.'s tokenised lower-case form, from " + _chunks_source(_CHUNKS),
+    licence=_CHUNKS_LICENCE,
+    how_to_get=_chunks_how_to_get(
+        _CHUNKS, "cnn_dailymail_validation_chunks_tokenised.csv", "cnn_dailymail_all_val_urls.txt"
+    ),
     every=80,
     # Five tuning samples of about 55 (the CNN file's single one is 50 articles).
     tuning=(0, 10, 30, 50, 70),
@@ -208,9 +230,55 @@ TEST_FRANK = Dataset(
     urls=None,
 )
 
+_TEST_CHUNKS = {  # name: (first position in the test URL list, bytes, sha256)
+    "test_000": (0, 4120595, "15bba3cf33afb1fff98a96358cbb320fc5a301e6de639eebe64959f177794ac4"),
+    "test_001": (1000, 3471553, "4d969020011b0c521b022363446516287f342f541aa8a94a1dbe26c52203d759"),
+    "test_002": (2000, 3580272, "3eef9a0ecbf7636e0350d2711dd34ceace2f930d922f8f2399dbc0ffdae3064a"),
+    "test_003": (3000, 3512801, "509d6d6798cd1a8889107e380d8b5d21f8edbc84374876b0470911be04472849"),
+    "test_011": (
+        11000,
+        2426336,
+        "d39656aafa9d5bd6218185ff7e40630c34b06efbc8cfb929864db78c6b197709",
+    ),
+}
+
+TEST_URLS = Dataset(
+    name="cnn_dailymail_test_urls",
+    file="cnn_dailymail_all_test_urls.txt",
+    sha256="c4f5efb5ec2126430a5c156efbd13d0e9c4cb490169e552c38b4a51981a009bd",
+    source="the 11,490 test URLs (the ids are their sha1) as committed in "
+    "github.com/abisee/cnn-dailymail, commit b15ad0a2db0d407a84b8ca9b5731e1f1c4bd24b9, "
+    "url_lists/all_test.txt (2,109,547 bytes)",
+    licence="MIT (Abigail See), a list of URLs; kept in the cache beside the articles",
+    how_to_get="git clone https://github.com/abisee/cnn-dailymail && "
+    "git -C cnn-dailymail show b15ad0a2db0d407a84b8ca9b5731e1f1c4bd24b9:url_lists/all_test.txt "
+    "> .nightshift/eval/cnn_dailymail_all_test_urls.txt",
+    urls=None,
+)
+
+TEST_CHUNKS = Dataset(
+    name="cnn_dailymail_test_chunks",
+    file="cnn_dailymail_test_chunks_tokenised.csv",
+    sha256="0b98fc43f2956b8844ade9a61d649f2f8216bda4eb958b1c29417b43730e2382",
+    source="CNN/DailyMail test articles 0-3,999 and 11,000-11,489 (1,093 CNN first, then Daily "
+    "Mail), whole, in See et al.'s tokenised lower-case form, from " + _chunks_source(_TEST_CHUNKS),
+    licence=_CHUNKS_LICENCE,
+    how_to_get=_chunks_how_to_get(
+        _TEST_CHUNKS, "cnn_dailymail_test_chunks_tokenised.csv", "cnn_dailymail_all_test_urls.txt"
+    ),
+    every=10,
+    # Test articles: nothing is tuned or trained on them.
+    tuning=(),
+    forms=("tokenised",),
+    urls="cnn_dailymail_test_urls",
+)
+
 # The evaluation sets, by name: CNN (both forms), mostly Daily Mail (tokenised form only), and
 # the cased test articles, mostly Daily Mail (both forms).
-DATASETS = {d.name: d for d in (CNN_DAILYMAIL, VALIDATION_CHUNKS, TEST_BUMP, TEST_FRANK)}
+DATASETS = {
+    d.name: d for d in (CNN_DAILYMAIL, VALIDATION_CHUNKS, TEST_CHUNKS, TEST_BUMP, TEST_FRANK)
+}
+URL_LISTS = {d.name: d for d in (VALIDATION_URLS, TEST_URLS)}
 
 
 @dataclass(frozen=True)
@@ -498,7 +566,7 @@ def _sample(
     first), and whether it is tokenised already."""
     path = data or dataset_path(dataset, cache)
     if urls is None and data is None and dataset.urls is not None:
-        urls = dataset_path(DATASETS.get(dataset.urls, VALIDATION_URLS), cache)
+        urls = dataset_path(URL_LISTS[dataset.urls], cache)
     if data is None:
         pretokenised = dataset.forms == ("tokenised",)
     every = every or (dataset.every if data is None else EVERY)

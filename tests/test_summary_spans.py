@@ -65,7 +65,7 @@ def _checks(result) -> dict:
     return {c.check_name: c for c in result.get_asset_check_evaluations()}
 
 
-@pytest.mark.parametrize("ranking", ["lead", "pacsum"])
+@pytest.mark.parametrize("ranking", ["lead", "pacsum", "trained"])
 def test_real_prose_with_lower_case_starts_publishes(store, resources, instance, ranking):
     land_documents(store, DAY, ARTICLES)
     # 40 words: the lead's long second list item does not fit, so the summary skips it and

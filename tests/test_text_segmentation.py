@@ -233,9 +233,11 @@ def test_pacsum_centrality_is_directed():
 
 def test_rank_sentences_lead_centrality_and_repeats():
     vectors = _unit([[1, 0, 0], [0, 1, 0], [0, 1, 0.001], [0, 0, 1], [0.5, 0.5, 0.7]])
-    assert rank_sentences(vectors, 5, RankerSettings(method="lead")) == [0, 1, 2, 3, 4]
-    assert rank_sentences(None, 5, RankerSettings()) == [0, 1, 2, 3, 4]
-    order = rank_sentences(vectors, 5, RankerSettings(lead_weight=0.0, beta=0.0, lambda1=0.0))
+    sentences = [f"Sentence number {i} of the text." for i in range(5)]
+    assert rank_sentences(vectors, sentences, RankerSettings(method="lead")) == [0, 1, 2, 3, 4]
+    assert rank_sentences(None, sentences, RankerSettings()) == [0, 1, 2, 3, 4]
+    pacsum = RankerSettings(method="pacsum", lead_weight=0.0, beta=0.0, lambda1=0.0)
+    order = rank_sentences(vectors, sentences, pacsum)
     assert order.index(2) == 4  # a near copy of sentence 1 goes last
     with pytest.raises(ValueError, match="unknown ranking"):
         RankerSettings(method="random")

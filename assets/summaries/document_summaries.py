@@ -87,10 +87,12 @@ class SummariesConfig(QualityConfig):
         description="Longest summary of text written without spaces (Chinese, Japanese, Thai), "
         "in characters, spaces not counted (a hard cap, checked).",
     )
-    ranking: Literal["pacsum", "lead"] = Field(
-        default="pacsum",
-        description="Extractive: pacsum ranks sentences by position-aware centrality over the "
-        "sentence embeddings with a lead prior; lead keeps the first sentences.",
+    ranking: Literal["trained", "pacsum", "lead"] = Field(
+        default="trained",
+        description="Extractive: trained scores sentences with the packaged model trained on "
+        "news highlights; pacsum ranks them by position-aware centrality over the sentence "
+        "embeddings with a lead prior (no training, for text unlike news); lead keeps the "
+        "first sentences.",
     )
     checkpoint_path: str | None = Field(
         default=None, description="Abstractive: a local Hugging Face seq2seq or causal LM folder."

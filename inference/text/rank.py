@@ -1,4 +1,9 @@
-"""Which sentences of a document summarise it: position-aware centrality, and the lead.
+"""Which sentences of a document summarise it: a trained scorer, position-aware centrality, or the lead.
+
+The default is the trained scorer (:mod:`inference.text.ranker`), whose best-scored sentences
+are kept unless they repeat a better one (a shared word trigram, as in BertSum's trigram
+blocking: news repeats its lead almost word for word further down). The unsupervised ranker
+below stays as ``pacsum``, for text unlike news, where a model trained on news may misjudge.
 
 PacSum (Zheng & Lapata 2019, "Sentence Centrality Revisited for Unsupervised Summarization")
 scores a sentence by its similarity to the rest of the document with a direction: similarity
@@ -20,12 +25,18 @@ prior suits CNN best but loses to Lead-3 on Daily Mail, whose leads carry the su
 from __future__ import annotations
 
 from dataclasses import dataclass
+from pathlib import Path
 
 import torch
+
+from inference.text.ranker import is_furniture, load_ranker, sentence_features
 
 # ASCII letters below this share of a document's letters: the English encoder cannot judge
 # its sentences, and the summary is its lead.
 MIN_LATIN_SHARE = 0.5
+
+
+METHODS = ("trained", "pacsum", "lead")
 
 
 @dataclass(frozen=True)
@@ -33,24 +44,29 @@ class RankerSettings:
     """How sentences are ranked.
 
     Attributes:
-        method: ``"pacsum"`` (position-aware centrality plus a lead prior) or ``"lead"``.
+        method: ``"trained"`` (the packaged sentence scorer), ``"pacsum"`` (position-aware
+            centrality plus a lead prior) or ``"lead"``.
         lambda1: weight of similarity to earlier sentences (PacSum's lambda1).
         lambda2: weight of similarity to later sentences (PacSum's lambda2).
         beta: share of the document's similarity range removed from every edge (PacSum's beta).
         lead_weight: weight of the lead prior against the (standardised) centrality.
         duplicate: similarity from which a sentence repeats one already kept.
+        weights: the trained scorer's weights file; None for the packaged one.
     """
 
-    method: str = "pacsum"
+    method: str = "trained"
     lambda1: float = -0.5
     lambda2: float = 1.0
     beta: float = 0.3
     lead_weight: float = 8.0
     duplicate: float = 0.95
+    weights: str | None = None
 
     def __post_init__(self) -> None:
-        if self.method not in {"pacsum", "lead"}:
-            raise ValueError(f"unknown ranking method {self.method!r}: use 'pacsum' or 'lead'")
+        if self.method not in METHODS:
+            raise ValueError(
+                f"unknown ranking method {self.method!r}: use one of {', '.join(METHODS)}"
+            )
 
 
 def pacsum_centrality(
@@ -75,22 +91,48 @@ def lead_prior(n: int) -> torch.Tensor:
     return 1.0 / (1.0 + torch.arange(n, dtype=torch.float32))
 
 
-def rank_sentences(vectors: torch.Tensor | None, n: int, settings: RankerSettings) -> list[int]:
+def rank_sentences(
+    vectors: torch.Tensor | None, sentences: list[str], settings: RankerSettings
+) -> list[int]:
     """Sentence indices, best first.
 
     Args:
         vectors: one unit-norm row per sentence, or None to rank by position only.
-        n: the number of sentences.
+        sentences: the document's sentences, in order.
         settings: the ranking method and its hyperparameters.
     """
+    n = len(sentences)
     if settings.method == "lead" or vectors is None or n < 3:
         return list(range(n))
+    if settings.method == "trained":
+        scorer = load_ranker(Path(settings.weights)) if settings.weights else load_ranker()
+        score = scorer.score(sentence_features(sentences, vectors))
+        order = torch.argsort(score, descending=True, stable=True).tolist()
+        # Furniture goes last, after what says something; a text of furniture keeps its order.
+        order = sorted(order, key=lambda i: is_furniture(sentences[i]))
+        return _skip_shared_trigrams(order, sentences)
     centrality = pacsum_centrality(vectors, settings.lambda1, settings.lambda2, settings.beta)
     spread = float(centrality.std())
     standard = (centrality - centrality.mean()) / spread if spread > 1e-9 else centrality * 0
     score = standard + settings.lead_weight * lead_prior(n)
     order = torch.argsort(score, descending=True, stable=True).tolist()
     return _skip_repeats(order, vectors, settings.duplicate)
+
+
+def _skip_shared_trigrams(order: list[int], sentences: list[str]) -> list[int]:
+    """Moves sentences that share a word trigram with a better-ranked one to the end."""
+    seen: set[tuple[str, ...]] = set()
+    kept: list[int] = []
+    repeats: list[int] = []
+    for index in order:
+        words = sentences[index].lower().split()
+        trigrams = set(zip(words, words[1:], words[2:], strict=False))
+        if trigrams & seen:
+            repeats.append(index)
+        else:
+            kept.append(index)
+            seen |= trigrams
+    return kept + repeats
 
 
 def _skip_repeats(order: list[int], vectors: torch.Tensor, duplicate: float) -> list[int]:

@@ -132,7 +132,7 @@ def summarise_sentences(
     if not sentences:
         return ExtractiveSummary("", ())
     places = list(spans) if spans is not None else []
-    order = rank_sentences(vectors, len(sentences), ranking)
+    order = rank_sentences(vectors, sentences, ranking)
     count = summary_length(len(sentences), max_sentences=cap.max_sentences)
     kept = fit_to_cap(sentences, order, replace(cap, max_sentences=count))
     if not kept:

@@ -1,0 +1,166 @@
+"""A sentence scorer trained on news highlights: which sentences a person would put in a summary.
+
+Centrality and a lead prior (:mod:`inference.text.rank`) cannot tell a byline, a caption or a
+quotation from the news itself; a linear model over each sentence's embedding, its place and
+its shape can, because those sentences look alike from one article to the next. The model is
+logistic regression, trained by ``benchmarks/train_ranker.py`` on CNN/DailyMail validation
+articles whose label is the sentences a greedy ROUGE oracle picks against the highlights; its
+weights ship beside this module (``ranker_weights.json``, with the data they were trained on),
+so the summaries need no download and no training run.
+
+:func:`sentence_features` is the one place the features are computed: the training script
+calls it too, so what is trained is what runs.
+"""
+
+from __future__ import annotations
+
+import json
+import re
+from dataclasses import dataclass
+from functools import cache
+from pathlib import Path
+
+import torch
+
+WEIGHTS = Path(__file__).with_name("ranker_weights.json")
+# The first sentences, each a feature of its own: news puts its summary there.
+LEAD_POSITIONS = 6
+# A sentence shorter than this, in words, is rarely a summary's (a byline, a dateline, "Share").
+SHORT_WORDS = 6
+_QUOTE = re.compile(r"[\"“”]|``|''")
+_DIGIT = re.compile(r"\d")
+_BYLINE = re.compile(r"(?i)^(by\b|published:|updated:|last updated|\|)")
+# Feature names, in column order; the weights file records them, so a change fails loudly.
+SHAPE_FEATURES = (
+    *(f"position_{i}" for i in range(LEAD_POSITIONS)),
+    "inverse_position",
+    "relative_position",
+    "inverse_content_position",
+    "log_sentences",
+    "log_words",
+    "short",
+    "quote",
+    "question",
+    "digit",
+    "byline",
+    "centrality_later",
+    "centrality_earlier",
+    "similarity_to_document",
+    "similarity_to_lead",
+    "most_similar_earlier",
+)
+
+
+def sentence_features(sentences: list[str], vectors: torch.Tensor) -> torch.Tensor:
+    """One row per sentence: its shape features (:data:`SHAPE_FEATURES`), then its embedding.
+
+    Args:
+        sentences: the document's sentences, in order.
+        vectors: one unit-norm embedding per sentence.
+    """
+    n = len(sentences)
+    vectors = vectors.float()
+    position = torch.arange(n, dtype=torch.float32)
+    words = torch.tensor([_words(s) for s in sentences], dtype=torch.float32)
+    content = (words >= SHORT_WORDS).float()
+    # Place among the sentences that are not short: a Daily Mail byline pushes the lead down.
+    content_position = torch.cumsum(content, 0) - content
+    similarity = vectors @ vectors.T
+    mean = torch.nn.functional.normalize(vectors.mean(0), dim=0)
+    lead = torch.nn.functional.normalize(vectors[: min(3, n)].mean(0), dim=0)
+    # How much a sentence repeats one before it (the first has none before it).
+    before = torch.ones(n, n, dtype=torch.bool).tril(diagonal=-1)
+    most_similar = similarity.masked_fill(~before, -1.0).max(1).values.clamp(min=0)
+    later_sum, earlier_sum = _centrality(similarity)
+    columns = [
+        *((position == i).float() for i in range(LEAD_POSITIONS)),
+        1.0 / (1.0 + position),
+        position / max(1, n),
+        1.0 / (1.0 + content_position),
+        torch.full((n,), float(torch.log1p(torch.tensor(float(n))))),
+        torch.log1p(words),
+        1.0 - content,
+        _flags(sentences, _QUOTE),
+        torch.tensor([s.rstrip().endswith("?") for s in sentences], dtype=torch.float32),
+        _flags(sentences, _DIGIT),
+        torch.tensor([bool(_BYLINE.match(s.strip())) for s in sentences], dtype=torch.float32),
+        later_sum,
+        earlier_sum,
+        vectors @ mean,
+        vectors @ lead,
+        most_similar,
+    ]
+    return torch.cat([torch.stack(columns, dim=1), vectors], dim=1)
+
+
+def is_furniture(sentence: str) -> bool:
+    """A byline, a dateline, a credit: too short to say anything, or a byline's opening. The
+    training articles have had theirs removed, so the model never learned to pass them over."""
+    return _words(sentence) < SHORT_WORDS or bool(_BYLINE.match(sentence.strip()))
+
+
+def _words(sentence: str) -> int:
+    """Tokens with a letter or digit: the tokenised form's lone periods and quotes are not words."""
+    return sum(1 for token in sentence.split() if any(c.isalnum() for c in token))
+
+
+def _flags(sentences: list[str], pattern: re.Pattern) -> torch.Tensor:
+    return torch.tensor([bool(pattern.search(s)) for s in sentences], dtype=torch.float32)
+
+
+def _centrality(similarity: torch.Tensor) -> tuple[torch.Tensor, torch.Tensor]:
+    """Mean positive similarity to later and to earlier sentences (PacSum's two directions,
+    as means so that a long document's sentences are not all central)."""
+    n = len(similarity)
+    if n < 2:
+        return torch.zeros(n), torch.zeros(n)
+    edges = similarity.clamp(min=0)
+    index = torch.arange(n, dtype=torch.float32)
+    later = torch.triu(edges, diagonal=1).sum(1) / (n - 1 - index).clamp(min=1)
+    earlier = torch.tril(edges, diagonal=-1).sum(1) / index.clamp(min=1)
+    return later, earlier
+
+
+@dataclass(frozen=True)
+class TrainedRanker:
+    """Logistic regression over standardised :func:`sentence_features`."""
+
+    weights: torch.Tensor
+    bias: float
+    mean: torch.Tensor
+    scale: torch.Tensor
+
+    def score(self, features: torch.Tensor) -> torch.Tensor:
+        """Log-odds that each row's sentence belongs in the summary."""
+        return ((features - self.mean) / self.scale) @ self.weights + self.bias
+
+    def to_json(self, provenance: dict) -> str:
+        return json.dumps(
+            {
+                "features": list(SHAPE_FEATURES),
+                "embedding_width": len(self.weights) - len(SHAPE_FEATURES),
+                "bias": self.bias,
+                "weights": [round(float(w), 6) for w in self.weights],
+                "mean": [round(float(m), 6) for m in self.mean],
+                "scale": [round(float(s), 6) for s in self.scale],
+                "provenance": provenance,
+            },
+            indent=1,
+        )
+
+
+@cache
+def load_ranker(path: Path = WEIGHTS) -> TrainedRanker:
+    """The packaged weights; fails, naming the file, if they were trained on other features."""
+    saved = json.loads(path.read_text(encoding="utf-8"))
+    if tuple(saved["features"]) != SHAPE_FEATURES:
+        raise ValueError(
+            f"{path}: trained on features {saved['features']}, this code computes "
+            f"{list(SHAPE_FEATURES)}; retrain with python -m benchmarks.train_ranker"
+        )
+    return TrainedRanker(
+        weights=torch.tensor(saved["weights"]),
+        bias=float(saved["bias"]),
+        mean=torch.tensor(saved["mean"]),
+        scale=torch.tensor(saved["scale"]),
+    )
