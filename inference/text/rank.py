@@ -29,7 +29,7 @@ from pathlib import Path
 
 import torch
 
-from inference.text.ranker import is_furniture, load_ranker, sentence_features
+from inference.text.ranker import is_furniture, load_ranker, pacsum_centrality, sentence_features
 
 # ASCII letters below this share of a document's letters: the English encoder cannot judge
 # its sentences, and the summary is its lead.
@@ -67,23 +67,6 @@ class RankerSettings:
             raise ValueError(
                 f"unknown ranking method {self.method!r}: use one of {', '.join(METHODS)}"
             )
-
-
-def pacsum_centrality(
-    vectors: torch.Tensor, lambda1: float, lambda2: float, beta: float
-) -> torch.Tensor:
-    """Directed centrality of each row (a sentence, unit-norm) among the document's rows."""
-    n = len(vectors)
-    if n < 2:
-        return torch.zeros(n)
-    similarity = vectors @ vectors.T
-    off_diagonal = similarity[~torch.eye(n, dtype=torch.bool)]
-    low, high = float(off_diagonal.min()), float(off_diagonal.max())
-    edges = (similarity - (low + beta * (high - low))).clamp(min=0)
-    edges.fill_diagonal_(0)
-    later = torch.triu(edges, diagonal=1).sum(dim=1)
-    earlier = torch.tril(edges, diagonal=-1).sum(dim=1)
-    return lambda1 * earlier + lambda2 * later
 
 
 def lead_prior(n: int) -> torch.Tensor:

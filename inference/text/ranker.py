@@ -48,7 +48,10 @@ SHAPE_FEATURES = (
     "similarity_to_document",
     "similarity_to_lead",
     "most_similar_earlier",
+    "pacsum_centrality",
 )
+# PacSum's settings for the centrality feature: the unsupervised ranker's defaults.
+PACSUM = {"lambda1": -0.5, "lambda2": 1.0, "beta": 0.3}
 
 
 def sentence_features(sentences: list[str], vectors: torch.Tensor) -> torch.Tensor:
@@ -89,6 +92,7 @@ def sentence_features(sentences: list[str], vectors: torch.Tensor) -> torch.Tens
         vectors @ mean,
         vectors @ lead,
         most_similar,
+        _standardised(pacsum_centrality(vectors, **PACSUM)),
     ]
     return torch.cat([torch.stack(columns, dim=1), vectors], dim=1)
 
@@ -102,6 +106,28 @@ def is_furniture(sentence: str) -> bool:
 def _words(sentence: str) -> int:
     """Tokens with a letter or digit: the tokenised form's lone periods and quotes are not words."""
     return sum(1 for token in sentence.split() if any(c.isalnum() for c in token))
+
+
+def pacsum_centrality(
+    vectors: torch.Tensor, lambda1: float, lambda2: float, beta: float
+) -> torch.Tensor:
+    """Directed centrality of each row (a sentence, unit-norm) among the document's rows."""
+    n = len(vectors)
+    if n < 2:
+        return torch.zeros(n)
+    similarity = vectors @ vectors.T
+    off_diagonal = similarity[~torch.eye(n, dtype=torch.bool)]
+    low, high = float(off_diagonal.min()), float(off_diagonal.max())
+    edges = (similarity - (low + beta * (high - low))).clamp(min=0)
+    edges.fill_diagonal_(0)
+    later = torch.triu(edges, diagonal=1).sum(dim=1)
+    earlier = torch.tril(edges, diagonal=-1).sum(dim=1)
+    return lambda1 * earlier + lambda2 * later
+
+
+def _standardised(values: torch.Tensor) -> torch.Tensor:
+    spread = float(values.std()) if len(values) > 1 else 0.0
+    return (values - values.mean()) / spread if spread > 1e-9 else values * 0
 
 
 def _flags(sentences: list[str], pattern: re.Pattern) -> torch.Tensor:
