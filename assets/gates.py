@@ -23,7 +23,6 @@ from resources.quality import (
     CheckSuite,
     Evidence,
     check_result,
-    landed_hours_after_day_end,
     published_rows,
     validate,
 )
@@ -33,6 +32,15 @@ from resources.storage import DataStore, LandingDataError
 FRESHNESS_HORIZON = timedelta(days=7)
 # The deadline given to GE for older partitions: any landing time passes.
 NOT_JUDGED = 1e12
+
+
+def landed_hours_after_day_end(store: DataStore, dataset: str, date: str) -> float:
+    """How long after its UTC day ended a landing partition's last file was written, in hours
+    (negative when it landed before the day was over)."""
+    files = store.landing_files(dataset, date)
+    latest = max(info.mtime.timestamp() for info in store.fs.get_file_info(files) if info.mtime)
+    day_end = datetime.fromisoformat(date).replace(tzinfo=UTC) + timedelta(days=1)
+    return round((latest - day_end.timestamp()) / 3600.0, 3)
 
 
 class Screen(Protocol):

@@ -10,7 +10,7 @@ Each is timed on its own, on the same partition the asset scores end to end, so 
 duplicate ids over the whole partition, and their suites) and the one-off import of
 great_expectations are reported beside it; both shares together are the checks' cost. Both
 assets' suites are also timed alone, and again with every expectation validated by GE (none of
-the statistics answered from the exact figures, ``resources.quality.figures``).
+the statistics answered from the exact figures, ``resources.quality.validation.plainly_passes``).
 
     python -m benchmarks.quality --rows 1000000 --threads 1
 """

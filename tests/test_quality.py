@@ -497,7 +497,8 @@ def test_a_sample_taken_while_rows_stream_equals_the_one_read_back(tmp_path) -> 
 def test_statistics_answered_from_the_figures_change_no_verdict_or_evidence(monkeypatch) -> None:
     import pandas as pd
 
-    from resources.quality import figures, validation
+    from resources.quality import validation
+    from resources.quality.validation import plainly_passes
 
     statistics = {c: 0 for s in SCORE_SUITES.values() for c in s.columns}
     statistics.update(score_null=3, rows_in=10, landed_rows=11, flagged_rate=0.9)
@@ -526,7 +527,7 @@ def test_statistics_answered_from_the_figures_change_no_verdict_or_evidence(monk
     answered = []
 
     def counted(*args) -> bool:
-        answered.append(figures.plainly_passes(*args))
+        answered.append(plainly_passes(*args))
         return answered[-1]
 
     monkeypatch.setattr(validation, "plainly_passes", counted)
@@ -565,7 +566,7 @@ BETWEEN, PAIR = "expect_column_values_to_be_between", "expect_column_pair_values
     ],
 )
 def test_only_statistics_that_ge_passes_are_answered_without_it(kind, kwargs, value, answered):
-    from resources.quality.figures import plainly_passes
+    from resources.quality.validation import plainly_passes
 
     expectation = {"type": kind, "kwargs": kwargs}
     figures = {"x": value, "y": 10.0}

@@ -12,19 +12,20 @@ million-row partition with GE costs more than scoring it, so each suite has two 
 Suites live beside each domain as reviewable JSON (``assets/<domain>/suites/<asset>.json``), one
 file per asset; each named suite in it is one Dagster check with its severity.
 
-Modules: ``suites`` (the JSON files), ``validation`` (running GE) with ``figures`` (statistics
-that plainly pass), ``results`` (Dagster check results), ``sampling`` (samples and row counts of
-published partitions), ``freshness`` (landing times), ``quarantine`` (failing fast, quarantine
-metadata) and ``settings`` (run config and the quarantine limit).
+Modules: ``suites`` (the JSON files, a suite's evidence and its Dagster check result),
+``validation`` (running GE, and the statistics that plainly pass without it), ``sampling``
+(samples and row counts of published partitions), and ``quarantine`` (failing fast, quarantine
+metadata, the run config and the quarantine limit).
 """
 
-from resources.quality.freshness import landed_hours_after_day_end
 from resources.quality.quarantine import (
+    DEFAULT_SAMPLE_ROWS,
+    QualityConfig,
     fail_fast_on_bad_rows,
     locate_in_landing,
+    quarantine_limit,
     quarantine_metadata,
 )
-from resources.quality.results import check_result
 from resources.quality.sampling import (
     PositionCursor,
     StreamedSample,
@@ -32,9 +33,8 @@ from resources.quality.sampling import (
     sample_output,
     sample_positions,
 )
-from resources.quality.settings import DEFAULT_SAMPLE_ROWS, QualityConfig, quarantine_limit
-from resources.quality.suites import CheckSuite, load_suites
-from resources.quality.validation import Evidence, preload_great_expectations, validate
+from resources.quality.suites import CheckSuite, Evidence, check_result, load_suites
+from resources.quality.validation import preload_great_expectations, validate
 
 __all__ = [
     "DEFAULT_SAMPLE_ROWS",
@@ -45,7 +45,6 @@ __all__ = [
     "StreamedSample",
     "check_result",
     "fail_fast_on_bad_rows",
-    "landed_hours_after_day_end",
     "load_suites",
     "locate_in_landing",
     "preload_great_expectations",
