@@ -16,14 +16,15 @@ from inference.engine.streaming import READ_AHEAD_THREADS, iter_parquet_files
 from inference.engine.timestamps import LandingTimezones, NonexistentTimeError
 from resources.filestore import is_data
 from resources.landing_cache import REMOTE_READ_THREADS, Checked, CheckedFiles, DecodedPartitions
-from resources.landing_checks import LandingDataError, locate_damage
 from resources.landing_files import (
     NOT_PARQUET_ENV,
+    LandingDataError,
     LandingListing,
     Sniffer,
     claims_parquet,
     classify,
     list_landing,
+    locate_damage,
     not_parquet_policy,
 )
 from resources.outputs import OutputStore

@@ -15,8 +15,13 @@ import pyarrow.fs as pafs
 import pyarrow.parquet as pq
 
 from inference.engine.streaming import THREADED_ROWS
-from resources.landing_checks import LandingDataError, check_schema
-from resources.landing_files import HEAD_BYTES, MAGICS, looks_like
+from resources.landing_files import (
+    HEAD_BYTES,
+    MAGICS,
+    LandingDataError,
+    check_schema,
+    looks_like,
+)
 
 # Footers and small files fetched at once from an object store, where each read is a round
 # trip; a local disk reads footers at least as fast on the calling thread, so it uses none.

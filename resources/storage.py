@@ -17,7 +17,7 @@ from dagster import ConfigurableResource
 from pydantic import Field, PrivateAttr
 
 from resources.datastore import DataStore
-from resources.landing_checks import LandingDataError
+from resources.landing_files import LandingDataError
 from resources.outputs import Published
 
 __all__ = [
