@@ -1,11 +1,16 @@
-"""Helpers shared by the test modules: the CPU resource map and a run's figures for one asset."""
+"""Helpers shared by the test modules: the CPU resource map, a run's figures for one asset, and
+worlds built once per module and copied by each test."""
 
 from __future__ import annotations
 
+import shutil
+from collections.abc import Iterator
+from contextlib import contextmanager
 from pathlib import Path
 from typing import Any
 
-from dagster import AssetKey
+import pytest
+from dagster import AssetKey, DagsterInstance
 
 from assets.day_metadata import day_entries
 from resources.inference import InferenceResource
@@ -70,3 +75,26 @@ def run_job(job: str, instance, config: dict | None = None, day: str | None = No
             run_config=config, instance=instance, partition_key=day, raise_on_error=False
         )
     )
+
+
+@contextmanager
+def building_world(base: Path) -> Iterator[DagsterInstance]:
+    """A data root (``base/data``) and a Dagster instance (``base/dagster_home``), with the
+    environment pointed at them for the block: a module builds its world here once, and each
+    test starts from a copy of it (:func:`copy_world`), its own to score, promote or break."""
+    home = base / "dagster_home"
+    home.mkdir(parents=True)
+    (home / "dagster.yaml").write_text("telemetry:\n  enabled: false\n")
+    with pytest.MonkeyPatch.context() as env:
+        env.setenv("NIGHTSHIFT_DATA_ROOT", str(base / "data"))
+        env.setenv("DAGSTER_HOME", str(home))
+        with DagsterInstance.get() as instance:
+            yield instance
+
+
+def copy_world(base: Path, data_root: Path, dagster_home: Path) -> None:
+    """Copies a world built by :func:`building_world` into a test's ``data_root`` and
+    ``dagster_home`` fixtures (the runs, checks and model store with it). Call it before the
+    test's ``instance`` is opened: SQLite files copied under an open instance are not read."""
+    shutil.copytree(base / "data", data_root, dirs_exist_ok=True)
+    shutil.copytree(base / "dagster_home", dagster_home, dirs_exist_ok=True)

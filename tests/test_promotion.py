@@ -13,7 +13,7 @@ import pyarrow as pa
 import pyarrow.compute as pc
 import pytest
 from dagster import DagsterInstance, RunsFilter
-from helpers import asset_metadata, run_job
+from helpers import asset_metadata, building_world, copy_world, run_job
 
 from assets.fraud.checks import MIN_VALIDATION_AUPRC
 from assets.fraud.demo_data import generate_day
@@ -36,10 +36,32 @@ NEW_DAYS = ["2026-03-11", "2026-03-12"]
 
 @pytest.fixture
 def store(data_root: Path) -> DataStore:
-    store = DataStore(str(data_root))
-    for day in HISTORY:
+    return DataStore(str(data_root))
+
+
+@pytest.fixture(scope="module")
+def pristine(tmp_path_factory) -> tuple[Path, str]:
+    """The history landed, a champion trained on all of it, then the gate's days landed. Built
+    once; each test that starts from it runs on a copy (see ``champion``)."""
+    base = tmp_path_factory.mktemp("promotion")
+    with building_world(base) as instance:
+        store = DataStore(str(base / "data"))
+        _land(store, HISTORY)
+        return base, _champion_from_history(store, instance)
+
+
+@pytest.fixture
+def champion(pristine, store: DataStore, dagster_home: Path, request) -> str:
+    """The champion of a copy of ``pristine``, the test's own; its ``instance`` opens the copy."""
+    base, champion = pristine
+    copy_world(base, Path(store.root), dagster_home)
+    request.getfixturevalue("instance")  # opened after the copy
+    return champion
+
+
+def _land(store: DataStore, days: list[str]) -> None:
+    for day in days:
         generate_day(store, day, scale=SCALE)
-    return store
 
 
 def _retrain(instance: DagsterInstance, **settings):
@@ -50,8 +72,7 @@ def _retrain(instance: DagsterInstance, **settings):
 def _champion_from_history(store: DataStore, instance: DagsterInstance, **settings) -> str:
     """The first version, trained on the history, then the gate's days land."""
     assert _retrain(instance, **settings).success
-    for day in NEW_DAYS:
-        generate_day(store, day, scale=SCALE)
+    _land(store, NEW_DAYS)
     return champion_version(store.read_bytes, store.models_dir, MODEL_NAME)
 
 
@@ -106,8 +127,7 @@ def _assert_blocked(store: DataStore, instance: DagsterInstance, result, champio
     return gate
 
 
-def test_a_retrain_on_shuffled_labels_waits_as_challenger(store, instance) -> None:
-    champion = _champion_from_history(store, instance)
+def test_a_retrain_on_shuffled_labels_waits_as_challenger(champion, store, instance) -> None:
     _relabel(store, lambda labels, rng: rng.permutation(labels))
 
     gate = _assert_blocked(store, instance, _retrain(instance), champion)
@@ -115,8 +135,7 @@ def test_a_retrain_on_shuffled_labels_waits_as_challenger(store, instance) -> No
     assert gate["challenger_auprc"] < 0.2 < MIN_VALIDATION_AUPRC < gate["champion_auprc"]
 
 
-def test_a_worse_retrain_above_the_floor_waits_as_challenger(store, instance) -> None:
-    champion = _champion_from_history(store, instance)
+def test_a_worse_retrain_above_the_floor_waits_as_challenger(champion, store, instance) -> None:
     _relabel(store, _noisy)
 
     result = _retrain(instance, history_days=len(HISTORY) // 10)
@@ -131,6 +150,7 @@ def test_a_worse_retrain_above_the_floor_waits_as_challenger(store, instance) ->
 
 
 def test_a_retrain_on_more_history_is_promoted_and_scores(store, instance) -> None:
+    _land(store, HISTORY)
     champion = _champion_from_history(store, instance, history_days=1)
 
     result = _retrain(instance)
@@ -159,9 +179,8 @@ def test_a_retrain_on_more_history_is_promoted_and_scores(store, instance) -> No
 
 
 def test_force_promotes_through_the_cli_and_records_who_and_why(
-    store, instance, dagster_home
+    champion, store, instance, dagster_home
 ) -> None:
-    champion = _champion_from_history(store, instance)
     _relabel(store, _noisy)
     assert not _retrain(instance, history_days=1).success
     challenger = challenger_version(store.read_bytes, store.models_dir, MODEL_NAME)
@@ -199,8 +218,7 @@ def test_force_promotes_through_the_cli_and_records_who_and_why(
     assert tags == [{**tags[0], TAG_BY: "ana", TAG_REASON: reason}]
 
 
-def test_a_damaged_champion_is_replaced_by_hand_as_the_fix_says(store, instance) -> None:
-    champion = _champion_from_history(store, instance)
+def test_a_damaged_champion_is_replaced_by_hand_as_the_fix_says(champion, store, instance) -> None:
     weights = Path(store.models_dir) / MODEL_NAME / champion / "model.safetensors"
     weights.write_bytes(weights.read_bytes()[:-64])
     scoring = run_job("fraud_scoring_job", instance, day=NEW_DAYS[-1])
