@@ -10,7 +10,7 @@ import numpy as np
 import pyarrow.compute as pc
 import pytest
 from dagster import AssetKey, DagsterInstance, Failure, materialize
-from helpers import asset_metadata, cpu_inference, run_job
+from helpers import asset_metadata, building_world, copy_world, cpu_inference, run_job
 
 from assets.fraud.demo_data import generate_day
 from assets.fraud.schemas import ALERTS, FLAGGED, MODEL_NAME, SCORES
@@ -33,17 +33,27 @@ NIGHTS = ["2026-03-11", "2026-03-12"]
 SHADOW = shadow_name(SCORES)
 
 
-@pytest.fixture
-def world(data_root: Path, instance: DagsterInstance, monkeypatch) -> tuple[DataStore, str, str]:
+@pytest.fixture(scope="module")
+def pristine(tmp_path_factory) -> tuple[Path, str, str]:
     """A champion trained on one day, and a challenger trained on the whole history that
-    measures better but waits: the gate requires two clean shadow nights."""
-    store = DataStore(str(data_root))
+    measures better but waits: the gate requires two clean shadow nights. Built once; each test
+    runs on a copy of it (see ``world``)."""
+    base = tmp_path_factory.mktemp("shadow")
+    with building_world(base) as instance, pytest.MonkeyPatch.context() as env:
+        env.setenv(CLEAN_NIGHTS_ENV, "2")
+        champion, challenger = _train_champion_and_challenger(
+            DataStore(str(base / "data")), instance
+        )
+    return base, champion, challenger
+
+
+def _train_champion_and_challenger(store: DataStore, instance: DagsterInstance) -> tuple[str, str]:
+    """Lands the history and the nights, trains both versions; returns their names."""
     for day in HISTORY:
         generate_day(store, day, scale=SCALE)
     assert _retrain(instance, history_days=1).success
     for day in NIGHTS:
         generate_day(store, day, scale=SCALE)
-    monkeypatch.setenv(CLEAN_NIGHTS_ENV, "2")
     trained = _retrain(instance)
     assert not trained.success
     [gate] = [c for c in trained.get_asset_check_evaluations() if c.check_name == GATE_CHECK]
@@ -56,7 +66,20 @@ def world(data_root: Path, instance: DagsterInstance, monkeypatch) -> tuple[Data
     champion = champion_version(store.read_bytes, store.models_dir, MODEL_NAME)
     challenger = challenger_version(store.read_bytes, store.models_dir, MODEL_NAME)
     assert challenger is not None and challenger != champion
-    return store, champion, challenger
+    return champion, challenger
+
+
+@pytest.fixture
+def world(
+    pristine, data_root: Path, dagster_home: Path, request, monkeypatch
+) -> tuple[DataStore, str, str]:
+    """A copy of ``pristine``'s data root and Dagster instance, the test's own; the test's
+    ``instance`` opens the copy."""
+    base, champion, challenger = pristine
+    copy_world(base, data_root, dagster_home)
+    monkeypatch.setenv(CLEAN_NIGHTS_ENV, "2")
+    request.getfixturevalue("instance")  # opened after the copy
+    return DataStore(str(data_root)), champion, challenger
 
 
 def _retrain(instance: DagsterInstance, **settings):

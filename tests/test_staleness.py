@@ -18,7 +18,7 @@ from dagster import (
     Failure,
     build_sensor_context,
 )
-from helpers import asset_metadata, cpu_resources
+from helpers import asset_metadata, building_world, copy_world, cpu_resources
 
 from assets import fraud
 from assets.day_metadata import day_figures, day_metadata
@@ -150,16 +150,42 @@ def _days_before(last: str, n: int) -> str:
     return (dt.date.fromisoformat(last) - dt.timedelta(days=n)).isoformat()
 
 
-@pytest.fixture
-def scored_world(data_root, instance):
+@pytest.fixture(scope="module")
+def pristine(tmp_path_factory) -> dict:
     """Four days of transactions: three at the end of the partitions, one 40 days before; a
-    model trained on all four; the old day and the first two recent ones scored with it."""
-    store = DataStore(str(data_root))
+    model trained on all four; the old day and the first two recent ones scored with it. Built
+    once; each test runs on a copy (see ``scored_world``)."""
+    base = tmp_path_factory.mktemp("staleness")
+    store = DataStore(str(base / "data"))
     last = daily_partitions.get_last_partition_key()
     recent, old = window(last, 3), _days_before(last, 40)
-    for date in (old, *recent):
-        generate_day(store, date, scale=SCALE, seed=0)
+    with building_world(base) as instance:
+        for date in (old, *recent):
+            generate_day(store, date, scale=SCALE, seed=0)
+        job = _fraud_job(cpu_resources(store.root))
+        for date in (old, *recent[:2]):
+            assert job.execute_in_process(partition_key=date, instance=instance).success
+    return {"base": base, "recent": recent, "old": old}
+
+
+@pytest.fixture
+def scored_world(pristine, data_root, dagster_home, request) -> dict:
+    """A copy of ``pristine``'s data root and Dagster instance, the test's own, with the fraud
+    job over the copy; the test's ``instance`` opens the copy."""
+    copy_world(pristine["base"], data_root, dagster_home)
+    request.getfixturevalue("instance")  # opened after the copy
     resources = cpu_resources(data_root)
+    return {
+        "store": DataStore(str(data_root)),
+        "job": _fraud_job(resources),
+        "recent": pristine["recent"],
+        "old": pristine["old"],
+        "resources": resources,
+    }
+
+
+def _fraud_job(resources: dict):
+    """The fraud pipeline's job over ``resources``."""
     [pipeline] = fraud.wiring.pipelines
     defs = Definitions(
         assets=fraud.defs.assets,
@@ -167,10 +193,7 @@ def scored_world(data_root, instance):
         jobs=[pipeline_job(pipeline)],
         resources=resources,
     )
-    job = defs.resolve_job_def(pipeline.job)
-    for date in (old, *recent[:2]):
-        assert job.execute_in_process(partition_key=date, instance=instance).success
-    return {"store": store, "job": job, "recent": recent, "old": old, "resources": resources}
+    return defs.resolve_job_def(pipeline.job)
 
 
 def _count(instance: DagsterInstance, asset: str, date: str) -> int:
