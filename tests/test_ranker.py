@@ -8,7 +8,7 @@ import pytest
 import torch
 import torch.nn.functional as F
 
-from benchmarks.train_ranker import Article, fit, greedy_oracle
+from benchmarks.train_ranker import Article, fit, fit_network, greedy_oracle
 from inference.engine.device import make_runtime
 from inference.text.embeddings import encode
 from inference.text.encoder import load_sentence_encoder
@@ -57,13 +57,21 @@ def test_features_describe_place_shape_and_repeats():
 
 
 def test_weights_round_trip_and_refuse_other_features(tmp_path):
-    ranker = TrainedRanker(
-        torch.linspace(-1, 1, len(SHAPE_FEATURES) + 8), 0.5, torch.zeros(1), torch.ones(1)
+    width = len(SHAPE_FEATURES) + 8
+    ranker = TrainedRanker(torch.linspace(-1, 1, width), 0.5, torch.zeros(width), torch.ones(width))
+    network = TrainedRanker(
+        torch.linspace(-1, 1, 5),
+        -0.25,
+        torch.zeros(width),
+        torch.ones(width),
+        hidden=(torch.linspace(-0.5, 0.5, 5 * width).reshape(5, width), torch.zeros(5)),
     )
-    path = tmp_path / "weights.json"
-    path.write_text(ranker.to_json({"data": "test"}), encoding="utf-8")
     x = sentence_features([f"Sentence {i} has a few words in it." for i in range(4)], _unit(4))
-    assert torch.allclose(load_ranker(path).score(x), ranker.score(x), atol=1e-5)
+    for name, model in (("linear", ranker), ("network", network)):
+        path = tmp_path / f"{name}.json"
+        path.write_text(model.to_json({"data": "test"}), encoding="utf-8")
+        assert torch.allclose(load_ranker(path).score(x), model.score(x), atol=1e-4), name
+    path = tmp_path / "linear.json"
     saved = json.loads(path.read_text())
     saved["features"] = saved["features"][:-1]
     stale = tmp_path / "stale.json"
@@ -76,7 +84,10 @@ def test_packaged_weights_load_and_record_their_data():
     saved = json.loads(WEIGHTS.read_text(encoding="utf-8"))
     assert saved["provenance"]["trainer"] == "benchmarks/train_ranker.py"
     assert "CNN/DailyMail" in saved["provenance"]["data"]
-    assert len(load_ranker().weights) == len(SHAPE_FEATURES) + saved["embedding_width"]
+    packaged = load_ranker()
+    assert len(packaged.mean) == len(SHAPE_FEATURES) + saved["embedding_width"]
+    if packaged.hidden is not None:
+        assert packaged.hidden[0].shape == (len(packaged.weights), len(packaged.mean))
 
 
 def test_greedy_oracle_picks_the_sentences_the_highlights_say():
@@ -105,9 +116,9 @@ def test_fit_learns_which_sentences_are_labelled():
         doc.vectors, doc.features = vectors, sentence_features(sentences, vectors)
         doc.oracle = (chosen,)
         docs.append(doc)
-    ranker = fit(docs, l2=1e-3)
-    hits = [int(torch.argmax(ranker.score(d.features))) == d.oracle[0] for d in docs]
-    assert sum(hits) >= 36
+    for ranker in (fit(docs, l2=1e-3), fit_network(docs, units=16, decay=1e-4, epochs=300)):
+        hits = [int(torch.argmax(ranker.score(d.features))) == d.oracle[0] for d in docs]
+        assert sum(hits) >= 36, ranker.hidden is not None
 
 
 @pytest.fixture(scope="module")

@@ -1,9 +1,10 @@
 """A sentence scorer trained on news highlights: which sentences a person would put in a summary.
 
 Centrality and a lead prior (:mod:`inference.text.rank`) cannot tell a byline, a caption or a
-quotation from the news itself; a linear model over each sentence's embedding, its place and
-its shape can, because those sentences look alike from one article to the next. The model is
-logistic regression, trained by ``benchmarks/train_ranker.py`` on CNN/DailyMail validation
+quotation from the news itself; a model over each sentence's embedding, its place and its shape
+can, because those sentences look alike from one article to the next. The model is a small
+network with one hidden layer, or logistic regression, whichever the trainer
+(``benchmarks/train_ranker.py``) finds better on its tuning samples, trained on CNN/DailyMail
 articles whose label is the sentences a greedy ROUGE oracle picks against the highlights; its
 weights ship beside this module (``ranker_weights.json``, with the data they were trained on),
 so the summaries need no download and no training run.
@@ -149,30 +150,41 @@ def _centrality(similarity: torch.Tensor) -> tuple[torch.Tensor, torch.Tensor]:
 
 @dataclass(frozen=True)
 class TrainedRanker:
-    """Logistic regression over standardised :func:`sentence_features`."""
+    """A scorer over standardised :func:`sentence_features`: logistic regression, or with one
+    hidden layer (GELU) between the features and the log-odds when ``hidden`` is given."""
 
     weights: torch.Tensor
     bias: float
     mean: torch.Tensor
     scale: torch.Tensor
+    # (weight [units, features], bias [units]) of the hidden layer, if any.
+    hidden: tuple[torch.Tensor, torch.Tensor] | None = None
 
     def score(self, features: torch.Tensor) -> torch.Tensor:
         """Log-odds that each row's sentence belongs in the summary."""
-        return ((features - self.mean) / self.scale) @ self.weights + self.bias
+        inputs = (features - self.mean) / self.scale
+        if self.hidden is not None:
+            weight, bias = self.hidden
+            inputs = torch.nn.functional.gelu(inputs @ weight.T + bias)
+        return inputs @ self.weights + self.bias
 
     def to_json(self, provenance: dict) -> str:
-        return json.dumps(
-            {
-                "features": list(SHAPE_FEATURES),
-                "embedding_width": len(self.weights) - len(SHAPE_FEATURES),
-                "bias": self.bias,
-                "weights": [round(float(w), 6) for w in self.weights],
-                "mean": [round(float(m), 6) for m in self.mean],
-                "scale": [round(float(s), 6) for s in self.scale],
-                "provenance": provenance,
-            },
-            indent=1,
-        )
+        saved = {
+            "features": list(SHAPE_FEATURES),
+            "embedding_width": len(self.mean) - len(SHAPE_FEATURES),
+            "bias": self.bias,
+            "weights": _rounded(self.weights),
+            "mean": _rounded(self.mean),
+            "scale": _rounded(self.scale),
+        }
+        if self.hidden is not None:
+            saved["hidden_weight"] = [_rounded(row) for row in self.hidden[0]]
+            saved["hidden_bias"] = _rounded(self.hidden[1])
+        return json.dumps({**saved, "provenance": provenance}, indent=1)
+
+
+def _rounded(values: torch.Tensor) -> list[float]:
+    return [round(float(v), 6) for v in values]
 
 
 @cache
@@ -184,9 +196,13 @@ def load_ranker(path: Path = WEIGHTS) -> TrainedRanker:
             f"{path}: trained on features {saved['features']}, this code computes "
             f"{list(SHAPE_FEATURES)}; retrain with python -m benchmarks.train_ranker"
         )
+    hidden = None
+    if "hidden_weight" in saved:
+        hidden = (torch.tensor(saved["hidden_weight"]), torch.tensor(saved["hidden_bias"]))
     return TrainedRanker(
         weights=torch.tensor(saved["weights"]),
         bias=float(saved["bias"]),
         mean=torch.tensor(saved["mean"]),
         scale=torch.tensor(saved["scale"]),
+        hidden=hidden,
     )
