@@ -24,6 +24,34 @@ FIXTURES = Path(__file__).parent / "fixtures"
 # drive one browser; each Ray module starts a local Ray with every core of the machine. A group
 # runs on one worker, in file order; under xdist the groups go out first, as the longest chains.
 GROUPS = {"test_ui_": "ui", "test_ray_": "ray"}
+# Modules that go to one worker whole: each builds a world once per module (a trained model, a
+# landed history, PostgreSQL and a daemon) that xdist, handing out one test at a time, would
+# build again on the other worker for the tests it got. Being larger units, they go out before
+# the single tests, which then fill both workers to the end.
+WHOLE = {
+    "test_alerts_and_commits",
+    "test_backfill_consistency",
+    "test_bad_inputs",
+    "test_cli",
+    "test_cost_ledger",
+    "test_deadline_capacity",
+    "test_deploy_aws",
+    "test_document_chunks",
+    "test_eval_promotion",
+    "test_fraud_guard",
+    "test_fraud_model",
+    "test_generate",
+    "test_landing_files",
+    "test_landing_timezones",
+    "test_no_retry_failures",
+    "test_promotion",
+    "test_quality",
+    "test_shadow",
+    "test_spot_faults",
+    "test_staleness",
+    "test_summaries",
+    "test_summary_spans",
+}
 # Modules marked slow (`pytest -m "not slow"` leaves them out): each test starts the Dagster CLI,
 # a daemon, dagster dev or Ray in subprocesses, or kills and resumes whole runs.
 SLOW = (
@@ -38,14 +66,22 @@ SLOW = (
 
 def pytest_collection_modifyitems(config: pytest.Config, items: list[pytest.Item]) -> None:
     """Marks each test of a group with the group's name (``-m ui``, ``-m "not ray"``) and the
-    tests of SLOW modules slow; under xdist, the groups go to the front."""
+    tests of SLOW modules slow; under xdist, the groups go to the front, then the WHOLE
+    modules, then the single tests (the scheduler hands them out in this order)."""
     for item in items:
         if group := _group(item):
             item.add_marker(getattr(pytest.mark, group))
         if item.path.name.startswith(SLOW):
             item.add_marker(pytest.mark.slow)
     if hasattr(config, "workerinput"):  # an xdist worker; a plain run keeps file order
-        items.sort(key=lambda item: _group(item) is None)  # stable: file order within each part
+        items.sort(key=_dealt)  # stable: file order within each part
+
+
+def _dealt(item: pytest.Item) -> int:
+    """When a test goes out under xdist: the longest chains first, single tests last."""
+    if _group(item):
+        return 0
+    return 1 if item.path.stem in WHOLE else 2
 
 
 def _group(item: pytest.Item) -> str | None:
@@ -58,16 +94,23 @@ def _group_of(filename: str) -> str | None:
 
 @pytest.hookimpl(tryfirst=True, optionalhook=True)  # optional: `-p no:xdist` still runs
 def pytest_xdist_make_scheduler(config: pytest.Config, log):
-    """``--dist loadgroup`` with the groups above, read from each test's file name: xdist 3.8
-    tells the scheduler a test's group by renaming its node id, which pytest 9 ignores."""
+    """``--dist loadgroup`` with the groups above and the WHOLE modules, read from each test's
+    file name: xdist 3.8 tells the scheduler a test's group by renaming its node id, which
+    pytest 9 ignores."""
     if config.getvalue("dist") != "loadgroup":
         return None
+    # The collection's order (see pytest_collection_modifyitems), not xdist's largest-count-first:
+    # a WHOLE module of many quick tests would otherwise go out before the UI and Ray chains.
+    config.option.loadscopereorder = False
     from xdist.scheduler import LoadGroupScheduling
 
     class ModuleGroups(LoadGroupScheduling):
         def _split_scope(self, nodeid: str) -> str:
             filename = nodeid.split("::", 1)[0].rsplit("/", 1)[-1]
-            return _group_of(filename) or super()._split_scope(nodeid)
+            if group := _group_of(filename):
+                return group
+            whole = filename.removesuffix(".py") in WHOLE
+            return filename if whole else super()._split_scope(nodeid)
 
     return ModuleGroups(config, log)
 
