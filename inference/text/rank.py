@@ -1,4 +1,4 @@
-"""Which sentences of a document summarise it: a trained scorer, position-aware centrality, or the lead.
+"""Which sentences of a document summarise it: a trained scorer, directed centrality, the lead.
 
 The default is the trained scorer (:mod:`inference.text.ranker`), whose best-scored sentences
 are kept unless they repeat a better one (a shared word trigram, as in BertSum's trigram
@@ -29,7 +29,14 @@ from pathlib import Path
 
 import torch
 
-from inference.text.ranker import is_furniture, load_ranker, pacsum_centrality, sentence_features
+from inference.text.ranker import (
+    PACSUM,
+    is_furniture,
+    load_ranker,
+    pacsum_centrality,
+    sentence_features,
+    standardised,
+)
 
 # ASCII letters below this share of a document's letters: the English encoder cannot judge
 # its sentences, and the summary is its lead.
@@ -55,9 +62,9 @@ class RankerSettings:
     """
 
     method: str = "trained"
-    lambda1: float = -0.5
-    lambda2: float = 1.0
-    beta: float = 0.3
+    lambda1: float = PACSUM["lambda1"]
+    lambda2: float = PACSUM["lambda2"]
+    beta: float = PACSUM["beta"]
     lead_weight: float = 8.0
     duplicate: float = 0.95
     weights: str | None = None
@@ -95,9 +102,7 @@ def rank_sentences(
         order = sorted(order, key=lambda i: is_furniture(sentences[i]))
         return _skip_shared_trigrams(order, sentences)
     centrality = pacsum_centrality(vectors, settings.lambda1, settings.lambda2, settings.beta)
-    spread = float(centrality.std())
-    standard = (centrality - centrality.mean()) / spread if spread > 1e-9 else centrality * 0
-    score = standard + settings.lead_weight * lead_prior(n)
+    score = standardised(centrality) + settings.lead_weight * lead_prior(n)
     order = torch.argsort(score, descending=True, stable=True).tolist()
     return _skip_repeats(order, vectors, settings.duplicate)
 

@@ -51,7 +51,7 @@ SHAPE_FEATURES = (
     "most_similar_earlier",
     "pacsum_centrality",
 )
-# PacSum's settings for the centrality feature: the unsupervised ranker's defaults.
+# PacSum's settings: the centrality feature's, and the unsupervised ranker's defaults.
 PACSUM = {"lambda1": -0.5, "lambda2": 1.0, "beta": 0.3}
 
 
@@ -87,13 +87,13 @@ def sentence_features(sentences: list[str], vectors: torch.Tensor) -> torch.Tens
         _flags(sentences, _QUOTE),
         torch.tensor([s.rstrip().endswith("?") for s in sentences], dtype=torch.float32),
         _flags(sentences, _DIGIT),
-        torch.tensor([bool(_BYLINE.match(s.strip())) for s in sentences], dtype=torch.float32),
+        torch.tensor([_is_byline(s) for s in sentences], dtype=torch.float32),
         later_sum,
         earlier_sum,
         vectors @ mean,
         vectors @ lead,
         most_similar,
-        _standardised(pacsum_centrality(vectors, **PACSUM)),
+        standardised(pacsum_centrality(vectors, **PACSUM)),
     ]
     return torch.cat([torch.stack(columns, dim=1), vectors], dim=1)
 
@@ -101,7 +101,11 @@ def sentence_features(sentences: list[str], vectors: torch.Tensor) -> torch.Tens
 def is_furniture(sentence: str) -> bool:
     """A byline, a dateline, a credit: too short to say anything, or a byline's opening. The
     training articles have had theirs removed, so the model never learned to pass them over."""
-    return _words(sentence) < SHORT_WORDS or bool(_BYLINE.match(sentence.strip()))
+    return _words(sentence) < SHORT_WORDS or _is_byline(sentence)
+
+
+def _is_byline(sentence: str) -> bool:
+    return bool(_BYLINE.match(sentence.strip()))
 
 
 def _words(sentence: str) -> int:
@@ -126,7 +130,8 @@ def pacsum_centrality(
     return lambda1 * earlier + lambda2 * later
 
 
-def _standardised(values: torch.Tensor) -> torch.Tensor:
+def standardised(values: torch.Tensor) -> torch.Tensor:
+    """Values less their mean, over their standard deviation (zeros when they do not vary)."""
     spread = float(values.std()) if len(values) > 1 else 0.0
     return (values - values.mean()) / spread if spread > 1e-9 else values * 0
 
