@@ -38,7 +38,7 @@ from assets.checkpointing import SpotSafeRun, Work, spot_safe
 from assets.day_metadata import day_figures, day_metadata
 from assets.days import DayRecorder, daily_assets, latest_materialization
 from assets.errors import fail_fast_on_bad_input
-from assets.landing_reads import landing_timezone_metadata, record_landing_read
+from assets.landing import landing_timezone_metadata, record_landing_read
 from assets.partitions import PartitionReport, log_partition, partition_dates, scoring_metadata
 from assets.staleness import load_chosen, model_window, point_in_time
 from assets.upstream import jobs_holding, land_unchecked, refuse_blocked

@@ -25,8 +25,14 @@ from dagster_shared.check import CheckError
 
 from assets.day_metadata import day_figures
 from assets.days import DayRecorder, latest_materialization
-from assets.landing import CHECKED, LANDINGS, PASSED, LandingSpec, land_day
-from assets.landing_reads import LANDING_FINGERPRINT
+from assets.landing import (
+    CHECKED,
+    LANDING_FINGERPRINT,
+    LANDINGS,
+    PASSED,
+    LandingSpec,
+    land_day,
+)
 from resources.quality import QualityConfig
 from resources.storage import DataStore
 

@@ -16,7 +16,7 @@ from dagster import (
 )
 
 from assets.domains import PIPELINES
-from assets.landing_reads import LANDING_FINGERPRINT
+from assets.landing import LANDING_FINGERPRINT
 from orchestration.jobs import LANDING_TRIGGERS, pipeline_jobs
 from policy.partitions import daily_partitions
 from policy.tags import DATASET_TAG, LANDING_FINGERPRINT_TAG, SENSOR_PRIORITY, TRIGGER_TAG
@@ -49,7 +49,7 @@ def landing_sensor(context: SensorEvaluationContext, storage: StorageResource) -
     # "Changed" is a fingerprint of the files (path, size, mtime), not file times against the
     # materialisation's timestamp: it also sees a file removed, or replaced by one with an
     # older mtime (cp -p, rsync -t), and needs no agreement between the store's and Dagster's
-    # clocks. Every step that reads landing records the fingerprint it read (assets/landing_reads.py
+    # clocks. Every step that reads landing records the fingerprint it read (assets/landing.py
     # record_landing_read), before reading, so a failed run counts as having read the files.
     # The cursor remembers, per dataset and date, the fingerprint of the files a run was asked
     # for or found to have read, so each evaluation only asks the instance about changed days.
