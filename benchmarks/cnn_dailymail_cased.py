@@ -1,8 +1,8 @@
-"""Cased CNN/DailyMail test articles with their highlights, from two annotation benchmarks.
+"""Cased CNN/DailyMail test articles with their highlights, from three public sources.
 
 No copy of the cased test split fits the public-repository store (its files of 4 MiB and more
 are dropped), but two factual-consistency benchmarks ship CNN/DailyMail test articles, cased,
-with the reference highlights beside them:
+with the reference highlights beside them, and one repository ships the cased articles alone:
 
 - BUMP (Ma et al. 2023, github.com/dataminr-ai/BUMP, ``data/task1_dataset.json`` and
   ``task2_dataset.json``): whole articles and their highlights as plain prose, keyed by
@@ -14,9 +14,17 @@ with the reference highlights beside them:
   article as the summarisers read it (cut at their input length, so long articles end early)
   and the highlights in Stanford-tokenised cased form (``-LRB-``, `` 's``, `` .``), which
   :func:`detokenise` turns back into prose. The URL is the source.
+- github.com/chihiro2101/cnndaily_tbga, ``stories/<sha1 of the URL>.story``: 11,133 of the
+  11,490 test articles, whole, cased, Stanford-tokenised, a missing final period added to each
+  line (as See et al.'s ``make_datafiles.py`` does before it lower-cases), and no highlights.
+  :func:`story_rows` pairs each with the highlights of the same article in See et al.'s
+  tokenised lower-case chunks (``benchmarks.cnn_dailymail_bins``), checking that the two are
+  the same text, and turns both into prose. ROUGE lower-cases, so the highlights' case does
+  not change a score. The source is left to the URL list.
 
     python -m benchmarks.cnn_dailymail_cased bump OUT.csv TASK1.json TASK2.json
     python -m benchmarks.cnn_dailymail_cased frank OUT.csv ALL_TEST_URLS.txt DIR --exclude BUMP.csv
+    python -m benchmarks.cnn_dailymail_cased stories OUT.csv CHUNKS.csv DIR
 
 write the CSV layout ``benchmarks.eval_summaries`` reads (article, highlights one per line, id,
 source), articles in test-split order. FRANK articles that BUMP also holds are left out with
@@ -60,6 +68,47 @@ def detokenise(text: str) -> str:
     text = re.sub(r"(?i)\s+(n't|'s|'re|'ve|'ll|'m|'d)\b", r"\1", text)
     text = re.sub(r"\s+([,;:!?%])", r"\1", text)
     return re.sub(r"\s{2,}", " ", text).strip()
+
+
+def prose(text: str) -> str:
+    """A Stanford-tokenised article as prose: :func:`detokenise`, then each sentence's final
+    period rejoined and the tokeniser's ``#`` for a pound sign before an amount made ``£``
+    again (its PTB escaping writes ``£50`` as ``# 50``)."""
+    text = detokenise(text)
+    text = re.sub(r"(?<=[^\s.])\s+\.(?=[\s\"')\]]|$)", ".", text)
+    return re.sub(r"#\s*(?=\d)", "£", text)
+
+
+def story_rows(chunks: Path, folder: Path, least_shared: float = 0.9) -> list[dict[str, str]]:
+    """One row per article of ``chunks`` (a CSV of See et al.'s tokenised lower-case articles
+    with their highlights, in test-split order) that ``folder`` holds a cased story of, named by
+    its id; raises, naming the file, when a story's words are not mostly the chunk's."""
+    with open(chunks, newline="", encoding="utf-8") as handle:
+        rows = list(csv.DictReader(handle))
+    out = []
+    for row in rows:
+        path = folder / f"{row['id']}.story"
+        if not path.exists():
+            continue
+        cased = path.read_text(encoding="utf-8").strip()
+        ours, theirs = _words(cased), _words(row["article"])
+        shared = len(ours & theirs) / max(1, len(ours | theirs))
+        if shared < least_shared:
+            raise ValueError(
+                f"{path}: shares {shared:.2f} of its words with article {row['id']} of {chunks}"
+            )
+        highlights = "\n".join(prose(line) for line in row["highlights"].splitlines())
+        out.append(
+            {"article": prose(cased), "highlights": highlights, "id": row["id"], "source": ""}
+        )
+    return out
+
+
+def _words(text: str, width: int = 8) -> set[str]:
+    """The text's 8-character runs once everything but letters and digits is dropped (and the
+    tokeniser's bracket names): the same for both tokenisations, "12am" and "12 am" alike."""
+    letters = re.sub(r"[^a-z0-9]+", "", re.sub(r"-[lr][rsc]b-", " ", text.lower()))
+    return {letters[i : i + width] for i in range(max(1, len(letters) - width + 1))}
 
 
 def bump_rows(paths: Sequence[Path]) -> list[dict[str, str]]:
@@ -135,6 +184,8 @@ def main(argv: Sequence[str]) -> int:
             with open(argv[5], newline="", encoding="utf-8") as handle:
                 exclude = [r["article"] for r in csv.DictReader(handle)]
         rows = frank_rows(Path(argv[2]), Path(argv[3]), exclude)
+    elif len(argv) == 4 and argv[0] == "stories":
+        rows = story_rows(Path(argv[2]), Path(argv[3]))
     else:
         print(__doc__, file=sys.stderr)
         return 2

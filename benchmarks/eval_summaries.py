@@ -273,10 +273,37 @@ TEST_CHUNKS = Dataset(
     urls="cnn_dailymail_test_urls",
 )
 
+_STORIES_REPO = "github.com/chihiro2101/cnndaily_tbga"
+_STORIES_COMMIT = "24370d3350b8ce6a4d8ba8a6fa8035cfba4d65fb"
+
+TEST_CASED = Dataset(
+    name="cnn_dailymail_test_cased",
+    file="cnn_dailymail_test_cased.csv",
+    sha256="4816a93f2b1384353548a90c0fc9249441110b19f6c208de83bec4594753e4d3",
+    source="4,365 of the 4,490 test articles of cnn_dailymail_test_chunks (those the stories "
+    f"hold), whole and cased, from {_STORIES_REPO}, commit {_STORIES_COMMIT}, "
+    "stories/<sha1 of the URL>.story (cased Stanford tokens, no highlights), each paired with "
+    "its highlights from those chunks and both turned into prose by "
+    "benchmarks.cnn_dailymail_cased (the chunk's words checked to be the story's)",
+    licence="articles and highlights: copyright CNN and the Daily Mail, distributed for research "
+    "(Hermann et al. 2015; See et al. 2017); the repositories state no licence. Not committed "
+    "here.",
+    how_to_get=f"git clone https://{_STORIES_REPO} stories && mkdir -p .nightshift/eval/tbga && "
+    f"git -C stories archive {_STORIES_COMMIT} stories | tar -x --strip-components=1 -C "
+    ".nightshift/eval/tbga && python -m benchmarks.cnn_dailymail_cased stories "
+    ".nightshift/eval/cnn_dailymail_test_cased.csv "
+    ".nightshift/eval/cnn_dailymail_test_chunks_tokenised.csv .nightshift/eval/tbga "
+    "(after getting cnn_dailymail_test_chunks)",
+    every=10,
+    tuning=(),
+    urls="cnn_dailymail_test_urls",
+)
+
 # The evaluation sets, by name: CNN (both forms), mostly Daily Mail (tokenised form only), and
 # the cased test articles, mostly Daily Mail (both forms).
 DATASETS = {
-    d.name: d for d in (CNN_DAILYMAIL, VALIDATION_CHUNKS, TEST_CHUNKS, TEST_BUMP, TEST_FRANK)
+    d.name: d
+    for d in (CNN_DAILYMAIL, VALIDATION_CHUNKS, TEST_CHUNKS, TEST_CASED, TEST_BUMP, TEST_FRANK)
 }
 URL_LISTS = {d.name: d for d in (VALIDATION_URLS, TEST_URLS)}
 

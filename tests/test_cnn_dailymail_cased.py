@@ -1,4 +1,5 @@
-"""The cased CNN/DailyMail test articles from BUMP and FRANK (benchmarks.cnn_dailymail_cased)."""
+"""The cased CNN/DailyMail test articles from BUMP, FRANK and the cased stories
+(benchmarks.cnn_dailymail_cased)."""
 
 from __future__ import annotations
 
@@ -102,6 +103,67 @@ def test_frank_refuses_a_file_not_named_by_its_urls_sha1(tmp_path):
     )
     with pytest.raises(ValueError, match=wrong):
         cased.frank_rows(urls, folder)
+
+
+def _chunks(path, rows):
+    import csv
+
+    with open(path, "w", newline="", encoding="utf-8") as handle:
+        writer = csv.DictWriter(handle, fieldnames=("article", "highlights", "id"))
+        writer.writeheader()
+        writer.writerows(rows)
+    return path
+
+
+def test_stories_pair_the_cased_text_with_the_chunks_highlights_as_prose(tmp_path):
+    folder = tmp_path / "stories"
+    folder.mkdir()
+    story = (
+        "-LRB- CNN -RRB- The firm 's # 330million loan was `` repaid . '' "
+        "iPhone sales rose at 12am . Caption without a period ."
+    )
+    (folder / f"{'a' * 40}.story").write_text(story)
+    chunks = _chunks(
+        tmp_path / "chunks.csv",
+        [
+            {
+                "article": '( cnn ) the firm \'s £ 330million loan was " repaid . " iphone sales '
+                "rose at 12 am . caption without a period .",
+                "highlights": "firm repays loan .\nsales rose .",
+                "id": "a" * 40,
+            },
+            {"article": "not among the stories .", "highlights": "x .", "id": "b" * 40},
+        ],
+    )
+    out = tmp_path / "cased.csv"
+    assert cased.main(["stories", str(out), str(chunks), str(folder)]) == 0
+    (example,) = evaluation.load_examples(out)
+    assert example.doc_id == "a" * 40
+    assert example.article == (
+        '(CNN) The firm\'s £330million loan was "repaid." iPhone sales rose at 12am. '
+        "Caption without a period."
+    )
+    assert example.reference == "firm repays loan.\nsales rose."
+    # No source column: the URL list tells it, as for the chunks.
+    assert example.source is None
+
+
+def test_stories_refuse_a_story_that_is_not_the_chunks_article(tmp_path):
+    folder = tmp_path / "stories"
+    folder.mkdir()
+    (folder / f"{'a' * 40}.story").write_text("An entirely different article about the weather .")
+    chunks = _chunks(
+        tmp_path / "chunks.csv",
+        [
+            {
+                "article": "the council approved the budget on monday .",
+                "highlights": "x .",
+                "id": "a" * 40,
+            }
+        ],
+    )
+    with pytest.raises(ValueError, match=f"{'a' * 40}.story: shares"):
+        cased.story_rows(chunks, folder)
 
 
 def test_paired_margins_count_each_article_once_per_source_and_form(tmp_path):
