@@ -8,7 +8,7 @@ leaves so it can be retried:
   retry (the process is about to die) and tags its run so the daemon's ``run_retries``
   relaunches it (``FROM_FAILURE``); the relaunched run resumes from the checkpoint. The tags
   also carry the next attempt's capacity: the deadline-aware policy's choice from the day's
-  work left and its ready-by (assets/deadline_capacity.py), with ``on_demand_after``
+  work left and its ready-by (policy/ready_by.py), with ``on_demand_after``
   interruptions as an upper bound; today's count-based switch alone where no deadline applies.
 - the node stays (SIGUSR1: the scheduler wants it for other work): ``RetryRequested`` retries
   the step in place after a pause.
@@ -29,7 +29,6 @@ from typing import Any
 import pyarrow as pa
 from dagster import AssetExecutionContext, Failure, RetryRequested
 
-from assets.deadline_capacity import NightFacts, deadline_decision, retry_tags
 from assets.observability import GpuMonitor
 from assets.partitions import PartitionReport
 from inference.engine.interrupt import InterruptionWatcher
@@ -48,7 +47,7 @@ from inference.engine.shard_worker import (
 from inference.engine.shard_writer import ShardedWriter, ShardFileTargets
 from inference.engine.shards import Interrupted, ShardPool, Watch, row_range_shards, run_partition
 from policy.deadline import IDLE, CapacityDecision
-from policy.ready_by import ready_by
+from policy.ready_by import NightFacts, deadline_decision, ready_by, retry_tags
 from policy.tags import (
     CAPACITY_REASON_TAG,
     CAPACITY_TAG,

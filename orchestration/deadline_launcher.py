@@ -20,11 +20,10 @@ from dagster import DagsterRun
 from dagster_aws.ecs import EcsRunLauncher
 
 from assets.dagster_private import LaunchRunContext
-from assets.deadline_capacity import NightFacts, deadline_decision
 from inference.engine.ledger import LedgerBook, recent_rate
 from policy.capacity import tags_for_capacity
 from policy.deadline import IDLE, CapacityDecision
-from policy.ready_by import ready_by
+from policy.ready_by import NightFacts, deadline_decision, ready_by
 from policy.tags import CAPACITY_REASON_TAG, PARENT_RUN_TAG, PARTITION_TAG
 from resources.storage import DataStore, default_data_root
 

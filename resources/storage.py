@@ -4,8 +4,8 @@ resource that configures it.
 Layout (Hive-style, readable by pyarrow, Spark, DuckDB, Athena):
 ``<root>/landing/<dataset>/date=YYYY-MM-DD/*.parquet`` for inputs and
 ``<root>/outputs/<asset>/date=YYYY-MM-DD/`` for published outputs (see ``resources.filestore``).
-:class:`DataStore` reads landing partitions (``resources.datastore``) and publishes outputs
-(``resources.outputs``); the names callers use are importable from here.
+:class:`DataStore` (``resources.datastore``) reads landing partitions and publishes outputs;
+the names callers use are importable from here.
 """
 
 from __future__ import annotations
@@ -16,9 +16,8 @@ from pathlib import Path
 from dagster import ConfigurableResource
 from pydantic import Field, PrivateAttr
 
-from resources.datastore import DataStore
+from resources.datastore import DataStore, Published
 from resources.landing_files import LandingDataError
-from resources.outputs import Published
 
 __all__ = [
     "DEFAULT_DATA_ROOT",

@@ -19,11 +19,18 @@ from dagster import DagsterRun, RunsFilter
 from tripled_world import PLAN, materialize_tripled
 
 from assets.day_metadata import day_entries
-from assets.deadline_capacity import NightFacts, deadline_decision, retry_tags
 from inference.engine.ledger import Attempt, LedgerBook, PartitionLedger
 from policy.capacity import ON_DEMAND_PROVIDER, SPOT_PROVIDER
 from policy.deadline import BEHIND, CANNOT_MAKE_IT, SAFETY_NET
-from policy.ready_by import DEFAULT_READY_BY, ReadyBy, ready_by, ready_by_time
+from policy.ready_by import (
+    DEFAULT_READY_BY,
+    NightFacts,
+    ReadyBy,
+    deadline_decision,
+    ready_by,
+    ready_by_time,
+    retry_tags,
+)
 from policy.tags import CAPACITY_REASON_TAG, CAPACITY_TAG, READY_BY_TAG, RUN_TASK_KWARGS_TAG
 from resources.storage import DataStore
 

@@ -13,8 +13,13 @@ from dagster import AssetKey, materialize
 from helpers import asset_metadata
 
 from assets.fraud import defs
-from assets.fraud.assets import fraud_alerts, fraud_model, fraud_scores, transactions
-from assets.fraud.checks import fraud_model_auprc_above_floor
+from assets.fraud.assets import (
+    fraud_alerts,
+    fraud_model,
+    fraud_model_auprc_above_floor,
+    fraud_scores,
+    transactions,
+)
 from assets.fraud.demo_data import generate_day
 from assets.fraud.schemas import (
     LABELLED_SCHEMA,

@@ -15,7 +15,7 @@ import pytest
 from dagster import DagsterInstance, RunsFilter
 from helpers import asset_metadata, building_world, copy_world, run_job
 
-from assets.fraud.checks import MIN_VALIDATION_AUPRC
+from assets.fraud.assets import MIN_VALIDATION_AUPRC
 from assets.fraud.demo_data import generate_day
 from assets.fraud.schemas import LABELLED_SCHEMA, MODEL_NAME, TRANSACTIONS_LABELLED
 from inference.models.registry import (

@@ -3,8 +3,13 @@ challenger's fraud_scores_shadow when shadow scoring is on."""
 
 import dagster
 
-from assets.fraud.assets import fraud_alerts, fraud_model, fraud_scores, transactions
-from assets.fraud.checks import fraud_model_auprc_above_floor
+from assets.fraud.assets import (
+    fraud_alerts,
+    fraud_model,
+    fraud_model_auprc_above_floor,
+    fraud_scores,
+    transactions,
+)
 from assets.fraud.pipeline import FRAUD_GATE
 from assets.fraud.shadow import fraud_scores_shadow
 from assets.wiring import DomainWiring, Pipeline, TrainingJob

@@ -1,6 +1,14 @@
-"""Fraud assets: the day's transactions, the fraud model, each transaction's score, and alerts."""
+"""Fraud assets: the day's transactions, the fraud model, each transaction's score, and alerts;
+and the model's one standalone check, its quality before it scores anything.
+
+The checks on transactions, scores and alerts are Great Expectations suites evaluated inside
+the assets that produce them (see ``assets/fraud/gates.py``).
+"""
+
+from typing import Any
 
 from dagster import (
+    AssetCheckResult,
     AssetCheckSpec,
     AssetExecutionContext,
     AssetSpec,
@@ -8,6 +16,7 @@ from dagster import (
     MaterializeResult,
     MetadataValue,
     asset,
+    asset_check,
 )
 from pydantic import Field
 
@@ -20,7 +29,6 @@ from assets.fraud.gates import (
     TRANSACTIONS_GATE,
     alert_check_result,
 )
-from assets.fraud.model_metadata import model_metadata
 from assets.fraud.quality import save_screen, screen_transactions
 from assets.fraud.schemas import ALERTS, MODEL_NAME, SCREENS, TRANSACTIONS, TRANSACTIONS_SCHEMA
 from assets.fraud.scoring import FRAUD_SCORES, FraudQualityConfig
@@ -28,12 +36,17 @@ from assets.landing import LandingSpec, deadline, land
 from assets.partitions import partition_dates
 from assets.runner import score, scoring_asset
 from inference.models.modelstore import ModelNotFoundError, load_model
+from inference.models.registry import trained_window
 from inference.tabular.tabular import TrainConfig
 from policy.automation import GPU_POOL, after_parent_passes_checks
 from resources.inference import InferenceResource
 from resources.storage import DataStore, StorageResource
 
 GROUP = "fraud"
+
+# A model that ranks fraud this poorly would flood analysts with false alerts or miss most
+# fraud; at a ~1% fraud rate a random ranking scores about 0.01.
+MIN_VALIDATION_AUPRC = 0.5
 
 
 class TransactionsConfig(FraudQualityConfig):
@@ -167,6 +180,48 @@ def fraud_model(
             "training_seconds": round(seconds, 2),
         }
     )
+
+
+@asset_check(asset=MODEL_NAME, blocking=True)
+def fraud_model_auprc_above_floor(storage: StorageResource) -> AssetCheckResult:
+    """The current fraud model's validation AUPRC reaches the floor before it scores anything."""
+    store = storage.store()
+    stored = load_model(store.read_bytes, store.models_dir, MODEL_NAME)
+    auprc = stored.manifest["metrics"]["val_auprc"]
+    return AssetCheckResult(
+        passed=auprc >= MIN_VALIDATION_AUPRC,
+        metadata={"val_auprc": auprc, "floor": MIN_VALIDATION_AUPRC, "version": stored.version},
+    )
+
+
+def model_metadata(manifest: dict[str, Any], version: str) -> dict[str, Any]:
+    """Version, validation metrics, threshold, training data and the feature normalisation."""
+    metrics = manifest["metrics"]
+    window = trained_window(manifest)
+    trained_on = manifest.get("trained_on", {})
+    dates = trained_on.get("dates", [])
+    rows = metrics["train_rows"] + metrics["val_rows"]
+    positives = metrics["train_positives"] + metrics["val_positives"]
+    rows_md = zip(manifest["features"], manifest["mean"], manifest["std"], strict=True)
+    normalisation = "\n".join(f"| {name} | {mean:.4g} | {std:.4g} |" for name, mean, std in rows_md)
+    return {
+        "model_version": version,
+        "val_auprc": metrics["val_auprc"],
+        "val_roc_auc": metrics["val_roc_auc"],
+        "val_precision_at_threshold": metrics["val_precision_at_threshold"],
+        "val_recall_at_threshold": metrics["val_recall_at_threshold"],
+        "threshold": manifest["threshold"],
+        "training_rows": rows,
+        "fraud_rate": round(positives / rows, 6) if rows else 0.0,
+        "training_days": len(dates),
+        "training_range": f"{dates[0]} .. {dates[-1]}" if dates else "",
+        "trained_through": window[1] if window else "",
+        "hidden_layers": MetadataValue.json(manifest["hidden"]),
+        "features": MetadataValue.json(manifest["features"]),
+        "normalisation": MetadataValue.md(
+            "| feature | mean | std |\n|---|---|---|\n" + normalisation
+        ),
+    }
 
 
 @scoring_asset(
