@@ -11,9 +11,11 @@ with the reference highlights beside them, and one repository ships the cased ar
   dateline on every article.
 - FRANK (Pagnoni et al. 2021, github.com/artidoro/frank, ``data/articles-wbertscore-json/``):
   one JSON file per article with its URL (whose sha1 is the file's name, checked here), the
-  article as the summarisers read it (cut at their input length, so long articles end early)
-  and the highlights in Stanford-tokenised cased form (``-LRB-``, `` 's``, `` .``), which
-  :func:`detokenise` turns back into prose. The URL is the source.
+  article as the summarisers read it (whole, as far as the Daily Mail ones can be checked
+  against the stories below, but with caption and heading lines run into the next sentence
+  without a period, so its sentences are fewer and longer) and the highlights in
+  Stanford-tokenised cased form (``-LRB-``, `` 's``, `` .``), which :func:`detokenise` turns
+  back into prose. The URL is the source.
 - github.com/chihiro2101/cnndaily_tbga, ``stories/<sha1 of the URL>.story``: 11,133 of the
   11,490 test articles, whole, cased, Stanford-tokenised, a missing final period added to each
   line (as See et al.'s ``make_datafiles.py`` does before it lower-cases), and no highlights.
@@ -25,10 +27,13 @@ with the reference highlights beside them, and one repository ships the cased ar
     python -m benchmarks.cnn_dailymail_cased bump OUT.csv TASK1.json TASK2.json
     python -m benchmarks.cnn_dailymail_cased frank OUT.csv ALL_TEST_URLS.txt DIR --exclude BUMP.csv
     python -m benchmarks.cnn_dailymail_cased stories OUT.csv CHUNKS.csv DIR
+    python -m benchmarks.cnn_dailymail_cased whole OUT.csv SHIPPED_OUT.csv IN.csv DIR
 
 write the CSV layout ``benchmarks.eval_summaries`` reads (article, highlights one per line, id,
 source), articles in test-split order. FRANK articles that BUMP also holds are left out with
-``--exclude``, so the two files share no article and their figures can be pooled.
+``--exclude``, so the two files share no article and their figures can be pooled. ``whole``
+writes the rows of IN.csv that have a story twice: as they are (SHIPPED_OUT.csv) and with the
+story as the article (OUT.csv), so that scoring both shows what the shipped text costs.
 """
 
 from __future__ import annotations
@@ -38,6 +43,7 @@ import hashlib
 import json
 import re
 import sys
+from collections import Counter
 from collections.abc import Sequence
 from pathlib import Path
 
@@ -102,6 +108,27 @@ def story_rows(chunks: Path, folder: Path, least_shared: float = 0.9) -> list[di
             {"article": prose(cased), "highlights": highlights, "id": row["id"], "source": ""}
         )
     return out
+
+
+def whole_rows(
+    rows: Sequence[dict[str, str]], folder: Path, least_contained: float = 0.9
+) -> tuple[list[dict[str, str]], list[dict[str, str]]]:
+    """The rows (FRANK's, say) that have a story in ``folder``, and the same rows with the
+    story's whole text as their article: the same highlights, so two scores of them differ only
+    in how the article was kept. A shipped article mostly not in its story is an error."""
+    kept, whole = [], []
+    for row in rows:
+        path = folder / f"{row['id']}.story"
+        if not path.exists():
+            continue
+        cased = path.read_text(encoding="utf-8").strip()
+        theirs = _words(row["article"])
+        contained = len(theirs & _words(cased)) / max(1, len(theirs))
+        if contained < least_contained:
+            raise ValueError(f"{path}: holds {contained:.2f} of article {row['id']}'s text")
+        kept.append(row)
+        whole.append({**row, "article": prose(cased)})
+    return kept, whole
 
 
 def _words(text: str, width: int = 8) -> set[str]:
@@ -186,12 +213,17 @@ def main(argv: Sequence[str]) -> int:
         rows = frank_rows(Path(argv[2]), Path(argv[3]), exclude)
     elif len(argv) == 4 and argv[0] == "stories":
         rows = story_rows(Path(argv[2]), Path(argv[3]))
+    elif len(argv) == 5 and argv[0] == "whole":
+        with open(argv[3], newline="", encoding="utf-8") as handle:
+            kept, rows = whole_rows(list(csv.DictReader(handle)), Path(argv[4]))
+        write(kept, Path(argv[2]))
     else:
         print(__doc__, file=sys.stderr)
         return 2
     write(rows, Path(argv[1]))
-    counts = {s: sum(r["source"] == s for r in rows) for s in ("cnn", "dailymail")}
-    print(f"{argv[1]}: {len(rows)} articles, {counts}")
+    # Stories carry no source of their own: eval_summaries takes it from the URL list.
+    counts = Counter(r["source"] or "source by URL list" for r in rows)
+    print(f"{argv[1]}: {len(rows)} articles, {dict(counts)}")
     return 0
 
 

@@ -210,7 +210,8 @@ TEST_FRANK = Dataset(
     file="cnn_dailymail_test_frank.csv",
     sha256="c4aacda6d30f07c2f5c70920080118a9f498f26929ccfe4116ae08e3e4097dca",
     source="244 CNN/DailyMail test articles (222 Daily Mail, 22 CNN; FRANK's 250 less the 6 "
-    "BUMP also has), cased, cut at the summarisers' input length, with their highlights "
+    "BUMP also has), cased, as the summarisers read them (the Daily Mail ones whole, but with "
+    "caption and heading lines run into the next sentence without a period), with their highlights "
     f"(detokenised), from FRANK (Pagnoni et al. 2021), {_FRANK_REPO}, commit {_FRANK_COMMIT}, "
     "data/articles-wbertscore-json/<sha1 of the URL>.json, converted by "
     "benchmarks.cnn_dailymail_cased in the order of the test URL list "
@@ -816,11 +817,12 @@ def main(argv: Sequence[str] | None = None) -> int:
     try:
         datasets = [DATASETS[n] for n in args.dataset or DATASETS]
         if args.paired:
+            # With --data the file is the sample; the dataset only lends its defaults.
             margins = [
                 row
-                for dataset in datasets
+                for dataset in ([CNN_DAILYMAIL] if args.data else datasets)
                 for row in paired_margins(
-                    dataset, every=args.every, offsets=args.offset, cache=args.cache
+                    dataset, data=args.data, every=args.every, offsets=args.offset, cache=args.cache
                 )
             ]
             print(margins_table(margins))

@@ -166,6 +166,41 @@ def test_stories_refuse_a_story_that_is_not_the_chunks_article(tmp_path):
         cased.story_rows(chunks, folder)
 
 
+def test_whole_writes_the_shipped_rows_and_the_same_rows_with_their_story(tmp_path):
+    folder = tmp_path / "stories"
+    folder.mkdir()
+    (folder / f"{'a' * 40}.story").write_text(
+        "Caption of the photo .\nThe mayor opened the bridge on Monday .\nTolls are free ."
+    )
+    (folder / f"{'c' * 40}.story").write_text("A story about something else entirely .")
+    shipped = [
+        {
+            "article": "Caption of the photo The mayor opened the bridge on Monday. Tolls are free.",
+            "highlights": "Mayor opens bridge.",
+            "id": "a" * 40,
+            "source": "dailymail",
+        },
+        {"article": "No story has this one.", "highlights": "x.", "id": "b" * 40, "source": "cnn"},
+    ]
+    source = tmp_path / "frank.csv"
+    cased.write(shipped, source)
+    whole, kept = tmp_path / "whole.csv", tmp_path / "kept.csv"
+    assert cased.main(["whole", str(whole), str(kept), str(source), str(folder)]) == 0
+    (as_shipped,) = evaluation.load_examples(kept)
+    (from_story,) = evaluation.load_examples(whole)
+    assert as_shipped.article == shipped[0]["article"]
+    # The story's lines stay paragraphs, each ended by a period.
+    assert from_story.article == (
+        "Caption of the photo.\nThe mayor opened the bridge on Monday.\nTolls are free."
+    )
+    assert from_story.reference == as_shipped.reference == "Mayor opens bridge."
+    assert from_story.source == "dailymail"
+    # A story that does not hold the shipped article is refused, named.
+    shipped[1]["id"] = "c" * 40
+    with pytest.raises(ValueError, match=f"{'c' * 40}.story: holds"):
+        cased.whole_rows(shipped, folder)
+
+
 def test_paired_margins_count_each_article_once_per_source_and_form(tmp_path):
     from inference.engine.device import make_runtime
     from inference.text.encoder import load_sentence_encoder
