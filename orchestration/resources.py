@@ -10,7 +10,7 @@ import os
 
 from dagster import EnvVar
 
-from inference.engine.timestamps import LandingTimezones
+from inference.engine.streaming import LandingTimezones
 from resources.inference import InferenceResource
 from resources.landing_files import not_parquet_policy
 from resources.storage import StorageResource

@@ -20,8 +20,12 @@ from inference.engine.batching import coalesce
 from inference.engine.leases import CasStore, LocalCasStore, S3CasStore
 from inference.engine.output_partition import MANIFEST, PartitionTarget
 from inference.engine.shard_writer import ShardedWriter, ShardFileTargets
-from inference.engine.streaming import READ_AHEAD_THREADS, iter_parquet_files
-from inference.engine.timestamps import LandingTimezones, NonexistentTimeError
+from inference.engine.streaming import (
+    READ_AHEAD_THREADS,
+    LandingTimezones,
+    NonexistentTimeError,
+    iter_parquet_files,
+)
 from resources.filestore import FileStore, is_data
 from resources.landing_cache import REMOTE_READ_THREADS, Checked, CheckedFiles, DecodedPartitions
 from resources.landing_files import (

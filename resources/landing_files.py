@@ -33,7 +33,7 @@ import pyarrow as pa
 import pyarrow.fs as pafs
 import pyarrow.parquet as pq
 
-from inference.engine.timestamps import is_naive_for
+from inference.engine.streaming import is_naive_for
 from resources.filestore import is_data
 
 NOT_PARQUET_ENV = "NIGHTSHIFT_LANDING_NOT_PARQUET"

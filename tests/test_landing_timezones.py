@@ -19,7 +19,7 @@ from assets.recommendations.demo_data import generate_day as generate_interactio
 from assets.recommendations.schemas import INTERACTIONS, INTERACTIONS_SCHEMA
 from assets.summaries.demo_data import generate_day as generate_documents
 from assets.summaries.documents import DATASET, DOCUMENTS_SCHEMA, documents
-from inference.engine.timestamps import LandingTimezones, NonexistentTimeError, localize
+from inference.engine.streaming import LandingTimezones, NonexistentTimeError, localize
 from orchestration.resources import build_resources
 from resources.storage import DataStore, LandingDataError, StorageResource
 
