@@ -11,9 +11,9 @@ with the reference highlights beside them, and one repository ships the cased ar
   dateline on every article.
 - FRANK (Pagnoni et al. 2021, github.com/artidoro/frank, ``data/articles-wbertscore-json/``):
   one JSON file per article with its URL (whose sha1 is the file's name, checked here), the
-  article as the summarisers read it (whole, as far as the Daily Mail ones can be checked
-  against the stories below, but with caption and heading lines run into the next sentence
-  without a period, so its sentences are fewer and longer) and the highlights in
+  article as the summarisers read it (whole, as far as the stories below show, but in
+  Daily Mail articles with caption and heading lines run into the next sentence without a
+  period, so their sentences are fewer and longer) and the highlights in
   Stanford-tokenised cased form (``-LRB-``, `` 's``, `` .``), which :func:`detokenise` turns
   back into prose. The URL is the source.
 - github.com/chihiro2101/cnndaily_tbga, ``stories/<sha1 of the URL>.story``: 11,133 of the
@@ -46,6 +46,9 @@ import sys
 from collections import Counter
 from collections.abc import Sequence
 from pathlib import Path
+from statistics import median
+
+from inference.text.segment import split_sentences
 
 # The test split's URL list has its CNN articles first: 1,093 of 11,490.
 CNN_TEST_ARTICLES = 1093
@@ -129,6 +132,17 @@ def whole_rows(
         kept.append(row)
         whole.append({**row, "article": prose(cased)})
     return kept, whole
+
+
+def shape(rows: Sequence[dict[str, str]]) -> dict[str, float]:
+    """Medians of the articles' words, sentences (as the summariser splits them), words per
+    sentence and longest sentence: how two keepings of the same articles differ."""
+    counts = []
+    for row in rows:
+        lengths = [len(s.split()) for s in split_sentences(row["article"])] or [0]
+        counts.append((sum(lengths), len(lengths), sum(lengths) / len(lengths), max(lengths)))
+    names = ("words", "sentences", "words per sentence", "longest sentence")
+    return {name: median(c[k] for c in counts) for k, name in enumerate(names)}
 
 
 def _words(text: str, width: int = 8) -> set[str]:
@@ -217,6 +231,14 @@ def main(argv: Sequence[str]) -> int:
         with open(argv[3], newline="", encoding="utf-8") as handle:
             kept, rows = whole_rows(list(csv.DictReader(handle)), Path(argv[4]))
         write(kept, Path(argv[2]))
+        for source in ("cnn", "dailymail"):
+            pair = [[r for r in rs if r["source"] == source] for rs in (kept, rows)]
+            if pair[0]:
+                shipped, whole = shape(pair[0]), shape(pair[1])
+                print(
+                    f"{source}, {len(pair[0])} articles, median as shipped / whole: "
+                    + ", ".join(f"{k} {shipped[k]:.1f} / {whole[k]:.1f}" for k in shipped)
+                )
     else:
         print(__doc__, file=sys.stderr)
         return 2

@@ -210,7 +210,7 @@ TEST_FRANK = Dataset(
     file="cnn_dailymail_test_frank.csv",
     sha256="c4aacda6d30f07c2f5c70920080118a9f498f26929ccfe4116ae08e3e4097dca",
     source="244 CNN/DailyMail test articles (222 Daily Mail, 22 CNN; FRANK's 250 less the 6 "
-    "BUMP also has), cased, as the summarisers read them (the Daily Mail ones whole, but with "
+    "BUMP also has), cased, as the summarisers read them (whole, but the Daily Mail ones with "
     "caption and heading lines run into the next sentence without a period), with their highlights "
     f"(detokenised), from FRANK (Pagnoni et al. 2021), {_FRANK_REPO}, commit {_FRANK_COMMIT}, "
     "data/articles-wbertscore-json/<sha1 of the URL>.json, converted by "
