@@ -24,6 +24,7 @@ from inference.engine.streaming import (
     READ_AHEAD_THREADS,
     LandingTimezones,
     NonexistentTimeError,
+    ParquetRead,
     iter_parquet_files,
 )
 from resources.filestore import FileStore, is_data
@@ -304,15 +305,14 @@ class DataStore(OutputStore):
         # Pull-based readers: one row group of a large file in memory at a time (a dataset
         # scanner reads ahead while the model is busy; see inference/streaming), small files
         # read whole a batch's worth ahead, on more threads where each read is a round trip.
+        read = ParquetRead(
+            wanted_here, batch_size, required, self.fs, self.landing_timezone(dataset)
+        )
         files = iter_parquet_files(
             [f for f, _, _ in checked],
             [rows for _, rows, _ in checked],
+            read,
             footers=[footer for _, _, footer in checked],
-            columns=wanted_here,
-            batch_size=batch_size,
-            schema=required,
-            filesystem=self.fs,
-            timezone=self.landing_timezone(dataset),
             threads=REMOTE_READ_THREADS if remote else READ_AHEAD_THREADS,
             pre_buffer=remote,
         )

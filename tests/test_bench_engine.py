@@ -30,7 +30,7 @@ STREAM_SCRIPT = textwrap.dedent(
     from benchmarks.common import peak_rss_mb
     from inference.engine.batching import rebatch
     from inference.engine.device import make_runtime
-    from inference.engine.streaming import iter_parquet
+    from inference.engine.streaming import ParquetRead, iter_parquet
     from inference.tabular.tabular import Standardizer, TabularScorer, build_mlp, stack_features
 
     torch.set_num_threads(1)
@@ -41,7 +41,7 @@ STREAM_SCRIPT = textwrap.dedent(
                            columns, 0.5, make_runtime("cpu", "fp32"))
     scorer.score(np.zeros((4096, 8), np.float32))
     baseline = peak_rss_mb()
-    batches = rebatch(iter_parquet(source, batch_size=65_536), 4096)
+    batches = rebatch(iter_parquet(source, ParquetRead(batch_size=65_536)), 4096)
     rows = 0
     schema = pa.schema([("id", pa.int64()), ("score", pa.float32())])
     with pq.ParquetWriter(target, schema) as writer:

@@ -55,41 +55,53 @@ import pyarrow.parquet as pq
 THREADED_ROWS = 32_768
 
 
+@dataclass(frozen=True)
+class ParquetRead:
+    """What to read from parquet files and how the batches come out.
+
+    Args:
+        columns: the columns to read (all when None).
+        batch_size: rows per batch at most (a row group boundary may cut one shorter).
+        schema: cast each batch to this schema's types for the columns read, or None.
+        filesystem: where the files are (local when None).
+        timezone: the zone whose wall-clock time naive timestamp columns are, where ``schema``
+            wants them with a time zone (see :func:`localize`); None casts them as UTC.
+    """
+
+    columns: list[str] | None = None
+    batch_size: int = 65_536
+    schema: pa.Schema | None = None
+    filesystem: pafs.FileSystem | None = None
+    timezone: str | None = None
+
+
 def iter_parquet(
     files: str | Sequence[str],
-    *,
-    columns: list[str] | None = None,
-    batch_size: int = 65_536,
-    schema: pa.Schema | None = None,
-    filesystem: pafs.FileSystem | None = None,
+    read: ParquetRead = ParquetRead(),
     footers: Sequence[pq.FileMetaData | None] | None = None,
-    timezone: str | None = None,
 ) -> Iterator[pa.RecordBatch]:
     """Streams record batches from parquet files, one row group in memory at a time.
 
     Args:
         files: a file or a list of files, read in order.
-        columns: the columns to read (all when None).
-        batch_size: rows per batch at most (a row group boundary may cut one shorter).
-        schema: cast each batch to this schema's types for the columns read, or None.
-        filesystem: where the files are (local when None).
+        read: the columns, batch size, schema, filesystem and time zone.
         footers: the files' footers when already read (one per file), so they are not read again.
-        timezone: the zone whose wall-clock time naive timestamp columns are, where ``schema``
-            wants them with a time zone (see inference/timestamps); None casts them as UTC.
 
     Raises:
-        NonexistentTimeError: with ``timezone``, a reading that the zone's clocks skip.
+        NonexistentTimeError: with ``read.timezone``, a reading that the zone's clocks skip.
     """
     paths = [files] if isinstance(files, str) else list(files)
     for path, footer in zip(paths, footers or [None] * len(paths), strict=True):
         reader = pq.ParquetFile(
-            path, metadata=footer, pre_buffer=False, filesystem=filesystem, memory_map=False
+            path, metadata=footer, pre_buffer=False, filesystem=read.filesystem, memory_map=False
         )
         meta = reader.metadata
         threads = meta.num_rows >= THREADED_ROWS * max(1, meta.num_row_groups)
-        batches = reader.iter_batches(batch_size=batch_size, columns=columns, use_threads=threads)
+        batches = reader.iter_batches(
+            batch_size=read.batch_size, columns=read.columns, use_threads=threads
+        )
         for batch in batches:
-            yield batch if schema is None else _cast(batch, schema, timezone)
+            yield batch if read.schema is None else _cast(batch, read.schema, read.timezone)
 
 
 # Small files are read whole on a few threads, ahead of the consumer: a file costs a fixed CPU
@@ -101,13 +113,8 @@ READ_AHEAD_THREADS = min(4, os.cpu_count() or 1)
 def iter_parquet_files(
     files: Sequence[str],
     rows: Sequence[int],
-    *,
+    read: ParquetRead = ParquetRead(),
     footers: Sequence[pq.FileMetaData | None] | None = None,
-    columns: list[str] | None = None,
-    batch_size: int = 65_536,
-    schema: pa.Schema | None = None,
-    filesystem: pafs.FileSystem | None = None,
-    timezone: str | None = None,
     threads: int = READ_AHEAD_THREADS,
     pre_buffer: bool = False,
 ) -> Iterator[tuple[str, Iterator[pa.RecordBatch]]]:
@@ -115,43 +122,36 @@ def iter_parquet_files(
 
     A file of fewer than ``THREADED_ROWS`` rows is read whole on one of ``threads`` threads,
     started ahead of the consumer while the files started and not yet consumed hold fewer than
-    ``batch_size`` rows; a larger file streams one row group at a time when its turn comes. So
+    ``read.batch_size`` rows; a larger file streams one row group at a time when its turn comes. So
     memory stays at a batch's worth of small files, or one row group of a large one. A file
     that cannot be read raises when its own batches are iterated, so the caller can name it.
 
     Args:
         files: the files, read in this order.
         rows: their row counts, one per file.
+        read: as for :func:`iter_parquet`.
         footers: their footers when already read (None for one: its reader reads it).
-        columns, batch_size, schema, filesystem, timezone: as for :func:`iter_parquet`.
         threads: threads reading small files (1: each is read when its turn comes).
         pre_buffer: fetch a small file's column chunks in one coalesced read (object stores,
             where each read is a round trip).
     """
 
-    fs = filesystem or pafs.LocalFileSystem()
+    fs = read.filesystem or pafs.LocalFileSystem()
+    schema, batch_size = read.schema, read.batch_size
 
     def read_whole(path: str, footer: pq.FileMetaData | None) -> list[pa.RecordBatch]:
         # Decoded and cast on the reading thread, so the consumer's thread only collects them.
         # An opened file, not a path: resolving the path is a tenth of a small file's cost.
         with fs.open_input_file(path) as source:
             reader = pq.ParquetFile(source, metadata=footer, pre_buffer=pre_buffer)
-            table = reader.read(columns=columns, use_threads=False)
+            table = reader.read(columns=read.columns, use_threads=False)
         batches = table.to_batches(batch_size)
         if schema is None or table.schema == _target(schema, table.column_names):
             return batches
-        return [_cast(b, schema, timezone) for b in batches]
+        return [_cast(b, schema, read.timezone) for b in batches]
 
     def stream(path: str, footer: pq.FileMetaData | None) -> Iterator[pa.RecordBatch]:
-        return iter_parquet(
-            path,
-            columns=columns,
-            batch_size=batch_size,
-            schema=schema,
-            filesystem=filesystem,
-            footers=[footer],
-            timezone=timezone,
-        )
+        return iter_parquet(path, read, footers=[footer])
 
     def unpack(started: Future) -> Iterator[pa.RecordBatch]:
         yield from started.result()
