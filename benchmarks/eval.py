@@ -5,16 +5,17 @@
   (benchmarks/eval_fraud.py);
 - recommendations: MovieLens 100k replayed as daily interactions through the real assets,
   against popularity, item-kNN and EASE (benchmarks/eval_recommendations.py);
-- summaries: every k-th CNN/DailyMail validation article (not the ones the ranker was tuned
-  on) in its plain and tokenised lower-case forms, against Lead-3, over all of them and with CNN
-  and Daily Mail apart (benchmarks/eval_summaries.py);
+- summaries: every k-th article of six CNN/DailyMail sets (validation and test, cased and
+  tokenised lower-case; none of the reported articles tuned or trained on), against Lead-3,
+  over all of them and with CNN and Daily Mail apart (benchmarks/eval_summaries.py);
 - embeddings: highlight-to-article retrieval over the first 1,000 CNN/DailyMail validation
   articles, the asset's vectors against the sentence encoder alone and TF-IDF, with docs/s
   (benchmarks/eval_embeddings.py).
 
 The last two data sets may not be redistributed, so they live in the git-ignored
 ``.nightshift/eval/`` cache, checked against their sha256; a missing one is reported with the
-way to get it, and the other tables are still printed. Exit status 1 if any was missing.
+way to get it, and the other tables (and the summaries sets that are there) are still
+printed. Exit status 1 if any was missing.
 
     .venv/bin/python -m benchmarks.eval [--only fraud recommendations summaries embeddings]
 """
@@ -40,10 +41,23 @@ def _recommendations() -> str:
     return eval_recommendations.table(eval_recommendations.evaluate())
 
 
+class PartlyMissing(FileNotFoundError):
+    """Some of a domain's data sets are not in the cache: the tables of those that are, and
+    how to get the rest."""
+
+    def __init__(self, tables: str, missing: Sequence[str]):
+        super().__init__("\n".join(missing))
+        self.tables = tables
+
+
 def _summaries() -> str:
     from benchmarks import eval_summaries
 
-    return eval_summaries.table(eval_summaries.report())
+    missing: list[str] = []
+    rows = eval_summaries.report(missing=missing)
+    if missing:
+        raise PartlyMissing(eval_summaries.table(rows) if rows else "", missing)
+    return eval_summaries.table(rows)
 
 
 def _embeddings() -> str:
@@ -74,6 +88,8 @@ def main(argv: Sequence[str] | None = None) -> int:
             print(DOMAINS[name]())
         except FileNotFoundError as error:  # a data set not in the cache: say how to get it
             missing.append(name)
+            if isinstance(error, PartlyMissing) and error.tables:
+                print(error.tables + "\n")
             print(f"SKIPPED: {error}")
         print(f"\n({time.perf_counter() - started:.0f} s)\n", flush=True)
     return 1 if missing else 0

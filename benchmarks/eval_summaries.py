@@ -767,10 +767,26 @@ def _worst_margin(rows: Sequence[dict]) -> dict[str, float]:
     return {m: min(rouge1[(d, m)] - rouge1[(d, "lead-3")] for d in parts) for m in methods}
 
 
-def report(cache: Path = CACHE, datasets: Sequence[Dataset] | None = None) -> list[dict]:
-    """The report samples of each evaluation set (default all of :data:`DATASETS`)."""
+def report(
+    cache: Path = CACHE,
+    datasets: Sequence[Dataset] | None = None,
+    missing: list[str] | None = None,
+) -> list[dict]:
+    """The report samples of each evaluation set (default all of :data:`DATASETS`).
+
+    A set not in the cache raises FileNotFoundError with the way to get it; given ``missing``,
+    the other sets are still scored and each missing set's message is appended to it instead.
+    """
     chosen = list(DATASETS.values()) if datasets is None else datasets
-    return [row for dataset in chosen for row in evaluate(dataset=dataset, cache=cache)]
+    rows = []
+    for dataset in chosen:
+        try:
+            rows += evaluate(dataset=dataset, cache=cache)
+        except FileNotFoundError as error:
+            if missing is None:
+                raise
+            missing.append(str(error))
+    return rows
 
 
 def table(rows: Sequence[dict]) -> str:

@@ -235,3 +235,13 @@ def test_paired_margins_count_each_article_once_per_source_and_form(tmp_path):
 
 
 FORMS = ("tokenised", "plain")
+
+
+def test_the_report_scores_the_sets_it_has_and_names_the_missing(tmp_path):
+    sets = [evaluation.TEST_CASED, evaluation.TEST_FRANK]
+    with pytest.raises(FileNotFoundError, match="cnn_dailymail_test_cased is not in"):
+        evaluation.report(cache=tmp_path, datasets=sets)
+    missing: list[str] = []
+    assert evaluation.report(cache=tmp_path, datasets=sets, missing=missing) == []
+    assert [m.split(" ")[0] for m in missing] == [s.name for s in sets]
+    assert all("Get it with:" in m for m in missing)

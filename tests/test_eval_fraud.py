@@ -32,3 +32,17 @@ def test_the_driver_prints_each_domain_and_reports_missing_data(capsys, monkeypa
     assert status == 1
     assert "## fraud" in out and "| fraud table |" in out
     assert "SKIPPED: ml-100k/u.data is missing" in out
+
+
+def test_the_driver_prints_the_tables_it_has_beside_the_missing_ones(capsys, monkeypatch) -> None:
+    def partly() -> str:
+        raise eval_driver.PartlyMissing("| summaries table |", ["set_b is not in the cache"])
+
+    monkeypatch.setitem(eval_driver.DOMAINS, "summaries", partly)
+
+    status = eval_driver.main(["--only", "summaries"])
+
+    out = capsys.readouterr().out
+    assert status == 1
+    assert "| summaries table |" in out
+    assert "SKIPPED: set_b is not in the cache" in out
