@@ -67,7 +67,10 @@ def _local_then_ray(assets: list, date: str, storage: StorageResource, read, run
     calls on its own, so the shard size decides which rows share a call, under both executors):
     ((local outputs, metadata), (ray's outputs, metadata))."""
     runs = []
-    for inference in (_inference(**shards), _inference(executor="ray", **shards)):
+    # Bit for bit needs the same intra-op threads on both sides: a matrix product split over
+    # more threads may sum in another order (it did for MiniLM on a Xeon with AVX-512), so the
+    # local engine runs on the one thread each actor has (ray_cpus_per_worker 1).
+    for inference in (_inference(cpu_threads=1, **shards), _inference(executor="ray", **shards)):
         with DagsterInstance.ephemeral() as instance:
             result = materialize(
                 assets,
