@@ -127,6 +127,28 @@ def test_lower_case_starts_stay_inside_their_sentence_in_cased_prose():
     ]
 
 
+def test_a_caption_run_into_the_next_sentence_is_cut_before_its_opener():
+    # Scraped text loses line ends: a caption or heading runs into the sentence after it. A
+    # capitalised opener straight after a word starts a sentence; a dateline, a list number,
+    # a quote opened after a colon and a name ("The Times") do not.
+    text = (
+        "Rachel Smith at the launch in London on Friday The event raised money for charity. "
+        "Washington (CNN) The senator spoke. 5 After a break, play resumed. "
+        "He said: ' They played well.' She reads The Times every day."
+    )
+    assert split_sentences(text) == [
+        "Rachel Smith at the launch in London on Friday",
+        "The event raised money for charity.",
+        "Washington (CNN) The senator spoke.",
+        "5 After a break, play resumed.",
+        "He said: ' They played well.'",
+        "She reads The Times every day.",
+    ]
+    # Tokenised lower-case text has no capitals to go by: nothing changes there.
+    lower = "the launch in london on friday the event raised money ."
+    assert split_sentences(lower) == [lower]
+
+
 def test_text_without_punctuation_falls_back_to_bounded_windows():
     words = " ".join(f"word{i}" for i in range(2000))
     windows = split_sentences(words)

@@ -13,6 +13,7 @@ without spaces — that the summariser applies and the published summaries' chec
 
 from __future__ import annotations
 
+import bisect
 import re
 import unicodedata
 from dataclasses import dataclass
@@ -108,17 +109,50 @@ def _spans(flat: str, window_words: int, window_chars: int) -> list[tuple[int, i
     return spans
 
 
+# Text whose line ends were lost (a caption or heading run into the sentence after it, as in
+# text scraped without its markup) shows a sentence opener with a capital straight after a
+# word: "... in 1985 The company said". Only openers that almost never take a capital
+# mid-sentence before a lower-case word are cut at (counted in benchmarks/eval-2026-12-02/
+# summaries-cased-test.md); "It", "In" and "A" open titles and names too often. A cut that
+# would leave fewer than RUN_ON_MIN_WORDS words before it is a dateline or a list number
+# ("(CNN) The ...", "Washington (CNN) The ...", "5 After ..."), not a lost line end.
+_RUN_ON = re.compile(
+    r"(?<=[^\W_]|[)\]”’\"']) (?=(?:The|He|She|His|Her|But|After|When|There|They|This) [a-z])"
+)
+RUN_ON_MIN_WORDS = 4
+
+
 def _split_paragraph(paragraph: str, lower_case: bool, tokenised: bool) -> list[str]:
     cuts = {m.end() for m in _CJK_END.finditer(paragraph)}
     for match in _END.finditer(paragraph):
         if _ends_sentence(paragraph, match, lower_case, tokenised):
             cuts.add(_after_closers(paragraph, match.end()))
+    if not lower_case:
+        cuts.update(_run_on_cuts(paragraph, cuts))
     pieces, start = [], 0
     for cut in sorted(cuts):
         pieces.append(paragraph[start:cut].strip())
         start = cut
     pieces.append(paragraph[start:].strip())
     return [p for p in pieces if p]
+
+
+def _run_on_cuts(paragraph: str, cuts: set[int]) -> list[int]:
+    """Where a sentence run into the previous one starts (see :data:`_RUN_ON`), where at least
+    :data:`RUN_ON_MIN_WORDS` words lie between it and the cut before it."""
+    found: list[int] = []
+    bounds = sorted(cuts)
+    for match in _RUN_ON.finditer(paragraph):
+        at = match.start()
+        earlier = bisect.bisect_left(bounds, at)
+        before = max(bounds[earlier - 1] if earlier else 0, found[-1] if found else 0)
+        # A quote that follows a colon or comma opens what is quoted ("said: ' They put").
+        opens_quote = paragraph[before:at].rstrip("'\" ").endswith((":", ","))
+        # Counting spaces, not splitting: the paragraph is single-spaced after normalisation.
+        words = paragraph.count(" ", before, at) + (before == 0)
+        if words >= RUN_ON_MIN_WORDS and not opens_quote:
+            found.append(at)
+    return found
 
 
 def _after_closers(paragraph: str, cut: int) -> int:
