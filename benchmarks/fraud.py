@@ -7,6 +7,7 @@ Every peer scores the same partition with the same model and the same feature co
 from __future__ import annotations
 
 import asyncio
+import contextlib
 import time
 from pathlib import Path
 
@@ -31,10 +32,21 @@ DAY = "2026-03-01"
 
 
 def run_nightshift(
-    root: Path, date: str, threads: int, batch_size: int, device: str = "cpu"
+    root: Path,
+    date: str,
+    threads: int,
+    batch_size: int,
+    device: str = "cpu",
+    instance: DagsterInstance | None = None,
 ) -> float:
-    """Materialises ``fraud_scores`` for one day through Dagster; returns wall seconds."""
-    with DagsterInstance.ephemeral() as instance:
+    """Materialises ``fraud_scores`` for one day through Dagster; returns wall seconds.
+
+    On a fresh instance (the default) the step first lands and checks ``transactions``
+    itself, as a scoring asset materialised alone does (assets/upstream.py); on an instance
+    where that day was landed already, the step scores it alone, as in the job."""
+    with contextlib.ExitStack() as stack:
+        if instance is None:
+            instance = stack.enter_context(DagsterInstance.ephemeral())
         result, seconds = timed(
             lambda: materialize(
                 [fraud_scores],
@@ -171,9 +183,15 @@ def run(
     store = DataStore(str(root))
     w.facts.update(rows=rows, batch_size=batch_size, model=str(scorer.model).replace("\n", " "))
 
-    # Nightshift end to end: the real asset, read -> features -> model -> parquet, published.
-    run_nightshift(root, DAY, threads, batch_size, device)  # warm-up: imports, page cache
-    seconds = min(run_nightshift(root, DAY, threads, batch_size, device) for _ in range(2))
+    # Nightshift end to end: the real asset, read -> features -> model -> parquet, published,
+    # its output checks included. The warm-up (imports, page cache) also lands and checks the
+    # day's transactions in the instance the timed runs share, so they time the scoring step
+    # as the job runs it, after its landing step; the peers land nothing either.
+    with DagsterInstance.ephemeral() as instance:
+        run_nightshift(root, DAY, threads, batch_size, device, instance)
+        seconds = min(
+            run_nightshift(root, DAY, threads, batch_size, device, instance) for _ in range(2)
+        )
     ours = rows / seconds
 
     # Peers that work from memory get the partition and its features up front, untimed.
