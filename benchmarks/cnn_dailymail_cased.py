@@ -96,10 +96,9 @@ def story_rows(chunks: Path, folder: Path, least_shared: float = 0.9) -> list[di
         rows = list(csv.DictReader(handle))
     out = []
     for row in rows:
-        path = folder / f"{row['id']}.story"
-        if not path.exists():
+        if (story := _story(folder, row["id"])) is None:
             continue
-        cased = path.read_text(encoding="utf-8").strip()
+        path, cased = story
         ours, theirs = _words(cased), _words(row["article"])
         shared = len(ours & theirs) / max(1, len(ours | theirs))
         if shared < least_shared:
@@ -121,10 +120,9 @@ def whole_rows(
     in how the article was kept. A shipped article mostly not in its story is an error."""
     kept, whole = [], []
     for row in rows:
-        path = folder / f"{row['id']}.story"
-        if not path.exists():
+        if (story := _story(folder, row["id"])) is None:
             continue
-        cased = path.read_text(encoding="utf-8").strip()
+        path, cased = story
         theirs = _words(row["article"])
         contained = len(theirs & _words(cased)) / max(1, len(theirs))
         if contained < least_contained:
@@ -132,6 +130,12 @@ def whole_rows(
         kept.append(row)
         whole.append({**row, "article": prose(cased)})
     return kept, whole
+
+
+def _story(folder: Path, article_id: str) -> tuple[Path, str] | None:
+    """The story file named by the article's id and its text, or None when there is none."""
+    path = folder / f"{article_id}.story"
+    return (path, path.read_text(encoding="utf-8").strip()) if path.exists() else None
 
 
 def shape(rows: Sequence[dict[str, str]]) -> dict[str, float]:

@@ -18,10 +18,8 @@ Many small files (one per upstream task) cost per file, not per row: :func:`iter
 reads them whole, a batch's worth of rows ahead, on a few threads, and the caller joins their
 batches (``inference.engine.batching.coalesce``), so memory is still about a batch.
 
-The stream also turns timestamps written without a time zone into instants: they are read as
-wall-clock time in a zone the data owner names (:func:`localize`).
-
-A parquet timestamp without a time zone (Arrow ``timestamp[us]``, Parquet
+Timestamps written without a time zone are read as wall-clock time in a zone the data owner
+names (:func:`localize`). A parquet timestamp without a time zone (Arrow ``timestamp[us]``, Parquet
 ``isAdjustedToUTC=false``) is a clock reading, not an instant. Casting it to
 ``timestamp[us, tz=UTC]`` reads it as UTC, which moves a local day's evening rows into the next
 UTC day. Landing contracts therefore reject such columns unless the dataset's landing timezone
@@ -137,7 +135,6 @@ def iter_parquet_files(
     """
 
     fs = read.filesystem or pafs.LocalFileSystem()
-    schema, batch_size = read.schema, read.batch_size
 
     def read_whole(path: str, footer: pq.FileMetaData | None) -> list[pa.RecordBatch]:
         # Decoded and cast on the reading thread, so the consumer's thread only collects them.
@@ -145,10 +142,10 @@ def iter_parquet_files(
         with fs.open_input_file(path) as source:
             reader = pq.ParquetFile(source, metadata=footer, pre_buffer=pre_buffer)
             table = reader.read(columns=read.columns, use_threads=False)
-        batches = table.to_batches(batch_size)
-        if schema is None or table.schema == _target(schema, table.column_names):
+        batches = table.to_batches(read.batch_size)
+        if read.schema is None or table.schema == _target(read.schema, table.column_names):
             return batches
-        return [_cast(b, schema, read.timezone) for b in batches]
+        return [_cast(b, read.schema, read.timezone) for b in batches]
 
     def stream(path: str, footer: pq.FileMetaData | None) -> Iterator[pa.RecordBatch]:
         return iter_parquet(path, read, footers=[footer])
@@ -172,7 +169,7 @@ def iter_parquet_files(
                 continue
             following = max(following, i)
             while following < len(files) and small[following]:
-                if following > i and rows_started >= batch_size:
+                if following > i and rows_started >= read.batch_size:
                     break
                 started[following] = pool.submit(read_whole, files[following], footers[following])
                 rows_started += rows[following]
