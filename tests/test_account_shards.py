@@ -28,6 +28,19 @@ def test_crc32_strings_is_zlibs_crc32_of_the_utf8_bytes():
     assert crc32_strings(pa.array([], pa.string())).tolist() == []
 
 
+def test_ids_of_one_width_hash_to_zlibs_crc32_too():
+    # The one-width path (a byte column at a time, no distinct ids first) against zlib, sliced
+    # and multi-byte, and through account_shards.
+    ids = [f"acct-{i:06d}" for i in np.random.default_rng(5).integers(0, 10**6, 2_000)]
+    wide = ["ü€x", "abcdef", "ç𝄞"]  # 6 UTF-8 bytes each
+    for values in (ids, wide, ["", ""]):
+        array = pa.array(values, pa.string())
+        assert crc32_strings(array).tolist() == [_crc(v) for v in values]
+    assert crc32_strings(pa.array(ids).slice(7, 100)).tolist() == [_crc(v) for v in ids[7:107]]
+    chunked = pa.chunked_array([pa.array(ids[:500]), pa.array(ids[500:])])
+    assert account_shards(chunked, 5).tolist() == [_crc(v) % 5 for v in ids]
+
+
 def test_account_shards_is_crc32_modulo_shards_with_null_ids_in_shard_0():
     rng = np.random.default_rng(7)
     ids = [f"acct_{i}" if i % 11 else None for i in rng.integers(0, 500, 3_000)]

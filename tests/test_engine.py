@@ -9,7 +9,14 @@ import pyarrow as pa
 import pytest
 import torch
 
-from inference.engine.batching import Behind, length_buckets, padding_ratio, prefetch, rebatch
+from inference.engine.batching import (
+    Behind,
+    Prefetcher,
+    length_buckets,
+    padding_ratio,
+    prefetch,
+    rebatch,
+)
 from inference.engine.device import make_runtime, resolve_device, resolve_dtype, to_device
 from inference.engine.metrics import BatchMetrics
 from inference.models.modelstore import ModelNotFoundError, load_model, save_model
@@ -74,6 +81,31 @@ def test_prefetch_stops_its_thread_when_the_consumer_leaves_early() -> None:
     stream = prefetch(iter(range(10_000)), depth=2)
     assert next(stream) == 0
     stream.close()
+
+
+def test_a_consumer_leaving_early_closes_a_chain_of_prefetchers_at_once() -> None:
+    # A stage reading from another prefetcher (the fraud cut reads, routes and writes on three
+    # threads): leaving the outer one closes the stage's generator, whose own cleanup stops
+    # the inner thread, before close() returns rather than whenever the generator is collected.
+    closed: list[str] = []
+
+    def source():
+        try:
+            yield from range(10_000)
+        finally:
+            closed.append("source")
+
+    def stage(items):
+        try:
+            for item in items:
+                yield item * 2
+        finally:
+            closed.append("stage")
+
+    stream = iter(Prefetcher(stage(Prefetcher(source(), depth=2)), depth=2))
+    assert [next(stream), next(stream)] == [0, 2]
+    stream.close()
+    assert sorted(closed) == ["source", "stage"]
 
 
 def test_behind_runs_calls_in_order_one_behind_and_reraises_their_errors() -> None:

@@ -73,6 +73,8 @@ def crc32_strings(values: pa.Array) -> np.ndarray:
     offsets = np.frombuffer(offsets_buf, np.int64)[values.offset : values.offset + n + 1]
     data = np.frombuffer(data_buf, np.uint8) if data_buf is not None else np.zeros(0, np.uint8)
     starts, lengths = offsets[:-1], np.diff(offsets)
+    if n and not values.null_count and lengths.min() == lengths.max():
+        return _crc32_equal_lengths(data[offsets[0] : offsets[-1]].reshape(n, int(lengths[0])))
     # Longest first, so the strings still being hashed at each byte are a prefix.
     order = np.argsort(-lengths, kind="stable")
     starts, lengths = starts[order], lengths[order]
@@ -89,10 +91,24 @@ def crc32_strings(values: pa.Array) -> np.ndarray:
     return out
 
 
+def _crc32_equal_lengths(strings: np.ndarray) -> np.ndarray:
+    """``zlib.crc32`` of each row of an (n, length) uint8 matrix: ids of one width (the usual
+    case) need neither the sort by length nor a gather per byte position."""
+    crc = np.full(len(strings), 0xFFFFFFFF, np.uint32)
+    for j in range(strings.shape[1]):
+        crc = _CRC_TABLE[(crc ^ strings[:, j]) & 0xFF] ^ (crc >> 8)
+    return crc ^ np.uint32(0xFFFFFFFF)
+
+
 def account_shards(accounts: pa.Array | pa.ChunkedArray, shards: int) -> np.ndarray:
     """Each row's shard: crc32 of its account id modulo ``shards`` (null ids go to shard 0)."""
     if isinstance(accounts, pa.ChunkedArray):
         accounts = accounts.combine_chunks()
+    if not accounts.null_count and len(accounts):
+        widths = pc.min_max(pc.binary_length(accounts)).as_py()
+        if widths["min"] == widths["max"]:
+            # One width: hashing every row costs less than finding the distinct ids first.
+            return crc32_strings(accounts).astype(np.int64) % shards
     encoded = pc.dictionary_encode(accounts)
     hashes = crc32_strings(encoded.dictionary).astype(np.int64) % shards
     codes = encoded.indices.fill_null(0).to_numpy(zero_copy_only=False).astype(np.int64)
@@ -158,8 +174,9 @@ class AccountShards:
 
         Each shard's rows are buffered up to its share of :data:`BUFFER_ROWS` and written as
         one row group: a day of many shards neither holds the day nor writes a row group per
-        shard per input batch. Reading and routing the next input batch (its rows' shards and
-        the day's country counts) runs on a thread while this one's rows are written."""
+        shard per input batch. Three stages overlap, each on its own thread: reading input
+        batches, routing them (their rows' shards and the day's country counts), and writing
+        each routed batch's rows here."""
         writers: dict[int, ipc.RecordBatchFileWriter] = {}
         pending: dict[int, list[pa.Table]] = {}
         buffered: Counter = Counter()
@@ -176,7 +193,8 @@ class AccountShards:
                 writers[k] = ipc.new_file(self.path(k), part.schema, options=SCRATCH_FORMAT)
             writers[k].write_table(part)
 
-        routed = iter(Prefetcher(self._routed(batches, countries), depth=2))
+        read = Prefetcher(batches, depth=2)
+        routed = iter(Prefetcher(self._routed(read, countries), depth=2))
         try:
             with closing(routed):
                 for table, order, bounds in routed:

@@ -128,8 +128,9 @@ class Prefetcher:
         return self._buffer.qsize()
 
     def _produce(self) -> None:
+        items = iter(self._items)
         try:
-            for item in self._items:
+            for item in items:
                 while not self._stop.is_set():
                     try:
                         self._buffer.put(item, timeout=0.1)
@@ -141,6 +142,13 @@ class Prefetcher:
         except BaseException as exc:  # handed to the consumer, which re-raises it
             self._buffer.put(_Failure(exc))
             return
+        finally:
+            # Items left part-way (the consumer stopped early) are closed on this thread, now:
+            # a generator's own cleanup, such as a prefetcher it reads from, runs at once
+            # rather than whenever the generator is collected.
+            close = getattr(items, "close", None)
+            if close is not None:
+                close()
         self._buffer.put(_DONE)
 
     def __iter__(self) -> Iterator[T]:
