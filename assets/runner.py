@@ -38,10 +38,15 @@ from assets.checkpointing import SpotSafeRun, Work, spot_safe
 from assets.day_metadata import day_figures, day_metadata
 from assets.days import DayRecorder, daily_assets, latest_materialization
 from assets.errors import fail_fast_on_bad_input
-from assets.landing import landing_timezone_metadata, record_landing_read
+from assets.landing import (
+    jobs_holding,
+    land_unchecked,
+    landing_timezone_metadata,
+    record_landing_read,
+    refuse_blocked,
+)
 from assets.partitions import PartitionReport, log_partition, partition_dates, scoring_metadata
 from assets.staleness import load_chosen, model_window, point_in_time
-from assets.upstream import jobs_holding, land_unchecked, refuse_blocked
 from policy.automation import GPU_POOL, scored_by_0700_utc
 from policy.tags import PIPELINE_TAG
 from resources.inference import InferenceResource
