@@ -7,6 +7,7 @@ import os
 from dagster import Definitions
 
 from assets.domains import DOMAINS
+from inference.engine.device import limit_malloc_arenas
 from orchestration.automation import automation_condition_sensor, run_failure_sensor
 from orchestration.jobs import pipeline_jobs, training_jobs
 from orchestration.promotion import promote_model_job, promotion_checks
@@ -14,6 +15,10 @@ from orchestration.rescore import sensors as rescore_sensors
 from orchestration.resources import build_resources
 from orchestration.schedules import schedules
 from orchestration.sensors import landing_sensor
+
+# Every Dagster process that runs steps (a run worker, `dagster job execute`, the CLI) loads
+# this module before it starts a thread: capped here, the cap covers every thread of the run.
+limit_malloc_arenas()
 
 
 def build_definitions(env: str = "local") -> Definitions:

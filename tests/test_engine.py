@@ -2,6 +2,7 @@
 
 from __future__ import annotations
 
+import platform
 import threading
 
 import numpy as np
@@ -17,7 +18,13 @@ from inference.engine.batching import (
     prefetch,
     rebatch,
 )
-from inference.engine.device import make_runtime, resolve_device, resolve_dtype, to_device
+from inference.engine.device import (
+    limit_malloc_arenas,
+    make_runtime,
+    resolve_device,
+    resolve_dtype,
+    to_device,
+)
 from inference.engine.metrics import BatchMetrics
 from inference.models.modelstore import ModelNotFoundError, load_model, save_model
 from inference.tabular.tabular import Standardizer, TabularScorer, build_mlp
@@ -138,6 +145,13 @@ def test_behind_runs_calls_in_order_one_behind_and_reraises_their_errors() -> No
         assert seen[-1] == 19
     finally:
         behind.close()
+
+
+def test_malloc_arenas_are_capped_unless_the_user_chose_a_cap(monkeypatch) -> None:
+    monkeypatch.delenv("MALLOC_ARENA_MAX", raising=False)
+    assert limit_malloc_arenas() is (platform.libc_ver()[0] == "glibc")
+    monkeypatch.setenv("MALLOC_ARENA_MAX", "4")  # glibc read it at start: it stands
+    assert limit_malloc_arenas() is False
 
 
 def test_device_resolution() -> None:

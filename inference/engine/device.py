@@ -2,6 +2,7 @@
 
 from __future__ import annotations
 
+import ctypes
 import os
 from dataclasses import dataclass
 
@@ -9,6 +10,14 @@ import torch
 
 DEVICES = ("auto", "cpu", "cuda", "mps")
 PRECISIONS = ("auto", "fp32", "bf16", "fp16")
+
+# glibc gives each thread that allocates its own malloc arena (up to 8 per core), and an arena
+# keeps the pages its thread freed. The engine runs a shard's model calls, the next shard's
+# profile and the features of both on different threads, so with an arena each the step's
+# resident memory grew with every shard a day has; two arenas share the freed pages out
+# (benchmarks/runner-2026-12-02/fraud-cut.md). A MALLOC_ARENA_MAX the user set is kept.
+MALLOC_ARENAS = 2
+_M_ARENA_MAX = -8  # mallopt's parameter number, from glibc's malloc.h
 
 
 @dataclass(frozen=True)
@@ -85,8 +94,22 @@ def to_device(tensor: torch.Tensor, device: torch.device) -> torch.Tensor:
     return tensor.to(device, non_blocking=True)
 
 
+def limit_malloc_arenas(arenas: int = MALLOC_ARENAS) -> bool:
+    """Caps glibc's malloc arenas for the threads created from now on (see
+    :data:`MALLOC_ARENAS`); False where the C library is not glibc or the user chose a cap."""
+    if "MALLOC_ARENA_MAX" in os.environ:
+        return False
+    try:
+        mallopt = ctypes.CDLL(None).mallopt
+    except (AttributeError, OSError):
+        return False
+    return bool(mallopt(_M_ARENA_MAX, arenas))
+
+
 def configure_cpu_threads(threads: int | None = None) -> int:
-    """Sets torch's intra-op threads to the cores this process may use, and returns it."""
+    """Sets torch's intra-op threads to the cores this process may use, and returns it; caps
+    malloc's arenas before the engine starts its threads."""
+    limit_malloc_arenas()
     if threads is None:
         try:
             threads = len(os.sched_getaffinity(0))

@@ -82,6 +82,9 @@ class ShardWorker:
     def __init__(self, cpu_threads: int):
         import torch
 
+        from inference.engine.device import limit_malloc_arenas
+
+        limit_malloc_arenas()  # as in the step's process: a shard's threads share two arenas
         torch.set_num_threads(max(1, cpu_threads))
         self.jobs: dict[str, ShardJob] = {}
 
