@@ -19,6 +19,7 @@ from collections.abc import Iterator
 from contextlib import contextmanager
 from typing import Any
 
+from inference.engine.device import MALLOC_ARENAS
 from inference.engine.shard_worker import ShardInput, ShardJob, ShardResult, compute_shard
 
 # Restarts of one actor, and retries of one shard on a restarted actor, before the step fails.
@@ -60,6 +61,10 @@ def ray_session(address: str, num_cpus: float, num_gpus: float) -> Iterator[Any]
     else:
         # A laptop or test Ray: no dashboard, no usage report (nothing may leave the machine).
         os.environ.setdefault("RAY_USAGE_STATS_ENABLED", "0")
+        # Its workers inherit this environment from their start, before Ray's own threads take
+        # malloc arenas (inference/engine/device.py, MALLOC_ARENAS); a cluster's workers get
+        # the cluster's environment (docs/operating.md).
+        os.environ.setdefault("MALLOC_ARENA_MAX", str(MALLOC_ARENAS))
         ray.init(
             # "local": always a new Ray of our own, even where a cluster runs on this machine
             # (a bare init would join the one `ray start` last recorded in /tmp/ray).
@@ -82,9 +87,6 @@ class ShardWorker:
     def __init__(self, cpu_threads: int):
         import torch
 
-        from inference.engine.device import limit_malloc_arenas
-
-        limit_malloc_arenas()  # as in the step's process: a shard's threads share two arenas
         torch.set_num_threads(max(1, cpu_threads))
         self.jobs: dict[str, ShardJob] = {}
 
