@@ -107,9 +107,7 @@ def limit_malloc_arenas(arenas: int = MALLOC_ARENAS) -> bool:
 
 
 def configure_cpu_threads(threads: int | None = None) -> int:
-    """Sets torch's intra-op threads to the cores this process may use, and returns it; caps
-    malloc's arenas before the engine starts its threads."""
-    limit_malloc_arenas()
+    """Sets torch's intra-op threads to the cores this process may use, and returns it."""
     if threads is None:
         try:
             threads = len(os.sched_getaffinity(0))
