@@ -36,8 +36,6 @@ At a daylight-saving change a reading may not name one instant:
 
 from __future__ import annotations
 
-import ctypes
-import ctypes.util
 import os
 from collections.abc import Iterator, Sequence
 from concurrent.futures import Future, ThreadPoolExecutor
@@ -191,19 +189,6 @@ def _cast(batch: pa.RecordBatch, schema: pa.Schema, timezone: str | None) -> pa.
     if timezone is not None:
         batch = localize(batch, target, timezone)
     return batch.cast(target)
-
-
-def release_freed_memory() -> None:
-    """Hands heap pages freed by a finished pass back to the OS (glibc's ``malloc_trim``).
-
-    A pass over a big partition frees its temporaries, but glibc keeps the pages for reuse, so
-    the next pass starts from the first pass's high-water mark; after trimming, what stays is
-    the profile itself. A no-op where glibc is not the allocator.
-    """
-    try:
-        ctypes.CDLL(ctypes.util.find_library("c") or "libc.so.6").malloc_trim(0)
-    except (OSError, AttributeError):
-        pass
 
 
 class NonexistentTimeError(ValueError):
