@@ -7,6 +7,10 @@ order: ties are common and must come out as brute force ranks them (lowest item 
 
 from __future__ import annotations
 
+import subprocess
+import sys
+import textwrap
+
 import numpy as np
 import pytest
 import torch
@@ -202,3 +206,31 @@ def test_k_above_the_number_of_items_ranks_every_eligible_item_then_pads() -> No
         np.testing.assert_array_equal(values, expected_values)
         assert np.all(ranked[:, n_items:] == -1) and np.all(np.isneginf(values[:, n_items:]))
         assert np.all(ranked[0] == -1)
+
+
+def test_selection_compiles_where_numba_can_write_no_cache() -> None:
+    """With no cache folder numba refuses ``cache=True`` at import; the selection then compiles
+    uncached and still ranks like brute force (a fresh interpreter, so the import is real)."""
+    script = textwrap.dedent(
+        """
+        import numba.core.caching as caching
+        caching.CacheImpl._locator_classes = []  # as if no folder were writable
+        import numpy as np, torch
+        from inference.recs import topk_select
+        from inference.recs.topk import GROUPED_MIN_ITEMS, ItemTiles
+        assert topk_select.select_tile._cache.__class__.__name__ == "NullCache"
+        rng = np.random.default_rng(2)
+        users = torch.from_numpy(rng.integers(-2, 3, (30, 3)).astype(np.float32))
+        items = torch.from_numpy(rng.integers(-2, 3, (GROUPED_MIN_ITEMS, 3)).astype(np.float32))
+        none = np.zeros(0, np.int64)
+        values, ranked = ItemTiles.build(items, None).top_k(users, none, none, 5)
+        scores = (users @ items.T).numpy()
+        order = np.argsort(-scores, axis=1, kind="stable")[:, :5]
+        assert np.array_equal(ranked.numpy(), order), "ranks differ from brute force"
+        print("ok")
+        """
+    )
+    done = subprocess.run(
+        [sys.executable, "-c", script], capture_output=True, text=True, timeout=300
+    )
+    assert done.returncode == 0 and done.stdout.strip() == "ok", done.stderr[-2000:]

@@ -5,11 +5,12 @@ is large; GPUs and small catalogues rank whole rows with ``torch.topk``.
 
 A chunk of users times one tile of items is scored by one GEMM, its seen items set to -inf,
 and reduced to maxima over groups of items while the tile is still in cache; only groups that
-can still reach a user's top k are kept, so the full score matrix never goes to memory. The
+can still reach a user's top k are read again, into a heap per user
+(``inference.recs.topk_select``), so the full score matrix never goes to memory. The
 bias rides along as one more dimension (users get a constant 1), so one GEMM yields the final
 scores. Items are tiled by descending norm of (factors, bias): a score is at most the user's
 norm times the item's, so the first tiles hold more of each user's best items, the bar for
-later groups rises sooner and fewer groups are kept. The engine and tile shape are in
+later groups rises sooner and fewer groups are read. The engine and tile shape are in
 ``inference.recs.topk_kernels``.
 """
 
@@ -46,15 +47,12 @@ def grouped_fits(item_factors: torch.Tensor, k: int) -> bool:
 class ItemTiles:
     """Item factors cut into GEMM tiles, with the bias per tile (-inf on padding items).
 
-    Exactness of :meth:`top_k` rests on one fact. Let ``M`` be the k-th highest group
-    maximum of a row (seen items already -inf) and ``S`` its k-th highest score. The ``k``
-    groups with the highest maxima hold ``k`` distinct scores of at least ``M``, so
-    ``S >= M``: every score in the top ``k`` (ties included) is at least ``M``, and so is its
-    group's maximum. Scanning the tiles, the k-th highest group maximum seen so far only
-    grows towards ``M``, so a group whose maximum is below it at any point can be dropped;
-    at the end, the kept items scoring at least ``M`` are all items scoring at least ``S``.
-    None of this depends on the order of the items in the tiles. Ranking the kept items by
-    (score descending, item id ascending) gives the brute-force order exactly.
+    Exactness of :meth:`top_k` rests on one fact. Each user's heap holds its ``k`` best
+    (score, item) so far in the brute-force order (score descending, item id ascending), and
+    an item enters only if it beats the heap's worst. A group whose maximum is below that
+    worst score holds no item that beats it, now or later, since the worst only rises; so
+    skipping such a group never drops an item of the final top ``k``. None of this depends on
+    the order of the items in the tiles.
     """
 
     # (kernel.tile_items, dims + 1) float32 each, the last column the bias; in oneDNN's
@@ -113,13 +111,16 @@ class ItemTiles:
             (scores, items), each (n, k), descending, ties by lowest item; -inf and -1 where
             fewer are eligible.
         """
+        from inference.recs import topk_select  # numba: imported where it is used
+
         chunk = self.chunk_users()
         bounds = np.searchsorted(rows, np.arange(0, len(users) + chunk, chunk))
         cols = self.positions[cols]
         augmented = np.ones((len(users), users.shape[1] + 1), dtype=np.float32)
         augmented[:, :-1] = users.numpy()
         augmented_t = torch.from_numpy(augmented)
-        values, items = [], []
+        values = np.empty((len(users), k), dtype=np.float32)
+        items = np.empty((len(users), k), dtype=np.int64)
         # oneDNN runs on torch's threads; numpy's BLAS is held to as many. The limit is set
         # once per call, not per chunk, because threadpoolctl reads /proc/self/maps each time.
         limit = contextlib.nullcontext()
@@ -130,31 +131,33 @@ class ItemTiles:
         with limit:
             for c, start in enumerate(range(0, len(users), chunk)):
                 seen = slice(bounds[c], bounds[c + 1])
-                kept = self._scan(
-                    augmented_t[start : start + chunk], rows[seen] - start, cols[seen], k
-                )
-                v, i = _first_k(*kept, min(chunk, len(users) - start), k)
-                values.append(v)
-                items.append(i)
-        if not values:
-            return torch.empty(0, k), torch.empty(0, k, dtype=torch.long)
-        return torch.from_numpy(np.concatenate(values)), torch.from_numpy(np.concatenate(items))
+                stop = min(start + chunk, len(users))
+                heaps = topk_select.empty_heaps(stop - start, k)
+                self._scan(augmented_t[start:stop], rows[seen] - start, cols[seen], heaps)
+                topk_select.ranked(*heaps, values[start:stop], items[start:stop])
+        return torch.from_numpy(values), torch.from_numpy(items)
 
     def _scan(
-        self, users: torch.Tensor, rows: np.ndarray, cols: np.ndarray, k: int
-    ) -> tuple[np.ndarray, np.ndarray, np.ndarray]:
-        """(owner, score, item id) of every item of a chunk that can be in its users' top k;
-        ``cols`` are tile positions."""
+        self,
+        users: torch.Tensor,
+        rows: np.ndarray,
+        cols: np.ndarray,
+        heaps: tuple[np.ndarray, np.ndarray],
+    ) -> None:
+        """Offer a chunk's users every tile, into their (scores, items) ``heaps``; ``cols``
+        are tile positions."""
+        from inference.recs.topk_select import select_tile
+
         n, size, width = len(users), self.kernel.tile_items, self.kernel.groups
         # Seen entries as flat positions in their tile's (n, size) scores, by tile.
         tile_of = cols // size
         order = np.argsort(tile_of, kind="stable")
         flat = (rows * size + cols % size)[order]
         cuts = np.searchsorted(tile_of[order], np.arange(len(self.tiles) + 1))
-        # Columns [0, k) hold the k highest group maxima so far, [k, k + width) the tile's.
-        maxima = np.full((n, k + width), -np.inf, dtype=np.float32)
-        tile_maxima = maxima[:, k:]
-        kept_rows, kept_base, kept_scores = [], [], []
+        maxima = np.empty((n, width), dtype=np.float32)
+        maxima_t = torch.from_numpy(maxima)
+        floors = np.full(n, -np.inf, dtype=np.float32)
+        k = heaps[0].shape[1]
         gemm = self.kernel.gemm
         for j, tile in enumerate(self.tiles):
             scores = gemm(users, tile)
@@ -162,47 +165,17 @@ class ItemTiles:
                 scores.reshape(-1)[flat[cuts[j] : cuts[j + 1]]] = -np.inf
             # Strided groups make each group maximum an element-wise maximum of contiguous
             # rows, which vectorises; torch.amax does it faster than numpy's reductions.
-            grouped = scores.reshape(n, GROUP_ITEMS, width)
-            torch.amax(torch.from_numpy(grouped), dim=1, out=torch.from_numpy(tile_maxima))
-            # numpy's sort of these short rows is far cheaper than torch.topk per row.
-            ranked = np.sort(maxima, axis=1)
-            maxima[:, :k] = ranked[:, -k:]
-            hit = np.flatnonzero(tile_maxima >= ranked[:, -k, None])
-            r, g = np.divmod(hit, width)
-            kept_rows.append(r)
-            kept_base.append(j * size + g)
-            kept_scores.append(grouped[r, :, g])
-        # Items of the kept groups scoring at least the final k-th group maximum.
-        rows_k, base, kept = map(np.concatenate, (kept_rows, kept_base, kept_scores))
-        hit = np.flatnonzero(kept >= maxima[rows_k, :1])
-        group, member = np.divmod(hit, GROUP_ITEMS)
-        return rows_k[group], kept.reshape(-1)[hit], self.ids[base[group] + member * width]
+            grouped = torch.from_numpy(scores.reshape(n, GROUP_ITEMS, width))
+            torch.amax(grouped, dim=1, out=maxima_t)
+            if j == 0 and k <= width:
+                # The heaps are empty: without a floor every group of the first tile is read.
+                floors = _kth_highest(maxima, k)
+            select_tile(scores, maxima, self.ids[j * size : (j + 1) * size], floors, *heaps)
 
 
-def _first_k(
-    owner: np.ndarray, value: np.ndarray, item: np.ndarray, n: int, k: int
-) -> tuple[np.ndarray, np.ndarray]:
-    """The first ``k`` of each of ``n`` users' ranked candidates; fewer only if the maxima
-    were NaN or too few items are eligible (then -inf and -1)."""
-    owner, value, item = _ranked(owner, value, item)
-    starts = np.searchsorted(owner, np.arange(n + 1))
-    position = starts[:-1, None] + np.arange(k)
-    valid = position < starts[1:, None]
-    position = np.minimum(position, max(len(owner) - 1, 0))
-    top = np.where(valid, value[position] if len(owner) else -np.inf, -np.inf)
-    ids = np.where(valid & ~np.isneginf(top), item[position] if len(owner) else -1, -1)
-    return top.astype(np.float32), ids.astype(np.int64)
-
-
-def _ranked(
-    owner: np.ndarray, value: np.ndarray, item: np.ndarray
-) -> tuple[np.ndarray, np.ndarray, np.ndarray]:
-    """Sorted by owner, then score descending, then item: one int64 key sort (radix-like
-    and vectorised in numpy, unlike ``np.lexsort``), with ``lexsort`` only where scores tie."""
-    bits = (value + np.float32(0)).view(np.int32)  # + 0 makes -0.0 into 0.0
-    ordered = bits ^ ((bits >> 31) & 0x7FFFFFFF)  # int32 order == float order
-    key = (owner.astype(np.int64) << 32) + (np.int64(0x7FFFFFFF) - ordered)
-    order = np.argsort(key)
-    if np.any(np.diff(key[order]) == 0):
-        order = np.lexsort((item, -value, owner))
-    return owner[order], value[order], item[order]
+def _kth_highest(maxima: np.ndarray, k: int) -> np.ndarray:
+    """Each row's k-th highest group maximum, NaN counted as -inf: a floor for the row's
+    k-th best score, since the ``k`` groups with the highest maxima hold ``k`` distinct items
+    scoring at least it."""
+    finite = np.where(np.isnan(maxima), np.float32(-np.inf), maxima)
+    return np.partition(finite, maxima.shape[1] - k, axis=1)[:, maxima.shape[1] - k].copy()
