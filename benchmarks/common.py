@@ -84,6 +84,22 @@ def best_of(call: Callable[[], T], repeats: int) -> tuple[T, float]:
     return best
 
 
+def best_alternated(calls: dict[str, Callable[[], T]], rounds: int) -> dict[str, tuple[T, float]]:
+    """The fastest of ``rounds`` runs of each call, the calls taking turns within each round.
+
+    Where two figures make one ratio, taking turns puts both under the machine's speed of the
+    same minute; timed one block after the other, a shared machine's drift between the blocks
+    lands in the ratio.
+    """
+    best: dict[str, tuple[T, float]] = {}
+    for _ in range(max(1, rounds)):
+        for name, call in calls.items():
+            result, seconds = timed(call)
+            if name not in best or seconds < best[name][1]:
+                best[name] = (result, seconds)
+    return best
+
+
 def set_threads(threads: int) -> int:
     """Pins torch (and faiss, OpenMP, BLAS where present) to ``threads`` intra-op threads.
 

@@ -5,7 +5,7 @@ from __future__ import annotations
 import numpy as np
 import torch
 
-from benchmarks.common import Workload, best_of, timed
+from benchmarks.common import Workload, best_alternated, best_of, timed
 from inference.recs.sparse import SparseRows
 from inference.recs.topk import ItemTiles, grouped_fits
 from inference.recs.topk_blocks import block_size_for, masked_top_k, top_k
@@ -79,14 +79,33 @@ def run(
         users=users, items=items, dims=dims, k=k, block_size=block, seen_items=int(seen.indptr[-1])
     )
 
-    # The first call in a process also builds oneDNN's kernels for the tile shape; the figures
-    # below are of later calls, and the first call is a row of its own.
+    # The first call in a process also builds oneDNN's kernels for the tile shape and loads (or
+    # compiles) the selection; the figures below are of later calls, and the first call is a
+    # row of its own.
     _, first = timed(lambda: top_k(u, v, bias, seen, k, block))
     tiled = grouped_fits(v, k)
     if tiled:
         kernel = default_kernel()
         w.facts["topk_kernel"] = f"{kernel.engine} {kernel.chunk_users}x{kernel.tile_items}"
-    (scores, ours_items), ours = best_of(lambda: top_k(u, v, bias, seen, k, block), 2)
+
+    def ours_call():
+        return top_k(u, v, bias, seen, k, block)
+
+    try:
+        import faiss  # noqa: F401
+    except ImportError:
+        index = None
+        w.facts["faiss"] = "not installed: pip install -e '.[bench]'"
+    else:
+        index, queries = faiss_search(u_cpu.numpy(), v_cpu.numpy(), bias_cpu.numpy(), k)
+        w.facts["faiss_device"] = "cpu"
+    # nightshift and faiss take turns, so that the ratio the target judges sees one minute's
+    # machine; the other peers are timed after, each on its own.
+    calls = {"ours": ours_call}
+    if index is not None:
+        calls["faiss"] = lambda: index.search(queries, k)
+    best = best_alternated(calls, 3)
+    (scores, ours_items), ours = best["ours"]
 
     def full_rows() -> None:
         items_t = v.T.contiguous()
@@ -134,14 +153,9 @@ def run(
         "the GEMM is the floor: the ratio is the selection's cost",
     )
 
-    try:
-        import faiss  # noqa: F401
-    except ImportError:
-        w.facts["faiss"] = "not installed: pip install -e '.[bench]'"
+    if index is None:
         return w
-    index, queries = faiss_search(u_cpu.numpy(), v_cpu.numpy(), bias_cpu.numpy(), k)
-    w.facts["faiss_device"] = "cpu"
-    _, plain = best_of(lambda: index.search(queries, k), 2)
+    _, plain = best["faiss"]
     excluded, exact = best_of(lambda: faiss_excluding(index, queries, seen, k), 1)
     w.compare(
         "nightshift top_k (seen excluded)",
