@@ -3,6 +3,7 @@
 from __future__ import annotations
 
 import json
+import os
 
 from dagster import (
     AssetKey,
@@ -31,11 +32,38 @@ SCORING_ASSETS: dict[str, str] = {p.job: p.scored for p in PIPELINES}
 # one per failed run; a read of the current files is among the latest few.
 _OBSERVATIONS_TO_SEARCH = 20
 
+LANDING_SENSOR_INTERVAL_ENV = "NIGHTSHIFT_LANDING_SENSOR_INTERVAL_S"
+DEFAULT_LANDING_SENSOR_INTERVAL_S = 60
+
+
+def landing_sensor_interval_from(seconds: str | None) -> int:
+    """The least time between two evaluations of the landing sensor.
+
+    Args:
+        seconds: unset or empty for the default; a positive integer for a deployment whose
+            landings must start sooner (each evaluation lists every landing folder).
+    """
+    if not (seconds or "").strip():
+        return DEFAULT_LANDING_SENSOR_INTERVAL_S
+    try:
+        n = int(seconds)
+    except ValueError:
+        n = 0
+    if n < 1:
+        raise ValueError(
+            f"{LANDING_SENSOR_INTERVAL_ENV}={seconds!r}: expected a positive integer (seconds "
+            f"between landing sensor evaluations), or unset for {DEFAULT_LANDING_SENSOR_INTERVAL_S}"
+        )
+    return n
+
 
 @sensor(
     name="landing_sensor",
     jobs=list(JOBS.values()),
-    minimum_interval_seconds=60,
+    # Read when the code location loads, like the other operator settings.
+    minimum_interval_seconds=landing_sensor_interval_from(
+        os.environ.get(LANDING_SENSOR_INTERVAL_ENV)
+    ),
     description="Off by default: the nightly schedules score each day that ended, so this is "
     "for landings that arrive late or are re-delivered. When on, it launches each pipeline "
     "that reads a landing partition (transactions: fraud scoring; interactions: "

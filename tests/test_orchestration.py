@@ -12,7 +12,12 @@ from dagster import DagsterInstance, build_schedule_context, build_sensor_contex
 from orchestration.definitions import build_definitions, defs
 from orchestration.jobs import LANDING_TRIGGERS, PIPELINES
 from orchestration.resources import ENVIRONMENTS, build_resources
-from orchestration.sensors import landing_sensor
+from orchestration.sensors import (
+    DEFAULT_LANDING_SENSOR_INTERVAL_S,
+    LANDING_SENSOR_INTERVAL_ENV,
+    landing_sensor,
+    landing_sensor_interval_from,
+)
 from resources.storage import StorageResource
 
 CONTRACT_ASSETS = {
@@ -99,6 +104,24 @@ def _sensor_tick(cursor: str | None, data_root: str):
             repository_def=defs.get_repository_def(),
         )
         return landing_sensor(context)
+
+
+@pytest.mark.parametrize(
+    ("setting", "seconds"),
+    [
+        (None, DEFAULT_LANDING_SENSOR_INTERVAL_S),
+        ("", DEFAULT_LANDING_SENSOR_INTERVAL_S),
+        ("15", 15),
+    ],
+)
+def test_landing_sensor_interval_is_the_default_unless_set(setting, seconds) -> None:
+    assert landing_sensor_interval_from(setting) == seconds
+
+
+@pytest.mark.parametrize("setting", ["0", "-5", "soon", "2.5"])
+def test_a_bad_landing_sensor_interval_names_the_variable(setting: str) -> None:
+    with pytest.raises(ValueError, match=LANDING_SENSOR_INTERVAL_ENV):
+        landing_sensor_interval_from(setting)
 
 
 def test_landing_sensor_launches_each_new_partition_once(store, data_root) -> None:
