@@ -20,6 +20,7 @@ from assets.domains import PIPELINES
 from assets.landing import LANDING_FINGERPRINT
 from orchestration.jobs import LANDING_TRIGGERS, pipeline_jobs
 from policy.partitions import daily_partitions
+from policy.settings import positive_int_setting
 from policy.tags import DATASET_TAG, LANDING_FINGERPRINT_TAG, SENSOR_PRIORITY, TRIGGER_TAG
 from resources.storage import StorageResource
 
@@ -43,18 +44,13 @@ def landing_sensor_interval_from(seconds: str | None) -> int:
         seconds: unset or empty for the default; a positive integer for a deployment whose
             landings must start sooner (each evaluation lists every landing folder).
     """
-    if not (seconds or "").strip():
-        return DEFAULT_LANDING_SENSOR_INTERVAL_S
-    try:
-        n = int(seconds)
-    except ValueError:
-        n = 0
-    if n < 1:
-        raise ValueError(
-            f"{LANDING_SENSOR_INTERVAL_ENV}={seconds!r}: expected a positive integer (seconds "
-            f"between landing sensor evaluations), or unset for {DEFAULT_LANDING_SENSOR_INTERVAL_S}"
-        )
-    return n
+    n = positive_int_setting(
+        LANDING_SENSOR_INTERVAL_ENV,
+        seconds,
+        "seconds between landing sensor evaluations",
+        str(DEFAULT_LANDING_SENSOR_INTERVAL_S),
+    )
+    return DEFAULT_LANDING_SENSOR_INTERVAL_S if n is None else n
 
 
 @sensor(

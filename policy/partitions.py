@@ -7,6 +7,8 @@ import warnings
 
 from dagster import BackfillPolicy, BetaWarning, DailyPartitionsDefinition
 
+from policy.settings import positive_int_setting
+
 DEFAULT_START_DATE = "2026-01-01"
 
 # Read once when the code location loads: Dagster needs the partition set to build the asset
@@ -53,18 +55,13 @@ def backfill_policy_from(partitions_per_run: str | None) -> BackfillPolicy:
         partitions_per_run: unset or empty for one run per range; a positive integer N splits a
             long backfill into runs of N partitions, which the run launcher can spread over nodes.
     """
-    if not (partitions_per_run or "").strip():
-        return BackfillPolicy.single_run()
-    try:
-        n = int(partitions_per_run)
-    except ValueError:
-        n = 0
-    if n < 1:
-        raise ValueError(
-            f"{BACKFILL_PARTITIONS_PER_RUN_ENV}={partitions_per_run!r}: expected a positive "
-            "integer (partitions per backfill run), or unset for one run per range"
-        )
-    return BackfillPolicy.multi_run(n)
+    n = positive_int_setting(
+        BACKFILL_PARTITIONS_PER_RUN_ENV,
+        partitions_per_run,
+        "partitions per backfill run",
+        "one run per range",
+    )
+    return BackfillPolicy.single_run() if n is None else BackfillPolicy.multi_run(n)
 
 
 # Every partitioned asset passes this as `backfill_policy=`: the domains must agree, since a
