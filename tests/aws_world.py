@@ -25,7 +25,7 @@ from typing import Any, TypeVar
 
 import boto3
 import pytest
-from dagster import DagsterInstance, DagsterRun
+from dagster import DagsterInstance, DagsterRun, RunsFilter
 
 from policy.capacity import ON_DEMAND_PROVIDER, SPOT_PROVIDER
 
@@ -224,7 +224,11 @@ def aws_instance(aws_home: Path) -> Iterator[DagsterInstance]:
 
 
 def wait_for(
-    probe: Callable[[], T | None], timeout: float, what: str, log: Path | None = None
+    probe: Callable[[], T | None],
+    timeout: float,
+    what: str,
+    log: Path | None = None,
+    explain: Callable[[], str] | None = None,
 ) -> T:
     deadline = time.monotonic() + timeout
     while time.monotonic() < deadline:
@@ -232,7 +236,38 @@ def wait_for(
             return result
         time.sleep(0.25)
     tail = log.read_text()[-4000:] if log and log.exists() else ""
-    raise AssertionError(f"gave up waiting for {what}\n{tail}")
+    told = explain() if explain else ""
+    raise AssertionError(f"gave up waiting for {what}\n{told}\n{tail}")
+
+
+# How long the daemon may take to retry a failed run. It bounds liveness, not speed: the
+# daemon's run_retries create the retry, its queue launches it, each in its own thread on a
+# 5 s loop, and on a loaded 2-core machine the whole suite's neighbours have made that take
+# over two minutes (benchmarks/tests-2026-12-03.md) while the retry itself was right.
+DAEMON_RETRY_S = 300
+
+
+def daemon_retry(instance: DagsterInstance, parent: DagsterRun, log: Path) -> DagsterRun:
+    """The daemon's retry of ``parent``, once launched. The retry copies every parent tag,
+    ecs/task_arn included, until its own launch replaces it: launched means a task ARN of its
+    own. If it never comes, the message says how far the daemon got, from the parent's events."""
+    parent_task = parent.tags["ecs/task_arn"]
+
+    def retry_launched() -> DagsterRun | None:
+        children = instance.get_runs(RunsFilter(tags={"dagster/parent_run_id": parent.run_id}))
+        return launched(instance, children[0].run_id, parent_task) if children else None
+
+    def how_far() -> str:
+        events = [
+            f"{time.strftime('%H:%M:%S', time.gmtime(e.timestamp))} "
+            f"{e.dagster_event_type}: {e.message}"
+            for e in instance.all_logs(parent.run_id)
+        ]
+        children = instance.get_runs(RunsFilter(tags={"dagster/parent_run_id": parent.run_id}))
+        kids = [f"{c.run_id} {c.status.value} {c.tags.get('ecs/task_arn')}" for c in children]
+        return "parent's events:\n" + "\n".join(events[-12:]) + f"\nretries: {kids}"
+
+    return wait_for(retry_launched, DAEMON_RETRY_S, "the daemon's retry run", log, how_far)
 
 
 def task_of(run: DagsterRun) -> dict[str, Any]:

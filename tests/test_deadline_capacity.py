@@ -14,8 +14,17 @@ import uuid
 
 import boto3
 import pytest
-from aws_world import BIN, CLUSTER, REPO, dagster_daemon, launched, task_of, wait_for
-from dagster import DagsterRun, RunsFilter
+from aws_world import (
+    BIN,
+    CLUSTER,
+    REPO,
+    daemon_retry,
+    dagster_daemon,
+    launched,
+    task_of,
+    wait_for,
+)
+from dagster import DagsterRun
 from tripled_world import PLAN, materialize_tripled
 
 from assets.day_metadata import day_entries
@@ -183,12 +192,7 @@ def _interrupt_and_retry(env, log, instance, run: DagsterRun, facts: NightFacts)
     instance.add_run_tags(run.run_id, tags)
     instance.report_run_failed(instance.get_run_by_id(run.run_id), "spot node reclaimed")
     task = run.tags["ecs/task_arn"]
-
-    def retry_launched() -> DagsterRun | None:
-        children = instance.get_runs(RunsFilter(tags={"dagster/parent_run_id": run.run_id}))
-        return launched(instance, children[0].run_id, task) if children else None
-
-    retry = wait_for(retry_launched, 120, "the daemon's retry run", log)
+    retry = daemon_retry(instance, run, log)
     # moto's tasks never end: stop both, so the next test's tasks find room on the nodes.
     ecs = boto3.client("ecs")
     for arn in (task, retry.tags["ecs/task_arn"]):

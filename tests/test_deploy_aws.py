@@ -11,8 +11,8 @@ from pathlib import Path
 from typing import Any
 
 import pytest
-from aws_world import BIN, REPO, dagster_daemon, launched, task_of, wait_for
-from dagster import DagsterInstance, DagsterRun, RunsFilter
+from aws_world import BIN, REPO, daemon_retry, dagster_daemon, launched, task_of, wait_for
+from dagster import DagsterInstance
 from dagster_aws.ecs import EcsRunLauncher
 from dagster_aws.s3.compute_log_manager import S3ComputeLogManager
 
@@ -88,13 +88,7 @@ def test_daemon_launches_on_gpu_spot_and_retries_an_interrupted_run_on_demand(
         )
         aws_instance.report_run_failed(aws_instance.get_run_by_id(run_id), "spot node reclaimed")
 
-        # The retry copies every parent tag, ecs/task_arn included, until its own launch
-        # replaces it: launched means a task ARN of its own.
-        def retry_launched() -> DagsterRun | None:
-            children = aws_instance.get_runs(RunsFilter(tags={"dagster/parent_run_id": run_id}))
-            return launched(aws_instance, children[0].run_id, task["taskArn"]) if children else None
-
-        retry = wait_for(retry_launched, 120, "the daemon's retry run", log)
+        retry = daemon_retry(aws_instance, aws_instance.get_run_by_id(run_id), log)
         assert retry.tags["dagster/retry_number"] == "1"  # the daemon's run_retries made it
         assert retry.tags[CAPACITY_TAG] == "on-demand"
         retry_task = task_of(retry)
