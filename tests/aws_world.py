@@ -241,9 +241,9 @@ def wait_for(
 
 
 # How long the daemon may take to retry a failed run. It bounds liveness, not speed: the
-# daemon's run_retries create the retry, its queue launches it, each in its own thread on a
-# 5 s loop, and on a loaded 2-core machine the whole suite's neighbours have made that take
-# over two minutes (benchmarks/tests-2026-12-03.md) while the retry itself was right.
+# daemon's run_retries create the retry and its queue launches it, each on a loop of its own,
+# and the suite's neighbours on a loaded machine have made that outlast a tighter bound while
+# the retry itself was right (benchmarks/tests-2026-12-03.md).
 DAEMON_RETRY_S = 300
 
 

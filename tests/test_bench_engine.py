@@ -90,9 +90,9 @@ def test_streaming_memory_stays_flat_as_the_file_grows(tmp_path: Path) -> None:
     assert pq.ParquetFile(tmp_path / "out-6000000.parquet").metadata.num_rows == 6_000_000
     # Twelve times the rows (210 MB more once decoded), yet neither Arrow's live memory nor the
     # process's peak grows by more than a fraction of that. The peak's bound is a share of the
-    # decoded growth, not a few batches: the allocator's pages settle over the first million or
-    # so rows, by an amount that differs between two processes by up to 40 MB on a loaded
-    # machine (benchmarks/tests-2026-12-03.md); reading the file whole would add all of it.
+    # decoded growth, not a few batches: the allocator's pages settle early in a stream, by an
+    # amount that differs from one process to the next (benchmarks/tests-2026-12-03.md);
+    # reading the file whole would add all of the decoded growth.
     assert large["arrow_peak_mb"] <= small["arrow_peak_mb"] + 8
     assert large["arrow_peak_mb"] < 0.25 * large_bytes / 2**20
     decoded_growth_mb = (large_bytes - small_bytes) / 2**20

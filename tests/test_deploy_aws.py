@@ -88,7 +88,7 @@ def test_daemon_launches_on_gpu_spot_and_retries_an_interrupted_run_on_demand(
         )
         aws_instance.report_run_failed(aws_instance.get_run_by_id(run_id), "spot node reclaimed")
 
-        retry = daemon_retry(aws_instance, aws_instance.get_run_by_id(run_id), log)
+        retry = daemon_retry(aws_instance, run, log)
         assert retry.tags["dagster/retry_number"] == "1"  # the daemon's run_retries made it
         assert retry.tags[CAPACITY_TAG] == "on-demand"
         retry_task = task_of(retry)
