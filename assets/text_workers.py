@@ -13,9 +13,9 @@ from __future__ import annotations
 
 from collections.abc import Callable
 from dataclasses import dataclass
+from typing import TYPE_CHECKING
 
 import numpy as np
-import torch
 
 from assets.text_models import ModelMetrics
 from inference.engine.adaptive import AdaptiveBatchSize
@@ -24,6 +24,9 @@ from inference.engine.invariants import StreamStats
 from inference.generation.generate import Generator, load_generator
 from inference.text.encoder import SentenceEncoder, load_sentence_encoder
 from resources.inference import CPU_BATCH_TOKENS, GPU_BATCH_TOKENS
+
+if TYPE_CHECKING:
+    import torch
 
 # Shard statistics of the model itself, apart from the output observers' counts.
 PREFIX = "model."

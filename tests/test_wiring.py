@@ -3,6 +3,8 @@
 from __future__ import annotations
 
 import re
+import subprocess
+import sys
 from pathlib import Path
 
 import pytest
@@ -16,7 +18,8 @@ from orchestration.jobs import landing_inputs, pipeline_job
 from orchestration.schedules import nightly_schedule
 from orchestration.sensors import landing_sensor
 
-DOC = Path(__file__).resolve().parents[1] / "docs" / "your-own-model.md"
+REPO = Path(__file__).resolve().parents[1]
+DOC = REPO / "docs" / "your-own-model.md"
 DOC_PASSAGE = "To run it nightly with the other domains"
 
 
@@ -90,3 +93,18 @@ def test_the_documented_new_domain_loads_beside_the_others() -> None:
     assert schedule.cron_schedule == "0 4 * * *"
     assert merged.resolve_job_def("churn_scoring_job").tags == job.tags
     assert AssetKey("fraud_scores") in merged.get_repository_def().asset_graph.get_all_asset_keys()
+
+
+def test_the_definitions_and_the_cli_load_without_torch() -> None:
+    """Code servers, sensors, schedules and the CLI load the definitions without running a
+    model: torch (and transformers) are imported by the code that runs one, so those processes
+    start without torch's import time and memory."""
+    probe = (
+        "import sys, orchestration.definitions, orchestration.cli; "
+        "print(sorted(m for m in ('torch', 'transformers', 'safetensors.torch') if m in sys.modules))"
+    )
+    done = subprocess.run(
+        [sys.executable, "-c", probe], cwd=REPO, capture_output=True, text=True, timeout=120
+    )
+    assert done.returncode == 0, done.stderr
+    assert done.stdout.strip() == "[]", f"imported at load: {done.stdout.strip()}"

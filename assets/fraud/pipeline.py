@@ -9,12 +9,12 @@ have changed since, or that holds a quarantined duplicate of a scored id.
 from __future__ import annotations
 
 from collections.abc import Callable, Sequence
+from typing import TYPE_CHECKING
 
 import numpy as np
 import pyarrow as pa
 import pyarrow.compute as pc
 import pyarrow.dataset as ds
-import torch
 
 from assets.fraud.features import (
     FEATURE_COLUMNS,
@@ -46,6 +46,9 @@ from inference.tabular.ranges import FeatureRanges
 from inference.tabular.tabular import TabularScorer, TrainConfig, train_classifier
 from inference.tabular.tabular_metrics import average_precision
 from resources.storage import DataStore, LandingDataError, Published
+
+if TYPE_CHECKING:
+    import torch
 
 
 def profile(store: DataStore, dataset: str, date: str, schema: pa.Schema) -> PartitionProfile:
@@ -88,6 +91,8 @@ def train_and_save(
         (version, the alias it holds: champion for the first version, else challenger,
         manifest, training seconds).
     """
+    import torch
+
     check_feature_names(features)
     labelled = store.landing_dates(TRANSACTIONS_LABELLED)
     held_out = held_out_days(store, FRAUD_GATE, labelled)

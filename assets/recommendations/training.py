@@ -3,10 +3,10 @@
 from __future__ import annotations
 
 from dataclasses import dataclass, field
+from typing import TYPE_CHECKING
 
 import numpy as np
 import pandas as pd
-import torch
 from dagster import MetadataValue
 
 from assets.promotion import Gate, held_out_days, training_days
@@ -19,6 +19,9 @@ from inference.recs.ease import EaseConfig, EaseRecommender, fit_ease
 from inference.recs.recommend import holdout_recall, recommend
 from inference.recs.two_tower import Recommender, TrainConfig, fit_recommender
 from resources.storage import DataStore, LandingDataError
+
+if TYPE_CHECKING:
+    import torch
 
 RECALL_K = 20
 KINDS = {

@@ -14,8 +14,6 @@ from collections.abc import Callable, Iterator
 from dataclasses import dataclass, field
 from typing import TypeVar
 
-import torch
-
 R = TypeVar("R")
 
 
@@ -25,6 +23,8 @@ def is_out_of_memory(exc: BaseException) -> bool:
     CUDA raises ``torch.OutOfMemoryError`` (``torch.cuda.OutOfMemoryError`` is the same class);
     MPS and some kernels raise a plain ``RuntimeError`` whose message says "out of memory".
     """
+    import torch
+
     if isinstance(exc, torch.OutOfMemoryError):
         return True
     return isinstance(exc, RuntimeError) and "out of memory" in str(exc).lower()
@@ -32,6 +32,8 @@ def is_out_of_memory(exc: BaseException) -> bool:
 
 def release_cached_memory() -> None:
     """Returns the allocator's cached blocks to the device, so a smaller retry can fit."""
+    import torch
+
     if torch.cuda.is_available():
         torch.cuda.empty_cache()
     mps = getattr(torch, "mps", None)

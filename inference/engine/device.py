@@ -1,12 +1,20 @@
-"""Choosing the device, precision and CPU threads the engine runs on."""
+"""Choosing the device, precision and CPU threads the engine runs on.
+
+torch is imported by the functions that use it, not by this module: the resource and the asset
+definitions import this module, and code servers, sensors and the CLI load those definitions
+without running a model, so they need not pay torch's import time and memory
+(tests/test_wiring.py checks that the definitions load without it).
+"""
 
 from __future__ import annotations
 
 import ctypes
 import os
 from dataclasses import dataclass
+from typing import TYPE_CHECKING
 
-import torch
+if TYPE_CHECKING:
+    import torch
 
 DEVICES = ("auto", "cpu", "cuda", "mps")
 PRECISIONS = ("auto", "fp32", "bf16", "fp16")
@@ -30,6 +38,8 @@ class Runtime:
     dtype: torch.dtype
 
     def describe(self) -> str:
+        import torch
+
         name = str(self.device)
         if self.device.type == "cuda":
             name = f"{name} ({torch.cuda.get_device_name(self.device)})"
@@ -42,6 +52,8 @@ def resolve_device(spec: str = "auto") -> torch.device:
     Args:
         spec: the configured device; ``auto`` picks CUDA, then MPS, then CPU.
     """
+    import torch
+
     kind = spec.split(":", 1)[0]
     if kind not in DEVICES:
         raise ValueError(f"unknown device '{spec}': expected one of auto, cpu, cuda, cuda:N, mps")
@@ -63,6 +75,8 @@ def resolve_dtype(precision: str, device: torch.device) -> torch.dtype:
 
     CPU stays fp32 under ``auto``: bf16 matmuls on CPUs without AMX are slower, not faster.
     """
+    import torch
+
     if precision not in PRECISIONS:
         raise ValueError(
             f"unknown precision '{precision}': expected one of {', '.join(PRECISIONS)}"
@@ -108,6 +122,8 @@ def limit_malloc_arenas(arenas: int = MALLOC_ARENAS) -> bool:
 
 def configure_cpu_threads(threads: int | None = None) -> int:
     """Sets torch's intra-op threads to the cores this process may use, and returns it."""
+    import torch
+
     if threads is None:
         try:
             threads = len(os.sched_getaffinity(0))

@@ -8,10 +8,12 @@ import gc
 import importlib.util
 import time
 from collections.abc import Callable, Sequence
-
-import torch
+from typing import TYPE_CHECKING
 
 from inference.generation.token_run import TokenRun, cut_tokens
+
+if TYPE_CHECKING:
+    import torch
 
 
 def generate_continuous(

@@ -17,14 +17,17 @@ from __future__ import annotations
 import time
 from collections.abc import Callable, Sequence
 from functools import partial
+from typing import TYPE_CHECKING
 
 import numpy as np
-import torch
 
 from inference.engine.batching import length_buckets
 from inference.generation.continuous_decoding import generate_continuous
 from inference.generation.static_decoding import generate_static, static_sizing
 from inference.generation.token_run import TokenRun
+
+if TYPE_CHECKING:
+    import torch
 
 __all__ = [
     "STRATEGIES",

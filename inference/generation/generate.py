@@ -15,7 +15,6 @@ from pathlib import Path
 from typing import TYPE_CHECKING
 
 import numpy as np
-import torch
 
 from inference.engine.batching import length_buckets, padding_ratio
 from inference.engine.device import Runtime, to_device
@@ -25,6 +24,7 @@ from inference.generation.static_decoding import static_sizing
 from inference.text.encoder import folder_fingerprint
 
 if TYPE_CHECKING:
+    import torch
     from transformers import PreTrainedTokenizerBase
 
 SEQ2SEQ_PROMPT = "summarize: {text}"
@@ -146,6 +146,8 @@ def generate_summaries(
             :func:`generate_tokens`); encoder-decoder models always run static.
         decisions: where ``auto`` keeps its measured choice between calls.
     """
+    import torch
+
     if not texts:
         return Generated([])
     if strategy not in STRATEGIES:

@@ -7,14 +7,17 @@ from __future__ import annotations
 import time
 import weakref
 from collections.abc import Sequence
+from typing import TYPE_CHECKING
 
 import numpy as np
-import torch
 
 from inference.engine.adaptive import AdaptiveBatchSize, BatchSizes
 from inference.engine.batching import length_buckets
 from inference.engine.device import to_device
 from inference.generation.token_run import TokenRun, cut_tokens
+
+if TYPE_CHECKING:
+    import torch
 
 
 class _FirstStep:
@@ -24,6 +27,8 @@ class _FirstStep:
         self.at: float | None = None
 
     def __call__(self, input_ids: torch.Tensor, scores: torch.Tensor, **kwargs) -> torch.Tensor:
+        import torch
+
         if self.at is None:
             self.at = time.perf_counter()
         return torch.zeros(input_ids.shape[0], dtype=torch.bool, device=input_ids.device)
@@ -53,6 +58,7 @@ def generate_static(
         bucketed: group requests of similar total length (prompt + new tokens) under the token
             budget; False takes them in arrival order, ``max_batch_size`` at a time.
     """
+    import torch
     from transformers import StoppingCriteriaList
 
     began = time.perf_counter()

@@ -12,11 +12,11 @@ import hashlib
 import json
 from collections.abc import Callable
 from dataclasses import dataclass
-from typing import Any
+from typing import TYPE_CHECKING, Any
 
-import torch
-from safetensors.torch import load as load_safetensors
-from safetensors.torch import save as save_safetensors
+if TYPE_CHECKING:
+    import torch
+
 
 WriteBytes = Callable[[str, bytes], None]
 ReadBytes = Callable[[str], bytes]
@@ -75,6 +75,8 @@ def save_model(
         tensors: the state dict to save.
         manifest: JSON-serialisable metadata (features, normalisation, metrics).
     """
+    from safetensors.torch import save as save_safetensors
+
     weights = save_safetensors({k: v.detach().contiguous().cpu() for k, v in tensors.items()})
     version = model_version(weights, manifest)
     folder = f"{models_dir}/{name}/{version}"
@@ -104,6 +106,8 @@ def load_model(
         ModelUnusableError: the version's files are missing, unreadable as a model, or fail
             its content hash.
     """
+    from safetensors.torch import load as load_safetensors
+
     version = version or current_version(read, models_dir, name)
     folder = f"{models_dir}/{name}/{version}"
     weights = _read_file(read, name, folder, "model.safetensors")

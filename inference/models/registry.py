@@ -32,9 +32,7 @@ from collections.abc import Iterator
 from contextlib import contextmanager
 from dataclasses import asdict, dataclass
 from datetime import UTC, datetime
-from typing import Any
-
-import torch
+from typing import TYPE_CHECKING, Any
 
 from inference.engine.leases import CasStore, PartitionLeasedError, acquire_lease
 from inference.models import mlflow_registry
@@ -45,6 +43,9 @@ from inference.models.modelstore import (
     current_version,
     save_model,
 )
+
+if TYPE_CHECKING:
+    import torch
 
 CHAMPION = "champion"
 CHALLENGER = "challenger"

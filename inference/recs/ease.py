@@ -20,15 +20,18 @@ from __future__ import annotations
 
 import time
 from dataclasses import dataclass, field
+from typing import TYPE_CHECKING
 
 import numpy as np
-import torch
 
 from inference.engine.adaptive import BatchSizes
 from inference.engine.device import to_device
 from inference.recs.recommender_state import catalogue_from_tensors, catalogue_tensors
 from inference.recs.sparse import SparseRows, Vocabulary
 from inference.recs.topk import DEFAULT_BLOCK_ELEMENTS
+
+if TYPE_CHECKING:
+    import torch
 
 # Steck's value for MovieLens-sized data; benchmarks/eval_recommendations measures it.
 DEFAULT_L2 = 500.0
@@ -57,6 +60,8 @@ def item_item_weights(
     Returns:
         (B, seconds the solve took).
     """
+    import torch
+
     began = time.perf_counter()
     gram = torch.zeros(n_items, n_items, dtype=torch.float64, device=device)
     # XᵀX one block of users at a time: row i of G gains the user's row for each item i they
@@ -85,6 +90,8 @@ def item_item_weights(
 
 def binary_rows(history: SparseRows, n_items: int, device: torch.device) -> torch.Tensor:
     """Dense 0/1 rows of ``history`` (a block of users) on ``device``: EASE's user input."""
+    import torch
+
     local, cols, _ = history.take(np.arange(history.n_rows))
     rows = torch.zeros(history.n_rows, n_items, dtype=torch.float32)
     rows[torch.from_numpy(local), torch.from_numpy(cols)] = 1.0
@@ -121,10 +128,12 @@ class EaseRecommender:
         cls,
         tensors: dict[str, torch.Tensor],
         device: torch.device,
-        dtype: torch.dtype = torch.float32,
+        dtype: torch.dtype | None = None,
     ) -> EaseRecommender:
         """Rebuilds a saved model on ``device``. ``B`` stays in fp32 whatever ``dtype`` is:
         its scores are sums of small weights, and bf16 would reorder near ties."""
+        import torch
+
         del dtype
         return cls(
             **catalogue_from_tensors(tensors, device),
@@ -145,6 +154,8 @@ class EaseRecommender:
         transpose, which is ``B`` itself, so nothing n x n is copied. ``rows`` None ranks
         ``n`` users by popularity.
         """
+        import torch
+
         device = self.item_item.device
         n_items = len(self.items)
         if rows is None or history is None:
@@ -168,6 +179,8 @@ def fit_ease(
     Returns:
         (model, seconds the solve took).
     """
+    import torch
+
     user_ids, item_ids = np.asarray(user_ids, np.int64), np.asarray(item_ids, np.int64)
     positive = np.asarray(weights) > 0
     users = Vocabulary.build(user_ids)

@@ -7,11 +7,12 @@ ranks the users the model has no history for; each model adds its own weights be
 
 from __future__ import annotations
 
-from typing import TypedDict
-
-import torch
+from typing import TYPE_CHECKING, TypedDict
 
 from inference.recs.sparse import Vocabulary
+
+if TYPE_CHECKING:
+    import torch
 
 
 class Catalogue(TypedDict):
@@ -26,6 +27,8 @@ def catalogue_tensors(
     users: Vocabulary, items: Vocabulary, popularity: torch.Tensor, **weights: torch.Tensor
 ) -> dict[str, torch.Tensor]:
     """The tensors to save: ids, the model's ``weights`` in fp32 on the CPU, popularity."""
+    import torch
+
     return {
         "user_ids": torch.from_numpy(users.ids),
         "item_ids": torch.from_numpy(items.ids),
@@ -36,6 +39,8 @@ def catalogue_tensors(
 
 def catalogue_from_tensors(tensors: dict[str, torch.Tensor], device: torch.device) -> Catalogue:
     """The vocabularies and popularity (fp32 on ``device``) of a saved model."""
+    import torch
+
     return Catalogue(
         users=Vocabulary(tensors["user_ids"].numpy()),
         items=Vocabulary(tensors["item_ids"].numpy()),

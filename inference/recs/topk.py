@@ -18,11 +18,14 @@ from __future__ import annotations
 
 import contextlib
 from dataclasses import dataclass
+from typing import TYPE_CHECKING
 
 import numpy as np
-import torch
 
 from inference.recs.topk_kernels import GROUP_ITEMS, MAX_TILE_ITEMS, Kernel, default_kernel
+
+if TYPE_CHECKING:
+    import torch
 
 # Score-matrix elements per block (x4 bytes): large enough to keep the matmul efficient,
 # small enough that a 1M-item catalogue still scores in blocks of a few hundred MB.
@@ -34,6 +37,8 @@ GROUPED_MIN_ITEMS = 8 * MAX_TILE_ITEMS
 
 
 def grouped_fits(item_factors: torch.Tensor, k: int) -> bool:
+    import torch
+
     n_items = item_factors.shape[0]
     return (
         item_factors.device.type == "cpu"
@@ -73,6 +78,8 @@ class ItemTiles:
         kernel: Kernel | None = None,
     ) -> ItemTiles:
         """Tiles for ``kernel`` (by default the fixed shape on this process's engine)."""
+        import torch
+
         n_items, dims = item_factors.shape
         kernel = kernel or default_kernel()
         size = kernel.tile_items
@@ -111,6 +118,8 @@ class ItemTiles:
             (scores, items), each (n, k), descending, ties by lowest item; -inf and -1 where
             fewer are eligible.
         """
+        import torch
+
         from inference.recs import topk_select  # numba: imported where it is used
 
         chunk = self.chunk_users()
@@ -146,6 +155,8 @@ class ItemTiles:
     ) -> None:
         """Offer a chunk's users every tile, into their (scores, items) ``heaps``; ``cols``
         are tile positions."""
+        import torch
+
         from inference.recs.topk_select import select_tile
 
         n, size, width = len(users), self.kernel.tile_items, self.kernel.groups

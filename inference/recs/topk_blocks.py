@@ -10,14 +10,17 @@ from __future__ import annotations
 import time
 from collections.abc import Iterator
 from dataclasses import dataclass
+from typing import TYPE_CHECKING
 
 import numpy as np
-import torch
 
 from inference.engine.adaptive import BatchSizes
 from inference.engine.device import to_device
 from inference.recs.sparse import SparseRows
 from inference.recs.topk import DEFAULT_BLOCK_ELEMENTS, ItemTiles, grouped_fits
+
+if TYPE_CHECKING:
+    import torch
 
 
 def masked_top_k(
@@ -28,6 +31,8 @@ def masked_top_k(
     ``scores`` is modified in place. Rows with fewer than ``k`` eligible items are padded
     with item -1 and score -inf, so the result is always (rows, k).
     """
+    import torch
+
     scores[seen_rows, seen_cols] = float("-inf")
     values, items = torch.topk(scores, min(k, scores.shape[1]), dim=1)
     if values.shape[1] < k:
@@ -81,6 +86,8 @@ def iter_top_k(
         tiled: allow the cache-tiled CPU path; it copies the item factors into tiles on each
             call, which only pays for narrow factors (not EASE's items x items matrix).
     """
+    import torch
+
     if seen.n_rows != user_factors.shape[0]:
         raise ValueError(f"seen has {seen.n_rows} rows for {user_factors.shape[0]} users")
     device = user_factors.device

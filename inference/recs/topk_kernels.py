@@ -13,11 +13,14 @@ from __future__ import annotations
 from collections.abc import Callable
 from dataclasses import dataclass
 from functools import cache
+from typing import TYPE_CHECKING
 
 import numpy as np
-import torch
 
-Gemm = Callable[[torch.Tensor, torch.Tensor], np.ndarray]
+if TYPE_CHECKING:
+    import torch
+
+Gemm = Callable[["torch.Tensor", "torch.Tensor"], np.ndarray]
 
 # Items in a group whose maximum is kept per tile; a tile is a whole number of groups.
 GROUP_ITEMS = 32
@@ -25,6 +28,8 @@ GROUP_ITEMS = 32
 
 def onednn_scores(users: torch.Tensor, tile: torch.Tensor) -> np.ndarray:
     """``users @ tile.T`` by oneDNN (the widest vectors the CPU has), as a fresh array."""
+    import torch
+
     return torch.ops.mkldnn._linear_pointwise(users, tile, None, "none", [], "").numpy()
 
 
@@ -62,6 +67,8 @@ class Kernel:
 
         Packing once here spares oneDNN a reorder of the tile on every GEMM.
         """
+        import torch
+
         if self.engine != "onednn":
             return tiles
         try:
@@ -85,6 +92,8 @@ MAX_TILE_ITEMS = SHAPE[1]
 @cache
 def engine() -> str:
     """oneDNN if this torch has it and it agrees with numpy on a small product, else BLAS."""
+    import torch
+
     try:
         if torch.backends.mkldnn.is_available():
             rng = np.random.default_rng(0)

@@ -12,14 +12,17 @@ from __future__ import annotations
 
 import time
 from dataclasses import dataclass, field
+from typing import TYPE_CHECKING
 
 import numpy as np
-import torch
 
 from inference.engine.adaptive import BatchSizes
 from inference.engine.device import to_device
 from inference.recs.recommender_state import catalogue_from_tensors, catalogue_tensors
 from inference.recs.sparse import SparseRows, Vocabulary
+
+if TYPE_CHECKING:
+    import torch
 
 
 @dataclass(frozen=True)
@@ -60,6 +63,8 @@ def train_factors(
     Returns:
         Factors with one user embedding per row of ``interactions`` (zeros for empty rows).
     """
+    import torch
+
     began = time.perf_counter()
     generator = torch.Generator().manual_seed(config.seed)
     history = torch.nn.EmbeddingBag(n_items, config.dims, mode="sum").to(device)
@@ -110,6 +115,8 @@ def _user_tower(
     n_users: int,
     device: torch.device,
 ) -> torch.Tensor:
+    import torch
+
     # Dividing by sqrt(total weight) keeps heavy and light users on one scale without
     # erasing how much evidence each has.
     totals = np.bincount(local, vals, minlength=n_users)
@@ -153,9 +160,13 @@ class Recommender:
         cls,
         tensors: dict[str, torch.Tensor],
         device: torch.device,
-        dtype: torch.dtype = torch.float32,
+        dtype: torch.dtype | None = None,
     ) -> Recommender:
-        """Rebuilds a saved model on ``device``; factors in ``dtype``, biases in fp32."""
+        """Rebuilds a saved model on ``device``; factors in ``dtype`` (fp32 unless given),
+        biases in fp32."""
+        import torch
+
+        dtype = dtype or torch.float32
         return cls(
             **catalogue_from_tensors(tensors, device),
             user_factors=tensors["user_factors"].to(device, dtype),
@@ -177,6 +188,8 @@ class Recommender:
         vector leaves only the bias), the fallback for users the model has never seen. The
         towers were run over the history at training time, so ``history`` is not needed.
         """
+        import torch
+
         device, dtype = self.item_factors.device, self.item_factors.dtype
         if rows is None:
             no_taste = torch.zeros(n, 1, device=device, dtype=dtype)
@@ -198,6 +211,8 @@ def fit_recommender(
     Every user and item in the triples enters the vocabulary; only positive weights count
     as evidence of taste, so a user whose events all weigh zero is ranked by bias alone.
     """
+    import torch
+
     users, items = Vocabulary.build(user_ids), Vocabulary.build(item_ids)
     positive = np.asarray(weights) > 0
     matrix = SparseRows.from_pairs(

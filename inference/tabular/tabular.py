@@ -10,11 +10,9 @@ are importable from here too.
 from __future__ import annotations
 
 from collections.abc import Mapping, Sequence
-from typing import Any
+from typing import TYPE_CHECKING, Any
 
 import numpy as np
-import torch
-from torch import nn
 
 from inference.engine.adaptive import AdaptiveBatchSize, BatchSizes
 from inference.engine.device import Runtime, to_device
@@ -31,6 +29,10 @@ from inference.tabular.tabular_training import (
     stratified_split,
     train_classifier,
 )
+
+if TYPE_CHECKING:
+    import torch
+    from torch import nn
 
 __all__ = [
     "MODEL_KIND",
@@ -117,6 +119,8 @@ class TabularScorer:
             x: the feature matrix.
             max_rows: rows per model call at most (all at once when None).
         """
+        import torch
+
         if x.ndim != 2 or x.shape[1] != len(self.features):
             raise ValueError(f"expected {len(self.features)} feature columns, got shape {x.shape}")
         device, dtype = self.runtime.device, self.runtime.dtype

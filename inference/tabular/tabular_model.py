@@ -4,10 +4,12 @@ from __future__ import annotations
 
 from collections.abc import Mapping, Sequence
 from dataclasses import dataclass
-from typing import Any
+from typing import TYPE_CHECKING, Any
 
 import numpy as np
-from torch import nn
+
+if TYPE_CHECKING:
+    from torch import nn
 
 MODEL_KIND = "tabular_mlp"
 
@@ -58,6 +60,8 @@ class Standardizer:
 
 def build_mlp(in_features: int, hidden: Sequence[int], dropout: float = 0.0) -> nn.Sequential:
     """A ReLU MLP that returns one logit per row."""
+    from torch import nn
+
     layers: list[nn.Module] = []
     width = in_features
     for size in hidden:

@@ -7,14 +7,16 @@ import time
 from collections.abc import Callable, Iterator, Sequence
 from contextlib import contextmanager
 from dataclasses import asdict, dataclass, field
-from typing import Any
+from typing import TYPE_CHECKING, Any
 
 import numpy as np
-import torch
-from torch import nn
 
 from inference.tabular.tabular_metrics import average_precision, best_f1_threshold, roc_auc
 from inference.tabular.tabular_model import MODEL_KIND, Standardizer, build_mlp
+
+if TYPE_CHECKING:
+    import torch
+    from torch import nn
 
 MIN_STEPS_PER_EPOCH = 50
 
@@ -113,6 +115,8 @@ def train_classifier(
         device: where to train.
         log: receives one line per epoch.
     """
+    import torch
+
     started = time.perf_counter()
     x, y = _checked_inputs(x, y, features)
     train_rows, val_rows = stratified_split(y, config.validation_fraction, config.seed)
@@ -189,6 +193,9 @@ def _fit(
     log: Callable[[str], None] | None,
 ) -> tuple[nn.Sequential, list[float]]:
     """Runs the epochs; returns the model at its best validation AUPRC and the AUPRC history."""
+    import torch
+    from torch import nn
+
     # A private RNG scope: the same seed gives the same weights without touching global state.
     with (
         torch.random.fork_rng(devices=[device] if device.type == "cuda" else []),
@@ -225,6 +232,8 @@ def _fit(
 @contextmanager
 def _cpu_threads(threads: int | None) -> Iterator[None]:
     """Runs the block with ``threads`` torch intra-op threads, then restores the previous count."""
+    import torch
+
     previous = torch.get_num_threads()
     if threads:
         torch.set_num_threads(threads)
@@ -237,6 +246,8 @@ def _cpu_threads(threads: int | None) -> Iterator[None]:
 def _predict(
     model: nn.Module, x: np.ndarray, device: torch.device, chunk: int = 65_536
 ) -> np.ndarray:
+    import torch
+
     model.eval()
     out = []
     with torch.inference_mode():

@@ -10,15 +10,17 @@ from __future__ import annotations
 
 from collections.abc import Sequence
 from dataclasses import dataclass
+from typing import TYPE_CHECKING
 
 import numpy as np
-import torch
-import torch.nn.functional as F
 
 from inference.engine.batching import length_buckets, padding_ratio
 from inference.engine.device import to_device
 from inference.text.chunks import Chunking, chunk_tokens, sentence_ends
 from inference.text.encoder import SentenceEncoder
+
+if TYPE_CHECKING:
+    import torch
 
 
 @dataclass(frozen=True)
@@ -46,6 +48,8 @@ def encode(
     Returns:
         one unit-norm row per text, in the order given.
     """
+    import torch
+
     unique = list(dict.fromkeys(texts))
     width = encoder.model.config.hidden_size
     if not unique:
@@ -75,6 +79,8 @@ def encode_tokens(
     Returns:
         one unit-norm row per sequence, in the order given.
     """
+    import torch
+
     width = encoder.model.config.hidden_size
     if not ids:
         return Embeddings(torch.empty(0, width), 0, 0.0)
@@ -135,6 +141,8 @@ def embed_documents(
     Returns:
         one unit-norm row per document of ``chunking.dimension(hidden size)``, in the order given.
     """
+    import torch
+
     unique = list(dict.fromkeys(texts))
     width = chunking.dimension(encoder.model.config.hidden_size)
     if not unique:
@@ -165,6 +173,9 @@ def pool_chunks(vectors: torch.Tensor, counts: Sequence[int], chunking: Chunking
     Returns:
         one row per document: the normalised weighted sum of its chunk vectors.
     """
+    import torch
+    import torch.nn.functional as F
+
     most = min(max(counts, default=1), chunking.max_chunks)
     stacked = torch.zeros(most, len(counts), vectors.shape[1])
     weights = torch.zeros(most, len(counts), 1)
@@ -189,6 +200,9 @@ def with_terms(dense: torch.Tensor, terms: torch.Tensor, weight: float) -> torch
     ``(1 - weight) * dense cosine + weight * terms cosine``. A text without a content word has
     zero terms and is renormalised to its sentence vector alone.
     """
+    import torch
+    import torch.nn.functional as F
+
     joined = torch.cat([dense * (1.0 - weight) ** 0.5, terms * weight**0.5], dim=1)
     return F.normalize(joined, dim=-1)
 
@@ -236,6 +250,8 @@ def special_tokens(tokenizer) -> tuple[list[int], list[int]]:
 
 def mean_pool(hidden: torch.Tensor, mask: torch.Tensor) -> torch.Tensor:
     """Averages token vectors over real (unmasked) tokens and L2-normalises the result."""
+    import torch.nn.functional as F
+
     weights = mask.to(hidden.dtype).unsqueeze(-1)
     summed = (hidden * weights).sum(dim=1)
     return F.normalize(summed / weights.sum(dim=1).clamp(min=1.0), dim=-1)

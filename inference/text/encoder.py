@@ -15,13 +15,12 @@ from functools import lru_cache
 from pathlib import Path
 from typing import TYPE_CHECKING
 
-import torch
-
 from inference.engine.adaptive import AdaptiveBatchSize, BatchSizes
 from inference.engine.device import Runtime
 from inference.generation.checkpoints import safetensors_folder
 
 if TYPE_CHECKING:
+    import torch
     from transformers import PreTrainedTokenizerBase
 
 ENCODER_NAME = "all-MiniLM-L6-v2"

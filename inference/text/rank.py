@@ -26,8 +26,7 @@ from __future__ import annotations
 
 from dataclasses import dataclass
 from pathlib import Path
-
-import torch
+from typing import TYPE_CHECKING
 
 from inference.text.ranker import (
     PACSUM,
@@ -37,6 +36,9 @@ from inference.text.ranker import (
     sentence_features,
     standardised,
 )
+
+if TYPE_CHECKING:
+    import torch
 
 # ASCII letters below this share of a document's letters: the English encoder cannot judge
 # its sentences, and the summary is its lead.
@@ -78,6 +80,8 @@ class RankerSettings:
 
 def lead_prior(n: int) -> torch.Tensor:
     """1 for the first sentence, falling as 1 / (1 + position)."""
+    import torch
+
     return 1.0 / (1.0 + torch.arange(n, dtype=torch.float32))
 
 
@@ -91,6 +95,8 @@ def rank_sentences(
         sentences: the document's sentences, in order.
         settings: the ranking method and its hyperparameters.
     """
+    import torch
+
     n = len(sentences)
     if settings.method == "lead" or vectors is None or n < 3:
         return list(range(n))

@@ -20,8 +20,11 @@ import re
 from dataclasses import dataclass
 from functools import cache
 from pathlib import Path
+from typing import TYPE_CHECKING
 
-import torch
+if TYPE_CHECKING:
+    import torch
+
 
 WEIGHTS = Path(__file__).with_name("ranker_weights.json")
 # The first sentences, each a feature of its own: news puts its summary there.
@@ -62,6 +65,8 @@ def sentence_features(sentences: list[str], vectors: torch.Tensor) -> torch.Tens
         sentences: the document's sentences, in order.
         vectors: one unit-norm embedding per sentence.
     """
+    import torch
+
     n = len(sentences)
     vectors = vectors.float()
     position = torch.arange(n, dtype=torch.float32)
@@ -117,6 +122,8 @@ def pacsum_centrality(
     vectors: torch.Tensor, lambda1: float, lambda2: float, beta: float
 ) -> torch.Tensor:
     """Directed centrality of each row (a sentence, unit-norm) among the document's rows."""
+    import torch
+
     n = len(vectors)
     if n < 2:
         return torch.zeros(n)
@@ -137,12 +144,16 @@ def standardised(values: torch.Tensor) -> torch.Tensor:
 
 
 def _flags(sentences: list[str], pattern: re.Pattern) -> torch.Tensor:
+    import torch
+
     return torch.tensor([bool(pattern.search(s)) for s in sentences], dtype=torch.float32)
 
 
 def _centrality(similarity: torch.Tensor) -> tuple[torch.Tensor, torch.Tensor]:
     """Mean positive similarity to later and to earlier sentences (PacSum's two directions,
     as means so that a long document's sentences are not all central)."""
+    import torch
+
     n = len(similarity)
     if n < 2:
         return torch.zeros(n), torch.zeros(n)
@@ -167,6 +178,8 @@ class TrainedRanker:
 
     def score(self, features: torch.Tensor) -> torch.Tensor:
         """Log-odds that each row's sentence belongs in the summary."""
+        import torch
+
         inputs = (features - self.mean) / self.scale
         if self.hidden is not None:
             weight, bias = self.hidden
@@ -195,6 +208,8 @@ def _rounded(values: torch.Tensor) -> list[float]:
 @cache
 def load_ranker(path: Path = WEIGHTS) -> TrainedRanker:
     """The packaged weights; fails, naming the file, if they were trained on other features."""
+    import torch
+
     saved = json.loads(path.read_text(encoding="utf-8"))
     if tuple(saved["features"]) != SHAPE_FEATURES:
         raise ValueError(

@@ -8,14 +8,16 @@ from __future__ import annotations
 
 from collections.abc import Sequence
 from dataclasses import replace
-
-import torch
+from typing import TYPE_CHECKING
 
 from inference.text.embeddings import Embeddings, encode
 from inference.text.encoder import SentenceEncoder
 from inference.text.normalise import normalise_text
 from inference.text.rank import RankerSettings, encoder_can_read, rank_sentences
 from inference.text.segment import LengthCap, fit_to_cap, join_sentences, sentence_spans, truncate
+
+if TYPE_CHECKING:
+    import torch
 
 __all__ = [
     "ExtractiveSummary",

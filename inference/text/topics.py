@@ -10,14 +10,16 @@ import re
 from collections import Counter
 from collections.abc import Sequence
 from dataclasses import dataclass
+from typing import TYPE_CHECKING
 
 import numpy as np
-import torch
-import torch.nn.functional as F
 
 from inference.text.embeddings import Embeddings, encode
 from inference.text.encoder import SentenceEncoder
 from inference.text.segment import is_unspaced, split_sentences
+
+if TYPE_CHECKING:
+    import torch
 
 # Words of any alphabet (letters at both ends, three or more characters); digits are not words.
 _WORD = re.compile(r"[^\W\d_][\w'-]+[^\W\d_]")
@@ -70,6 +72,9 @@ def select_central(
     Returns:
         picked row indices, most relevant first.
     """
+    import torch
+    import torch.nn.functional as F
+
     if len(vectors) == 0:
         return []
     centre = F.normalize(vectors.mean(dim=0) if centre is None else centre, dim=-1)
@@ -93,6 +98,9 @@ def kmeans(
     Returns:
         (labels, unit-norm centroids).
     """
+    import torch
+    import torch.nn.functional as F
+
     generator = torch.Generator().manual_seed(seed)
     best: tuple[float, torch.Tensor, torch.Tensor] | None = None
     for _ in range(restarts):
@@ -114,6 +122,8 @@ def kmeans(
 
 
 def _kmeans_pp(vectors: torch.Tensor, k: int, generator: torch.Generator) -> torch.Tensor:
+    import torch
+
     chosen = [int(torch.randint(len(vectors), (1,), generator=generator))]
     distance = (1 - vectors @ vectors[chosen[0]]).clamp(min=0)
     for _ in range(1, k):
@@ -125,6 +135,9 @@ def _kmeans_pp(vectors: torch.Tensor, k: int, generator: torch.Generator) -> tor
 
 def silhouette(vectors: torch.Tensor, labels: torch.Tensor) -> float:
     """Mean silhouette under cosine distance (1 for tight, well separated clusters)."""
+    import torch
+    import torch.nn.functional as F
+
     distance = (1 - vectors @ vectors.T).clamp(min=0)
     k = int(labels.max()) + 1
     onehot = F.one_hot(labels, k).float()
@@ -149,6 +162,8 @@ def choose_clusters(
     The silhouette is quadratic in rows, so on a large day it is scored on a fixed random
     ``sample`` of them.
     """
+    import torch
+
     n = len(vectors)
     if n < 3:
         return torch.zeros(n, dtype=torch.long)
@@ -214,6 +229,9 @@ def build_digest(
     topic is labelled by distinctive keywords and summarised by the summary sentences most
     central to it. Topics are numbered largest first.
     """
+    import torch
+    import torch.nn.functional as F
+
     split = [split_sentences(s) or [s] for s in summaries]
     owner = torch.tensor([d for d, doc in enumerate(split) for _ in doc], dtype=torch.long)
     sentences = [s for doc in split for s in doc]
