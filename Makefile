@@ -34,10 +34,12 @@ run: $(STAMP)
 
 # Everything the suite needs is set up here, so `make test` alone passes on a fresh machine:
 # the project (above) and Debian's Chromium for the UI test (installed through apt when missing).
-# Two pytest-xdist workers: much of a test's time is spent waiting on a subprocess (the Dagster
-# CLI, dagster dev, a daemon, Ray) that the other worker fills. Tests that must not overlap are
-# grouped in tests/conftest.py. TEST_WORKERS=0 runs in one process; PYTEST_ARGS adds options.
-TEST_WORKERS ?= 2
+# Three pytest-xdist workers, on two cores too: much of a test's time is spent waiting on a
+# subprocess (the Dagster CLI, dagster dev, a daemon, Ray) or a poll, and with two workers the
+# cores still sat idle when both waited at once (benchmarks/tests-2026-12-03.md measures both).
+# Tests that must not overlap are grouped in tests/conftest.py. TEST_WORKERS=0 runs in one
+# process; PYTEST_ARGS adds options.
+TEST_WORKERS ?= 3
 test: $(STAMP) browser
 	$(BIN)/pytest -n $(TEST_WORKERS) --dist loadgroup $(PYTEST_ARGS)
 
