@@ -28,6 +28,7 @@ from inference.engine.quarantine import (
     Screener,
     blank,
     invalid_utf8,
+    is_blank_text,
     is_null,
     longer_than,
     outside,
@@ -109,8 +110,9 @@ def screen_documents(store: DataStore, date: str, sample_rows: int = 0, seed: in
 
 
 def document_text(title: str | None, body: str | None) -> str:
-    """The text a document is summarised from: its body, or its title when the body is blank."""
-    return body if body and body.strip() else (title or "")
+    """The text a document is summarised from: its body, or its title when the body is blank
+    (as the screening judges it: whitespace and zero-width characters only)."""
+    return (title or "") if is_blank_text(body) else (body or "")
 
 
 def summary_observer(version: str, extractive: bool, cap: LengthCap):

@@ -403,11 +403,25 @@ def _not_utf8(raw: bytes | None) -> bool:
     return False
 
 
+# Characters that show nothing and are not Unicode whitespace, so a whitespace trim keeps them:
+# a text of only these (a CMS's leftover byte-order mark, an editor's zero-width space) reads
+# as empty to a person and to a model.
+ZERO_WIDTH = "\u200b\u200c\u200d\u2060\ufeff"
+_NO_ZERO_WIDTH = dict.fromkeys(map(ord, ZERO_WIDTH))
+
+
+def is_blank_text(text: str | None) -> bool:
+    """Whether a text is None, empty, or only whitespace and zero-width characters."""
+    return not text or not text.translate(_NO_ZERO_WIDTH).strip()
+
+
 def blank(values: pa.Array | pa.ChunkedArray, valid: np.ndarray | None = None) -> np.ndarray:
-    """Null, empty or whitespace-only strings; ``valid`` masks rows safe to inspect (UTF-8)."""
+    """Null, empty, or only whitespace and zero-width characters (:data:`ZERO_WIDTH`);
+    ``valid`` masks rows safe to inspect (UTF-8)."""
     if valid is not None and not valid.all():
         values = pc.if_else(pa.array(valid), values, pa.scalar("x", values.type))
-    trimmed = pc.utf8_trim_whitespace(values)
+    visible = pc.replace_substring_regex(values, f"[{ZERO_WIDTH}]", "")
+    trimmed = pc.utf8_trim_whitespace(visible)
     return pc.fill_null(pc.equal(pc.utf8_length(trimmed), 0), True).to_numpy(zero_copy_only=False)
 
 
