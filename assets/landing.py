@@ -230,15 +230,19 @@ def landing_day(
     Every source asset materialises through this, so a missing day or a malformed file fails
     before any model runs, naming the dataset, date, file and column. Every file below the
     partition folder is read as parquet (by its bytes, whatever its name), or skipped and
-    named in the log and counted in ``landing_files_skipped``: names starting with ``_`` or
-    ``.`` (``_SUCCESS``, ``_temporary/``, ``.crc``), and files that are not parquet when
-    ``NIGHTSHIFT_LANDING_NOT_PARQUET=skip`` (else such a file fails the day, naming it).
+    named in the log and counted in ``landing_files_skipped``: names Spark and Hadoop skip
+    (``_SUCCESS``, ``_temporary/``, ``.crc``, ``*._COPYING_``, ``*.tmp``), and files that are
+    not parquet or repeat another's bytes when ``NIGHTSHIFT_LANDING_NOT_PARQUET=skip`` (else
+    such a file fails the day, naming it). A broken link fails the day whatever the policy.
+    Columns read with a cast beyond widening (a decimal as the contract's float, a
+    dictionary-encoded column as its values) are logged and listed in ``landing_casts``.
 
     Returns:
         the day's materialisation metadata.
     """
     with fail_fast_on_bad_input():
         rows = store.count_landing(dataset, date, schema)
+        casts = store.landing_casts(dataset, date, schema)
     folder = store.landing_path(dataset, date)
     listing = store.landing_listing(dataset, date)
     context.log.info(
@@ -246,9 +250,13 @@ def landing_day(
         f"{store.uri(folder)}"
     )
     _log_skipped(context, f"{dataset} {date}", folder, listing)
+    if casts:
+        named = ", ".join(f"{cast} ({files} file(s))" for cast, files in casts.items())
+        context.log.info(f"{dataset} {date}: columns read with a cast to the contract: {named}")
     return {
         "dagster/row_count": rows,
         **landing_timezone_metadata(store, dataset),
+        "landing_casts": MetadataValue.json(casts),
         "landing_files_skipped": len(listing.skipped),
         "output": MetadataValue.path(store.uri(folder)),
     }
@@ -257,15 +265,26 @@ def landing_day(
 def _log_skipped(
     context: AssetExecutionContext, day: str, folder: str, listing: LandingListing
 ) -> None:
-    """Names every skipped file: not-data names at INFO, files that are not parquet (skipped
-    by the ``skip`` policy: rows a writer may have meant to land) at WARNING."""
+    """Names every skipped file: not-data names at INFO, files that are not parquet or repeat
+    another (skipped by the ``skip`` policy: rows a writer may have meant to land, or a copy)
+    at WARNING."""
     foreign = listing.not_parquet if listing.policy == "skip" else {}
-    not_data = [path for path in listing.skipped if path not in foreign]
+    copies = listing.duplicates if listing.policy == "skip" else {}
+    not_data = [path for path in listing.skipped if path not in foreign and path not in copies]
     if not_data:
         names = ", ".join(path[len(folder) + 1 :] for path in not_data)
         context.log.info(
-            f"{day}: skipped {len(not_data)} file(s) that are not data "
-            f"(names starting with '_' or '.'): {names}"
+            f"{day}: skipped {len(not_data)} file(s) that are not data (names Spark and "
+            f"Hadoop skip: '_*', '.*', '*._COPYING_', '*.tmp', '*.crc'): {names}"
+        )
+    if copies:
+        names = ", ".join(
+            f"{path[len(folder) + 1 :]} (repeats {first[len(folder) + 1 :]})"
+            for path, first in copies.items()
+        )
+        context.log.warning(
+            f"{day}: skipped {len(copies)} file(s) with the same bytes as another file of the "
+            f"day ({NOT_PARQUET_ENV} / landing_not_parquet: skip): {names}"
         )
     if foreign:
         names = ", ".join(f"{path[len(folder) + 1 :]} ({what})" for path, what in foreign.items())

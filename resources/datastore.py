@@ -40,6 +40,7 @@ from resources.landing_files import (
     locate_damage,
     not_parquet_policy,
 )
+from resources.landing_walk import list_files
 
 
 @dataclass(frozen=True)
@@ -167,10 +168,11 @@ class DataStore(OutputStore):
 
     def landing_listing(self, dataset: str, date: str) -> LandingListing:
         """Every file below the partition folder, placed once: read as parquet data, skipped
-        (not-data names; not-parquet files under the ``skip`` policy), or not parquet. Every
-        reader of the partition (counting, screening, scoring, fingerprints) reads its files."""
+        (not-data names; not-parquet files and duplicates under the ``skip`` policy), not
+        parquet, a duplicate, or a broken link. Every reader of the partition (counting,
+        screening, scoring, fingerprints) reads its files."""
         return list_landing(
-            self.fs, self.landing_path(dataset, date), self.not_parquet, self._sniffer
+            self.fs, self.landing_path(dataset, date), self.not_parquet, self._sniffer, self.base
         )
 
     def landing_files(self, dataset: str, date: str) -> list[str]:
@@ -179,17 +181,18 @@ class DataStore(OutputStore):
 
     def landing_fingerprint(self, dataset: str, date: str) -> str | None:
         """A short hash of the partition's data files (path, size, modification time) and of
-        the files that fail it for not being parquet, or None when it has neither yet: any data
-        file added, replaced, rewritten or removed changes it, and so does removing or
-        converting a file that failed the day."""
+        the files that fail it (not parquet, duplicates, broken links), or None when it has
+        neither yet: any data file added, replaced, rewritten or removed changes it, and so does
+        removing or mending a file that failed the day."""
         path = self.landing_path(dataset, date)
         listing = self.landing_listing(dataset, date)
-        if not listing.files and not listing.rejected:
+        failing = {**listing.rejected, **listing.repeated, **listing.broken}
+        if not listing.files and not failing:
             return None
         digest = hashlib.sha256()
         for f in listing.files:
             digest.update(f"{f.path[len(path) :]}\t{f.size}\t{f.mtime_ns}\n".encode())
-        for file, what in listing.rejected.items():
+        for file, what in failing.items():
             digest.update(f"{file[len(path) :]}\t{what}\n".encode())
         return digest.hexdigest()[:16]
 
@@ -197,11 +200,16 @@ class DataStore(OutputStore):
         """The partition's parquet files, as :meth:`landing_listing` places them.
 
         Raises:
-            LandingDataError: a file is not parquet (under the ``fail`` policy), naming it and
-                what it looks like; or the partition has no parquet file.
+            LandingDataError: a link is broken, naming it and why; a file repeats another, or
+                is not parquet (under the ``fail`` policy), naming it and the file it repeats
+                or what it looks like; or the partition has no parquet file.
         """
         path = self.landing_path(dataset, date)
         listing = self.landing_listing(dataset, date)
+        if listing.broken:
+            raise self._broken_error(dataset, date, listing.broken)
+        if listing.repeated:
+            raise self._duplicate_error(dataset, date, listing.repeated)
         if listing.rejected:
             raise self._not_parquet_error(dataset, date, listing.rejected)
         if not listing.files:
@@ -224,16 +232,42 @@ class DataStore(OutputStore):
             "files that are not parquet, counted in landing_files_skipped"
         )
 
+    def _broken_error(self, dataset: str, date: str, broken: dict[str, str]) -> LandingDataError:
+        named = "; ".join(f"{self.uri(f)} ({why})" for f, why in broken.items())
+        return LandingDataError(
+            f"landing link(s) broken: dataset '{dataset}', date {date}: {len(broken)} link(s) "
+            f"that cannot be read: {named}. Replace each link with the file it should point "
+            "to, or remove it; a link is followed only to a file or folder inside the data root"
+        )
+
+    def _duplicate_error(
+        self, dataset: str, date: str, repeated: dict[str, str], shown: int = 5
+    ) -> LandingDataError:
+        pairs = list(repeated.items())
+        named = "; ".join(f"{self.uri(f)} repeats {self.uri(first)}" for f, first in pairs[:shown])
+        more = f"; and {len(pairs) - shown} more" if len(pairs) > shown else ""
+        return LandingDataError(
+            f"landing file(s) duplicated: dataset '{dataset}', date {date}: {len(pairs)} "
+            f"file(s) with the same bytes as another file of the day, whose rows would be read "
+            f"twice: {named}{more}. Remove the copies, or set {NOT_PARQUET_ENV}=skip (the "
+            "storage resource's landing_not_parquet) to skip them, counted in "
+            "landing_files_skipped"
+        )
+
     @staticmethod
     def _skipped_note(path: str, listing: LandingListing) -> str:
         """ " (3 not-data file(s) skipped; 1 not-parquet file(s) skipped: a.csv (...))", or ""."""
         foreign = listing.not_parquet if listing.policy == "skip" else {}
+        copies = listing.duplicates if listing.policy == "skip" else {}
         notes = []
-        if hive := len(listing.skipped) - len(foreign):
+        if hive := len(listing.skipped) - len(foreign) - len(copies):
             notes.append(f"{hive} not-data file(s) skipped")
         if foreign:
             named = ", ".join(f"{f[len(path) + 1 :]} ({what})" for f, what in foreign.items())
             notes.append(f"{len(foreign)} not-parquet file(s) skipped: {named}")
+        if copies:
+            named = ", ".join(f[len(path) + 1 :] for f in copies)
+            notes.append(f"{len(copies)} duplicate file(s) skipped: {named}")
         return f" ({'; '.join(notes)})" if notes else ""
 
     def _checked_landing(self, dataset: str, date: str, required: pa.Schema) -> Checked:
@@ -345,6 +379,12 @@ class DataStore(OutputStore):
         """The zone whose wall-clock time the dataset's naive timestamps are; None rejects them."""
         return self.landing_timezones.for_dataset(dataset)
 
+    def landing_casts(self, dataset: str, date: str, required: pa.Schema) -> dict[str, int]:
+        """The casts the partition's files are read with beyond widening (``amount:
+        decimal128(18, 2) -> double``), each with how many files need it (see
+        resources.landing_files.read_cast)."""
+        return self._checked.casts(self._checked_landing_keyed(dataset, date, required)[0])
+
     def count_landing(self, dataset: str, date: str, required: pa.Schema) -> int:
         """Rows in a landing partition, from its files' footers (no data is read)."""
         return sum(rows for _, rows, _ in self._checked_landing(dataset, date, required))
@@ -369,12 +409,20 @@ class DataStore(OutputStore):
         path = self.path("landing", dataset)
         if not self.exists(path):
             return []
+        walked = list_files(self.fs, path, self.base, is_data)
         folders: dict[str, list[pafs.FileInfo]] = {}
-        for entry in self.fs.get_file_info(pafs.FileSelector(path, recursive=True)):
-            folder, _, rest = entry.path[len(path) :].lstrip("/").partition("/")
-            if entry.type == pafs.FileType.File and folder.startswith("date=") and is_data(rest):
-                folders.setdefault(folder[len("date=") :], []).append(entry)
-        return sorted(d for d, files in folders.items() if self._has_data(dataset, d, files))
+        failing = set()  # a broken link or a second path fails its day's run, naming it
+        entries = [(f.path, f) for f in walked.files] + [(p, None) for p in walked.broken]
+        for file, entry in entries + [(p, None) for p in walked.aliases]:
+            folder, _, rest = file[len(path) :].lstrip("/").partition("/")
+            if folder.startswith("date=") and rest and is_data(rest):
+                date = folder[len("date=") :]
+                if entry is None:
+                    failing.add(date)
+                else:
+                    folders.setdefault(date, []).append(entry)
+        present = {d for d, files in folders.items() if self._has_data(dataset, d, files)}
+        return sorted(present | failing)
 
     def _has_data(self, dataset: str, date: str, files: list[pafs.FileInfo]) -> bool:
         """Whether a date folder's data-named files make it a partition (see landing_dates)."""

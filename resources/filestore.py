@@ -4,8 +4,9 @@ raw objects (models, manifests).
 Layout (Hive-style, readable by pyarrow, Spark, DuckDB, Athena):
 ``<root>/landing/<dataset>/date=YYYY-MM-DD/*.parquet`` for inputs and
 ``<root>/outputs/<asset>/date=YYYY-MM-DD/`` for published outputs. As in Hive and Spark, a file
-or folder whose name starts with ``_`` or ``.`` is not data (``_SUCCESS``, ``_temporary/`` of
-an unfinished write, ``.crc`` checksums, ``_committed_*``): it is never read as input. Which
+or folder whose name starts with ``_`` or ``.`` (``_SUCCESS``, ``_temporary/`` of an unfinished
+write, ``.crc`` checksums, ``_committed_*``) is not data, nor is what a copy or write in
+progress leaves (``*._COPYING_``, ``*.tmp``, ``*.crc``): it is never read as input. Which
 files of a landing partition are parquet is decided by their bytes (``resources.landing_files``);
 the listing here serves the published outputs, whose files nightshift names itself.
 """
@@ -13,6 +14,7 @@ the listing here serves the published outputs, whose files nightshift names itse
 from __future__ import annotations
 
 import os
+import re
 import uuid
 from dataclasses import dataclass, field
 
@@ -34,9 +36,24 @@ class Listing:
 
 
 def is_data(relative: str) -> bool:
-    """Whether a path below a partition folder is data: no part of it starts with ``_`` or ``.``
-    (the Hive/Spark convention for commit markers, unfinished writes and checksums)."""
-    return not (relative.startswith(("_", ".")) or "/_" in relative or "/." in relative)
+    """Whether a path below a partition folder is data: no part of it is a name Spark or Hadoop
+    skips or leaves behind (see :func:`not_data_name`)."""
+    return not any(not_data_name(part) for part in relative.split("/"))
+
+
+# What copies and writes in progress leave beside a file: Hadoop's ``put`` writes
+# ``x._COPYING_`` and renames it, editors and ``write_bytes`` write ``x.tmp`` or
+# ``x.tmp-<id>``, and a checksum rides beside its file as ``x.crc``: all either unfinished or
+# a second copy of a file the day already holds.
+_NOT_DATA_SUFFIX = re.compile(r"(\._COPYING_|\.tmp|\.tmp-[^/.]*|\.crc)$", re.IGNORECASE)
+
+
+def not_data_name(name: str) -> bool:
+    """Whether a file or folder name is never data: one starting with ``_`` or ``.`` (the
+    Hive/Spark convention for commit markers such as ``_SUCCESS``, unfinished writes under
+    ``_temporary/`` and ``.crc`` checksums), or ending ``._COPYING_``, ``.tmp``,
+    ``.tmp-<id>`` or ``.crc``."""
+    return name.startswith(("_", ".")) or bool(_NOT_DATA_SUFFIX.search(name))
 
 
 def open_filesystem(

@@ -53,7 +53,8 @@ class CheckedFiles:
 
     def __init__(self, fs: pafs.FileSystem, uri: Callable[[str], str]):
         self.fs, self.uri = fs, uri
-        self._checked: dict[tuple, int] = {}
+        # (file version, contract) -> its rows and the casts it is read with
+        self._checked: dict[tuple, tuple[int, list[str]]] = {}
         self._footer_cache: dict[tuple, pq.FileMetaData] = {}
 
     def check(
@@ -70,7 +71,7 @@ class CheckedFiles:
         contract = (hash(required), timezone)
         keys = [(f.path, f.size, f.mtime_ns or f.mtime) for f in files]
         keep = len(files) <= FOOTERS_KEPT
-        rows = [self._checked.get((key, contract)) for key in keys]
+        rows = [self._checked.get((key, contract), (None,))[0] for key in keys]
         footers = [self._footer_cache.get(key) if keep else None for key in keys]
         todo = [i for i in range(len(keys)) if rows[i] is None or (keep and footers[i] is None)]
         if keep and len(self._footer_cache) + len(todo) > FOOTERS_KEPT:
@@ -87,12 +88,25 @@ class CheckedFiles:
                         f"unreadable parquet file {self.uri(keys[i][0])} in dataset "
                         f"'{dataset}', date {date}{self._not_parquet(files[i])}: {footer}"
                     ) from footer
-                check_schema(footer.schema.to_arrow_schema(), required, where, timezone=timezone)
-                rows[i] = self._checked[(keys[i], contract)] = footer.num_rows
+                casts = check_schema(
+                    footer.schema.to_arrow_schema(), required, where, timezone=timezone
+                )
+                rows[i] = footer.num_rows
+                self._checked[(keys[i], contract)] = (footer.num_rows, casts)
                 if keep:
                     footers[i] = self._footer_cache[keys[i]] = footer
         checked = [(key[0], n, footer) for key, n, footer in zip(keys, rows, footers, strict=True)]
         return (dataset, date, tuple(keys), contract), checked
+
+    def casts(self, key: tuple) -> dict[str, int]:
+        """The casts the files of a :meth:`check` key are read with (``column: from -> to``),
+        each with how many files need it."""
+        _, _, keys, contract = key
+        counts: dict[str, int] = {}
+        for file in keys:
+            for cast in self._checked.get((file, contract), (0, []))[1]:
+                counts[cast] = counts.get(cast, 0) + 1
+        return counts
 
     def _not_parquet(self, info: pafs.FileInfo) -> str:
         """ " (it looks like CSV text, not parquet)" for a file named parquet that does not

@@ -7,11 +7,20 @@ ends in exactly one of three places, so none is dropped without a word:
 
 - **data**: a ``*.parquet`` name, or any other name whose bytes start or end with parquet's
   magic ``PAR1`` (a damaged one is still data: its footer read fails naming it);
-- **skipped**: a Hive/Spark name that is not data (a part starting with ``_`` or ``.``:
-  ``_SUCCESS``, ``_temporary/``, ``.crc``), and, when the policy is ``skip``, a file that is
-  not parquet;
+- **skipped**: a name Spark and Hadoop skip or leave behind (a part starting with ``_`` or
+  ``.``: ``_SUCCESS``, ``_temporary/``, ``.crc``; a copy in progress: ``*._COPYING_``,
+  ``*.tmp``, ``*.crc``; see :func:`resources.filestore.not_data_name`), and, when the policy
+  is ``skip``, a file that is not parquet or that repeats another;
 - **not parquet**: any other file (CSV, JSON, a stray manifest), with what it looks like. Under
-  the ``fail`` policy (the default) it fails the day, naming it.
+  the ``fail`` policy (the default) it fails the day, naming it;
+- **duplicate**: a data file with the same bytes as another of the day (``part-00001
+  (1).parquet``, a copy made by hand), or a second path to the same file. Its rows would be read
+  twice, so under ``fail`` it fails the day naming both, and under ``skip`` it is skipped;
+- **broken**: a link that is dangling, loops, or leaves the data root
+  (:mod:`resources.landing_walk`). It fails the day naming it, whatever the policy.
+
+Duplicates cost nothing on a normal day: only files of equal size are hashed, once per file
+version.
 
 A file named ``*.parquet`` is not sniffed: the name claims parquet, so a file that is not is
 damaged and fails as unreadable, whatever the policy; this keeps a normal day free of extra
@@ -24,6 +33,7 @@ the column, and a file that cannot be decoded is named with where it stops decod
 
 from __future__ import annotations
 
+import hashlib
 import os
 from collections.abc import Iterable
 from concurrent.futures import ThreadPoolExecutor
@@ -35,6 +45,7 @@ import pyarrow.parquet as pq
 
 from inference.engine.streaming import is_naive_for
 from resources.filestore import is_data
+from resources.landing_walk import list_files
 
 NOT_PARQUET_ENV = "NIGHTSHIFT_LANDING_NOT_PARQUET"
 NOT_PARQUET_POLICIES = ("fail", "skip")
@@ -46,6 +57,8 @@ HEAD_BYTES = 4096
 SNIFF_THREADS = 16
 # File versions whose verdict a store remembers (a short string each).
 SNIFFED_KEPT = 200_000
+# Read at once while hashing a file that may repeat another.
+HASH_CHUNK = 1 << 20
 
 
 def not_parquet_policy(value: str | None) -> str:
@@ -72,16 +85,20 @@ class LandingListing:
 
     Attributes:
         files: the parquet files read as data, in path order.
-        skipped: files never read, in path order: not-data names, and not-parquet files when
-            the policy is ``skip``.
+        skipped: files never read, in path order: not-data names, and not-parquet files and
+            duplicates when the policy is ``skip``.
         not_parquet: every file that is not parquet, with what it looks like.
         policy: ``fail`` or ``skip``.
+        duplicates: every data file that repeats another -> the file it repeats (read once).
+        broken: every link that cannot be read -> why (see :mod:`resources.landing_walk`).
     """
 
     files: list[pafs.FileInfo] = field(default_factory=list)
     skipped: list[str] = field(default_factory=list)
     not_parquet: dict[str, str] = field(default_factory=dict)
     policy: str = "fail"
+    duplicates: dict[str, str] = field(default_factory=dict)
+    broken: dict[str, str] = field(default_factory=dict)
 
     @property
     def paths(self) -> list[str]:
@@ -91,6 +108,11 @@ class LandingListing:
     def rejected(self) -> dict[str, str]:
         """The files that fail the day: not parquet, under the ``fail`` policy."""
         return self.not_parquet if self.policy == "fail" else {}
+
+    @property
+    def repeated(self) -> dict[str, str]:
+        """The duplicates that fail the day, under the ``fail`` policy."""
+        return self.duplicates if self.policy == "fail" else {}
 
 
 def looks_like(head: bytes, size: int) -> str:
@@ -180,6 +202,29 @@ class Sniffer:
             self._verdicts[(f.path, f.size, f.mtime_ns)] = verdict
         return [self._verdicts[key] for key in keys]
 
+    def digests(self, files: list[pafs.FileInfo]) -> list[str]:
+        """Each file's SHA-256, remembered per file version as the verdicts are."""
+        keys = [("sha256", f.path, f.size, f.mtime_ns) for f in files]
+        todo = [f for f, key in zip(files, keys, strict=True) if key not in self._verdicts]
+        if len(self._verdicts) + len(todo) > SNIFFED_KEPT:
+            self._verdicts.clear()
+        remote = not isinstance(self.fs, pafs.LocalFileSystem)
+        if remote and len(todo) > 1:
+            with ThreadPoolExecutor(min(SNIFF_THREADS, len(todo))) as pool:
+                found = list(pool.map(self._digest, todo))
+        else:
+            found = [self._digest(f) for f in todo]
+        for f, digest in zip(todo, found, strict=True):
+            self._verdicts[("sha256", f.path, f.size, f.mtime_ns)] = digest
+        return [self._verdicts[key] or "" for key in keys]
+
+    def _digest(self, info: pafs.FileInfo) -> str:
+        digest = hashlib.sha256()
+        with self.fs.open_input_stream(info.path) as stream:
+            while chunk := stream.read(HASH_CHUNK):
+                digest.update(chunk)
+        return digest.hexdigest()
+
     def _sniff(self, info: pafs.FileInfo) -> str | None:
         size = info.size or 0
         if size == 0:
@@ -197,14 +242,42 @@ def claims_parquet(name: str) -> bool:
     return name.lower().endswith(".parquet")
 
 
-def list_landing(fs: pafs.FileSystem, path: str, policy: str, sniffer: Sniffer) -> LandingListing:
-    """Places every file below a landing partition folder (see the module docstring)."""
+def list_landing(
+    fs: pafs.FileSystem, path: str, policy: str, sniffer: Sniffer, root: str
+) -> LandingListing:
+    """Places every file below a landing partition folder (see the module docstring); ``root``
+    is the data root no link may leave."""
     if fs.get_file_info(path).type == pafs.FileType.NotFound:
         return LandingListing(policy=policy)
-    entries = fs.get_file_info(pafs.FileSelector(path, recursive=True))
-    return classify(
-        [e for e in entries if e.type == pafs.FileType.File], len(path) + 1, policy, sniffer
+    walked = list_files(fs, path, root, is_data)
+    listing = classify(walked.files, len(path) + 1, policy, sniffer)
+    repeats = same_bytes(listing.files, sniffer)
+    aliases = {path: repeats.get(first, first) for path, first in walked.aliases.items()}
+    duplicates = {**aliases, **repeats}
+    if not duplicates and not walked.broken:
+        return listing
+    files = [f for f in listing.files if f.path not in duplicates]
+    skipped = listing.skipped + list(duplicates) if policy == "skip" else listing.skipped
+    return LandingListing(
+        files, sorted(skipped), listing.not_parquet, policy, duplicates, walked.broken
     )
+
+
+def same_bytes(files: list[pafs.FileInfo], sniffer: Sniffer) -> dict[str, str]:
+    """Each file with the same bytes as another -> the one kept: the shortest path, then the
+    first in path order, so ``part-00000 (1).parquet`` repeats ``part-00000.parquet``. Only
+    files of equal size are hashed."""
+    by_size: dict[int | None, list[pafs.FileInfo]] = {}
+    for f in sorted(files, key=lambda f: (len(f.path), f.path)):
+        by_size.setdefault(f.size, []).append(f)
+    alike = [f for group in by_size.values() if len(group) > 1 for f in group]
+    first: dict[tuple, str] = {}
+    repeats = {}
+    for f, digest in zip(alike, sniffer.digests(alike), strict=True):
+        original = first.setdefault((f.size, digest), f.path)
+        if original != f.path:
+            repeats[f.path] = original
+    return repeats
 
 
 def classify(
@@ -257,13 +330,19 @@ def locate_damage(fs: pafs.FileSystem, file: str, columns: list[str]) -> str:
 
 def check_schema(
     actual: pa.Schema, required: pa.Schema, where: str, timezone: str | None = None
-) -> None:
-    """Raises LandingDataError naming the file and column that does not fit the contract.
+) -> list[str]:
+    """Raises LandingDataError naming the file and column that does not fit the contract, and
+    the cast its writer would make so it fits.
 
     A timestamp without a time zone where the contract has one is accepted only with the
     dataset's landing timezone, which says whose wall-clock time it is; else it would be read
     as UTC, and a local evening's rows would land in the next day.
+
+    Returns:
+        the casts the file is read with that change how a value is held (see
+        :func:`read_cast`), e.g. ``amount: decimal128(18, 2) -> double``.
     """
+    casts = []
     for want in required:
         index = actual.get_field_index(want.name)
         if index < 0:
@@ -275,19 +354,42 @@ def check_schema(
         if is_naive_for(found, want.type) and timezone is None:
             raise LandingDataError(
                 f"{where}: column '{want.name}' is {found} without a time zone; expected "
-                f"{want.type}: write it with a time zone, or set the dataset's landing timezone "
+                f"{want.type}: write it with a time zone (cast {want.name} from {found} to "
+                f"{want.type} where the file is written, if its times are UTC), or set the "
+                "dataset's landing timezone "
                 "(NIGHTSHIFT_LANDING_TIMEZONE or the storage resource's landing_timezone, e.g. "
                 "'America/New_York') to read it as wall-clock time there"
             )
         if not _compatible(found, want.type):
             raise LandingDataError(
-                f"{where}: column '{want.name}' has type {found}, expected {want.type}"
+                f"{where}: column '{want.name}' has type {found}, expected {want.type}: "
+                f"cast {want.name} from {found} to {want.type} where the file is written"
             )
+        if cast := read_cast(found, want.type):
+            casts.append(f"{want.name}: {cast}")
+    return casts
+
+
+def read_cast(found: pa.DataType, expected: pa.DataType) -> str | None:
+    """The cast a column is read with when it changes how values are held, else None: Spark's
+    ``decimal(p, s)`` read as the contract's float (exact to about 15 significant digits, so
+    amounts up to a trillion keep their cents), and a dictionary-encoded column (pandas'
+    categoricals) read as its values' type. Widening an integer is not one."""
+    if pa.types.is_decimal(found) or pa.types.is_dictionary(found):
+        return f"{found} -> {expected}"
+    return None
 
 
 def _compatible(found: pa.DataType, expected: pa.DataType) -> bool:
     if found == expected:
         return True
+    if pa.types.is_dictionary(found):
+        # Dictionary-encoded timestamps would be cast as UTC, past the landing timezone's check.
+        return not pa.types.is_timestamp(found.value_type) and _compatible(
+            found.value_type, expected
+        )
+    if pa.types.is_decimal(found):
+        return pa.types.is_floating(expected)
     checks = [pa.types.is_integer, pa.types.is_floating, pa.types.is_string, pa.types.is_timestamp]
     for check in checks:
         if check(expected):
