@@ -7,8 +7,9 @@ without a word. Here each link is resolved to its real path first, and each real
 is listed once:
 
 - a link that cannot be resolved (dangling, or a chain of links that loops), a link to a folder
-  it sits in (a loop), or a link whose target leaves the data root is **broken**: the day fails
-  naming it, whatever the not-parquet policy, since no policy makes it data;
+  it sits in or one above it (a loop), or a link whose target leaves the data root is
+  **broken**: the day fails naming it, whatever the not-parquet policy, since no policy makes
+  it data;
 - a second path to a file or folder already listed is an **alias** of the first: the same
   bytes, which the caller treats as a duplicate (:func:`resources.landing_files.list_landing`).
 
@@ -121,6 +122,9 @@ class _Walk:
             self.broken[path] = (
                 f"a symlink loop (-> {target}: it leads back to {self.seen[real]}, which holds it)"
             )
+        elif ancestors[0].startswith(real + os.sep):
+            # A folder above the one listed holds it: walked, it would list it again.
+            self.broken[path] = f"a symlink loop (-> {target}: it leads to {real}, which holds it)"
         elif os.path.isdir(real):
             self._enter(path, real, ancestors)
         else:

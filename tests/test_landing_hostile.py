@@ -47,16 +47,17 @@ def test_a_symlink_loop_fails_the_day_naming_it_and_nothing_is_read_twice(
     (folder / "loop").symlink_to(f"../date={DATE}")
     (folder / "sub" / "up").symlink_to("..")  # two loops: followed, they would multiply
     (folder / "self").symlink_to("self")  # a link to itself: the OS says ELOOP
+    (folder / "dataset").symlink_to("..")  # above the day: it holds the day, and the others
 
     for read in (_skipping(store), store):
         with pytest.raises(LandingDataError) as error:
             read.count_landing("tx", DATE, SCHEMA)
         message = str(error.value)
-        for link in ("loop", "sub/up", "self"):
+        for link in ("loop", "sub/up", "self", "dataset"):
             assert f"{folder / link} (a symlink loop" in message, message
     assert store.landing_dates("tx") == [DATE]
     # Mended, the day is read once.
-    for link in ("loop", "sub/up", "self"):
+    for link in ("loop", "sub/up", "self", "dataset"):
         (folder / link).unlink()
     assert store.count_landing("tx", DATE, SCHEMA) == 10
 
