@@ -346,11 +346,18 @@ class SpotSafeRun:
         return notice.reason if notice else None
 
     def partition(
-        self, asset: str, date: str, work: Work, sample: StreamedSample | None = None
+        self,
+        asset: str,
+        date: str,
+        work: Work,
+        sample: StreamedSample | None = None,
+        audit: bool = False,
     ) -> PartitionReport:
-        """Scores one partition (``outputs/<asset>/date=<date>/``) and commits it exactly once;
-        ``sample`` takes the checks' sample as the rows stream, where shards run here."""
-        writer = self._writer(asset, date, work)
+        """Scores one partition (the day of table ``<asset>``) and commits it exactly once;
+        ``sample`` takes the checks' sample as the rows stream, where shards run here. With
+        ``audit`` the day is only staged (``report.shards.staged``): the caller publishes it
+        once its checks pass."""
+        writer = self._writer(asset, date, work, audit)
         quarantine = work.input.quarantine
         log = ProgressLog(
             self.context.log.info, f"{asset} {date}", quarantine.rows if quarantine else None
@@ -399,7 +406,7 @@ class SpotSafeRun:
             executor={**self._where(pool, watch), **work.input.layout},
         )
 
-    def _writer(self, asset: str, date: str, work: Work) -> ShardedWriter:
+    def _writer(self, asset: str, date: str, work: Work, audit: bool = False) -> ShardedWriter:
         """The partition's writer, its fingerprint made of everything that decides the output."""
         quarantine, side = work.input.quarantine, work.output.side
         decided_by = [input_fingerprint(self.store.fs, work.input.files or []), work.depends_on]
@@ -419,6 +426,7 @@ class SpotSafeRun:
             self.shard_rows(work.sizes.default_shard_rows, work.sizes.shard_rows),
             run_lineage(self.context),
             self.inference.lease_seconds,
+            audit=audit,
         )
 
     def _shards(self, work: Work, writer: ShardedWriter) -> Callable[[], Iterable[ShardInput]]:

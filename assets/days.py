@@ -86,15 +86,26 @@ class DayRecorder:
         date: str,
         metadata: Mapping[str, Any],
         checks: Sequence[AssetCheckResult] = (),
+        why: str | None = None,
     ) -> Iterator[AssetMaterialization | AssetCheckEvaluation]:
+        """Records the day; ``why`` says what a failed blocking check left published."""
         yield AssetMaterialization(asset, partition=date, metadata=metadata)
         # Stored by the time the generator resumes: the day's checks are evaluated against it.
         latest = latest_materialization(self.context, asset, date) if checks else None
         for result in checks:
             evaluation = _evaluation(asset, date, result, latest, self.blocking)
             if evaluation.blocking and not evaluation.passed and evaluation.severity == ERROR:
-                self.failed.append(f"{asset} {date}: {evaluation.check_name}")
+                note = f" ({why})" if why else ""
+                self.failed.append(f"{asset} {date}: {evaluation.check_name}{note}")
             yield evaluation
+
+    def refused(self, checks: Sequence[AssetCheckResult]) -> list[str]:
+        """The blocking checks among ``checks`` that failed with ERROR severity."""
+        return [
+            str(c.check_name)
+            for c in checks
+            if not c.passed and c.check_name in self.blocking and c.severity == ERROR
+        ]
 
     def finish(self) -> Iterator[Output]:
         if self.failed:

@@ -47,6 +47,7 @@ from assets.landing import (
 )
 from assets.partitions import PartitionReport, log_partition, partition_dates, scoring_metadata
 from assets.staleness import load_chosen, model_window, point_in_time
+from inference.engine.tables import StagedDay
 from policy.automation import GPU_POOL, scored_by_0700_utc
 from policy.tags import PIPELINE_TAG
 from resources.inference import InferenceResource
@@ -178,15 +179,24 @@ def score(
                 sample = _prepare(day.work, spec, store, date, config, limit)
                 # After the domain's own screening, whose message names the rows' figures.
                 refuse_blocked(spec.asset, spec.dataset, date, blocked)
-                report = run.partition(spec.asset, date, day.work, sample)
+                report = run.partition(spec.asset, date, day.work, sample, audit=True)
             log_partition(context, spec.asset, report)
-            if day.on_commit is not None:
-                day.on_commit(report)
             if _recorded_before(context, spec.asset, report):
                 continue
-            started = time.perf_counter()
-            checks = day.checks(report)
-            check_seconds = round(time.perf_counter() - started, 4)
+            staged = report.shards.staged if report.shards is not None else None
+            # Write-audit-publish: what the domain records at the commit and the checks read
+            # the day as staged, before main has it.
+            with store.reading(staged):
+                if day.on_commit is not None:
+                    day.on_commit(report)
+                started = time.perf_counter()
+                checks = day.checks(report)
+                check_seconds = round(time.perf_counter() - started, 4)
+            refused = days.refused(checks)
+            verdicts = {str(c.check_name): bool(c.passed) for c in checks}
+            outcome = _publish_or_reject(
+                context, store, spec.asset, date, staged, refused, verdicts, model.version
+            )
             figures = {
                 **scoring_metadata(
                     report,
@@ -208,8 +218,45 @@ def score(
             }
             if report.shards is not None:
                 figures["commit"] = report.shards.commit
-            yield from days.record(spec.asset, date, day_metadata(figures), checks)
+            figures.update(outcome)
+            yield from days.record(
+                spec.asset, date, day_metadata(figures), checks, why=outcome.get("main")
+            )
     yield from days.finish()
+
+
+def _publish_or_reject(
+    context: AssetExecutionContext,
+    store: DataStore,
+    asset: str,
+    date: str,
+    staged: StagedDay | None,
+    refused: Sequence[str],
+    checks: dict[str, bool],
+    model_version: str,
+) -> dict[str, Any]:
+    """Publishes a staged day whose blocking checks passed; keeps one they refused off main,
+    on a branch of its own. Returns the figures that say which (the snapshot ids, and what
+    main holds for the day)."""
+    if staged is None:
+        return {}
+    if not refused:
+        published = staged.publish(checks=checks, model_version=model_version)
+        return {"snapshot_id": published.snapshot_id} if published else {}
+    branch = staged.reject()
+    current = store.output_figures(asset, date)
+    holds = (
+        f"main keeps commit {current.commit} (snapshot {current.snapshot_id})"
+        if current is not None
+        else "main has no day"
+    )
+    why = (
+        f"not published: the staged day (commit {staged.commit}, snapshot "
+        f"{staged.snapshot_id}) is kept on branch {branch} of table "
+        f"{store.tables.identifier(asset)}; {holds}"
+    )
+    context.log.error(f"{asset} {date}: blocking check(s) {', '.join(refused)} failed; {why}")
+    return {"rejected_snapshot_id": staged.snapshot_id, "rejected_branch": branch, "main": why}
 
 
 def _prepare(

@@ -129,18 +129,18 @@ def measure(
     _, profile = best_of(lambda: pipeline.profile(store, TRANSACTIONS, DAY, TRANSACTIONS_SCHEMA), 2)
     observe = min(_observe_seconds(store, threshold, version, batch_size) for _ in range(2))
 
-    manifest = json.loads(store.read_bytes(f"{store.output_path(SCORES, DAY)}/_manifest.json"))
+    committed = store.output_figures(SCORES, DAY)
     shards = ShardReport(
-        rows_in=manifest["rows_in"],
-        rows_out=manifest["rows"],
-        rows_scored=manifest["rows_scored"],
-        rows_quarantined=manifest["rows_quarantined"],
-        stats=StreamStats.from_json(manifest["stats"]),
+        rows_in=committed.value("rows_in"),
+        rows_out=committed.value("rows"),
+        rows_scored=committed.value("rows_scored"),
+        rows_quarantined=committed.value("rows_quarantined"),
+        stats=StreamStats.from_json(committed.value("stats")),
     )
     # The run takes the output sample while the scores stream (resumed attempts read it back).
     sample = sample_output(store, SCORES, DAY, DEFAULT_SAMPLE_ROWS, 0)
     report = PartitionReport(
-        DAY, BatchMetrics(), Published("", manifest["rows"], 1), shards, sample=sample
+        DAY, BatchMetrics(), Published("", shards.rows_out, 1), shards, sample=sample
     )
     reference = pipeline.score_reference(store, version)
 

@@ -12,6 +12,7 @@ import time
 from collections.abc import Sequence
 from pathlib import Path
 
+from orchestration.outputs_cli import add_parser as _add_outputs
 from orchestration.simulate.cli import add_parser as _add_simulate
 from resources.storage import REPO_ROOT, DataStore, default_data_root
 
@@ -384,6 +385,7 @@ def build_parser() -> argparse.ArgumentParser:
     _add_promote(sub)
     _add_ui(sub)
     _add_simulate(sub)
+    _add_outputs(sub, _date)
     return parser
 
 

@@ -6,10 +6,7 @@ committed files read back)."""
 from __future__ import annotations
 
 import hashlib
-import json
-import uuid
-from collections.abc import Iterable, Iterator
-from dataclasses import dataclass
+from collections.abc import Iterator
 
 import pyarrow as pa
 import pyarrow.dataset as ds
@@ -17,9 +14,6 @@ import pyarrow.fs as pafs
 import pyarrow.parquet as pq
 
 from inference.engine.batching import coalesce
-from inference.engine.leases import CasStore, LocalCasStore, S3CasStore
-from inference.engine.output_partition import MANIFEST, PartitionTarget
-from inference.engine.shard_writer import ShardedWriter, ShardFileTargets
 from inference.engine.streaming import (
     READ_AHEAD_THREADS,
     LandingTimezones,
@@ -27,7 +21,7 @@ from inference.engine.streaming import (
     ParquetRead,
     iter_parquet_files,
 )
-from resources.filestore import FileStore, is_data
+from resources.filestore import is_data
 from resources.landing_cache import REMOTE_READ_THREADS, Checked, CheckedFiles, DecodedPartitions
 from resources.landing_files import (
     NOT_PARQUET_ENV,
@@ -41,96 +35,7 @@ from resources.landing_files import (
     not_parquet_policy,
 )
 from resources.landing_walk import list_files
-
-
-@dataclass(frozen=True)
-class Published:
-    """Where a partition was published and how many rows it holds."""
-
-    uri: str
-    rows: int
-    files: int
-
-
-class OutputStore(FileStore):
-    """Writes and reads the output partitions under a data root (``outputs/<asset>/date=D/``)."""
-
-    def partition_target(self, asset: str, date: str) -> PartitionTarget:
-        """The output partition's final folder, staging area, trash and lease."""
-        asset_dir = self.path("outputs", asset)
-        return PartitionTarget(
-            fs=self.fs,
-            final_dir=self.output_path(asset, date),
-            staging_dir=f"{asset_dir}/_staging/date={date}",
-            trash_dir=f"{asset_dir}/_trash/date={date}",
-            lease_path=f"{asset_dir}/_leases/date={date}.json",
-            cas=self.cas(),
-            uri_prefix=self._scheme,
-        )
-
-    def cas(self) -> CasStore:
-        """Compare-and-swap on this store's objects: what leases and alias moves hold."""
-        if isinstance(self.fs, pafs.LocalFileSystem):
-            return LocalCasStore()
-        # dagster-aws's S3Resource builds the client (credentials, endpoint override, retries);
-        # pyarrow's S3 filesystem moves the data, this client takes the conditional writes.
-        from dagster_aws.s3 import S3Resource
-
-        client = S3Resource(region_name=self.s3_region, endpoint_url=self.s3_endpoint).get_client()
-        return S3CasStore(client)
-
-    def publish(
-        self, asset: str, date: str, batches: Iterable[pa.RecordBatch | pa.Table], schema: pa.Schema
-    ) -> Published:
-        """Writes a whole partition and commits it in one step (no checkpoints).
-
-        Re-running a partition replaces it; it never appends. If writing fails, nothing is
-        committed and the previously published partition stays as it was.
-        """
-        writer = ShardedWriter(
-            ShardFileTargets(self.partition_target(asset, date), schema),
-            uuid.uuid4().hex,
-            shard_rows=0,
-            lineage=f"publish-{uuid.uuid4().hex}",
-        )
-        writer.begin()
-        try:
-            tables = (b if isinstance(b, pa.Table) else pa.Table.from_batches([b]) for b in batches)
-            writer.write_shard(0, tables, rows_in=0)
-            report = writer.commit(1)
-        finally:
-            writer.close()
-            writer.discard_staging()
-        return Published(uri=report.uri, rows=report.rows_out, files=1)
-
-    def output_files(self, asset: str, date: str) -> list[str]:
-        """The committed partition's files: those its manifest lists, when it has one."""
-        path = self.output_path(asset, date)
-        try:
-            manifest = json.loads(self.read_bytes(f"{path}/{MANIFEST}"))
-        except (FileNotFoundError, OSError):
-            return self._parquet_files(path)
-        return [f"{path}/{name}" for name in manifest["files"]]
-
-    def output_commit(self, asset: str, date: str) -> str | None:
-        """The commit id in a published partition's manifest; None without one."""
-        try:
-            manifest = json.loads(self.read_bytes(f"{self.output_path(asset, date)}/{MANIFEST}"))
-        except (FileNotFoundError, OSError):
-            return None
-        return manifest.get("commit")
-
-    def read_output(self, asset: str, date: str) -> pa.Table:
-        path = self.output_path(asset, date)
-        files = self.output_files(asset, date)
-        if not files:
-            raise FileNotFoundError(
-                f"no published output for '{asset}', date {date} at {self.uri(path)}"
-            )
-        return ds.dataset(files, filesystem=self.fs, format="parquet").to_table()
-
-    def output_exists(self, asset: str, date: str) -> bool:
-        return bool(self.output_files(asset, date))
+from resources.outputstore import OutputStore
 
 
 class DataStore(OutputStore):
@@ -146,6 +51,8 @@ class DataStore(OutputStore):
         landing_not_parquet: ``fail`` or ``skip`` a landing file that is not parquet; None
             reads ``$NIGHTSHIFT_LANDING_NOT_PARQUET``, else ``fail`` (see
             resources/landing_files).
+        catalog: the output tables' catalog, ``sql``, ``glue`` or ``rest`` (see
+            resources/outputstore); catalog_uri: its URI.
     """
 
     def __init__(
@@ -155,11 +62,13 @@ class DataStore(OutputStore):
         s3_region: str | None = None,
         landing_timezone: str | None = None,
         landing_not_parquet: str | None = None,
+        catalog: str | None = None,
+        catalog_uri: str | None = None,
     ):
         # Parsed first, so a bad setting fails before a local data root is created.
         self.landing_timezones = LandingTimezones.parse(landing_timezone)
         self.not_parquet = not_parquet_policy(landing_not_parquet)
-        super().__init__(root, s3_endpoint, s3_region)
+        super().__init__(root, s3_endpoint, s3_region, catalog, catalog_uri)
         self._sniffer = Sniffer(self.fs)
         self._checked = CheckedFiles(self.fs, self.uri)
         # The decoded rows of the last partition of small files read whole (see

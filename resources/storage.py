@@ -16,8 +16,9 @@ from pathlib import Path
 from dagster import ConfigurableResource
 from pydantic import Field, PrivateAttr
 
-from resources.datastore import DataStore, Published
+from resources.datastore import DataStore
 from resources.landing_files import LandingDataError
+from resources.outputstore import Published
 
 __all__ = [
     "DEFAULT_DATA_ROOT",
@@ -64,6 +65,18 @@ class StorageResource(ConfigurableResource):
         "default $NIGHTSHIFT_LANDING_NOT_PARQUET, else 'fail'.",
     )
 
+    catalog: str | None = Field(
+        default=None,
+        description="The output tables' Iceberg catalog: 'sql' (default; a SQLite file under "
+        "the data root unless catalog_uri names another database), 'glue' or 'rest'; default "
+        "$NIGHTSHIFT_CATALOG.",
+    )
+    catalog_uri: str | None = Field(
+        default=None,
+        description="The catalog's URI: a SQLAlchemy URI for 'sql', the server for 'rest'; "
+        "default $NIGHTSHIFT_CATALOG_URI.",
+    )
+
     # One store for the resource's life: the steps of a run (one process, in-process executor)
     # then check each landing file's footer once, not once per step.
     _store: DataStore | None = PrivateAttr(default=None)
@@ -76,5 +89,7 @@ class StorageResource(ConfigurableResource):
                 self.s3_region,
                 landing_timezone=self.landing_timezone,
                 landing_not_parquet=self.landing_not_parquet,
+                catalog=self.catalog,
+                catalog_uri=self.catalog_uri,
             )
         return self._store

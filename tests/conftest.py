@@ -149,7 +149,13 @@ def any_store(request, tmp_path, monkeypatch) -> DataStore:
         monkeypatch.setenv(key, value)
     bucket = f"nightshift-{tmp_path.name.lower().replace('_', '-')[-40:]}"
     boto3.client("s3", endpoint_url=endpoint, region_name="us-east-1").create_bucket(Bucket=bucket)
-    return DataStore(f"s3://{bucket}/prefix", s3_endpoint=endpoint, s3_region="us-east-1")
+    return DataStore(
+        f"s3://{bucket}/prefix",
+        s3_endpoint=endpoint,
+        s3_region="us-east-1",
+        # The test's own catalog: the bucket's name recurs from one pytest run to the next.
+        catalog_uri=f"sqlite:///{tmp_path}/catalog.db",
+    )
 
 
 @pytest.fixture

@@ -1,4 +1,4 @@
-"""Alerts come from exactly what was scored, a published partition holds only its data and manifest, and a full disk names the file it could not write."""
+"""Alerts come from exactly what was scored, a published day holds only its own data files, and a full disk names the file it could not write and publishes nothing."""
 
 from __future__ import annotations
 
@@ -18,7 +18,6 @@ from helpers import asset_metadata
 from assets.fraud.assets import fraud_alerts, fraud_scores, transactions
 from assets.fraud.demo_data import generate_day
 from assets.fraud.schemas import FLAGGED, TRANSACTIONS, TRANSACTIONS_SCHEMA
-from inference.engine.output_partition import MANIFEST
 from resources.storage import DataStore
 
 FIRST_DAY = "2026-05-01"
@@ -116,7 +115,9 @@ def test_a_landing_file_replaced_after_scoring_does_not_change_the_alerts(fraud)
 def test_alerts_refuse_scores_whose_flagged_details_are_from_another_commit(fraud) -> None:
     store, date = fraud["store"], _day(fraud)
     assert _run(fraud, [transactions, fraud_scores], date).success
-    shutil.rmtree(store.output_path(FLAGGED, date))  # e.g. scored before alerts carried details
+    # The details of another commit (e.g. written by hand, or before alerts carried them).
+    details = store.read_output(FLAGGED, date)
+    store.publish(FLAGGED, date, [details], details.schema)
 
     result = _run(fraud, [fraud_alerts], date)
 
@@ -133,6 +134,13 @@ def small_disk(fraud):
     if os.geteuid() != 0:
         pytest.skip("mounting a small tmpfs to fill needs root (CI runs as root)")
     folder = fraud["root"] / "outputs" / "fraud_scores"
+    tables = fraud["store"].tables
+
+    def drop_table() -> None:  # its files are about to go: the catalog must forget it too
+        if tables.load("fraud_scores") is not None:
+            tables.catalog.drop_table(tables.identifier("fraud_scores"))
+
+    drop_table()
     if folder.exists():
         shutil.rmtree(folder)
     folder.mkdir(parents=True)
@@ -140,12 +148,13 @@ def small_disk(fraud):
     try:
         yield folder
     finally:
+        drop_table()
         subprocess.run(["umount", "-l", str(folder)], check=True)
 
 
 # One page left: the progress file cannot be written; four: the shard cannot.
 @pytest.mark.parametrize("left", [4096, 16384])
-def test_a_full_disk_names_the_file_and_a_rerun_publishes_only_data_and_manifest(
+def test_a_full_disk_names_the_file_and_a_rerun_publishes_the_day_whole(
     fraud, small_disk, left: int
 ) -> None:
     store, date = fraud["store"], _day(fraud)
@@ -159,17 +168,15 @@ def test_a_full_disk_names_the_file_and_a_rerun_publishes_only_data_and_manifest
     message = failure.step_failure_data.error.to_string()
     assert f"no space left on device writing {small_disk}/_staging/date={date}/" in message
     assert f"free of 2.0 MiB on {small_disk}/_staging/date={date}" in message
-    assert not store.exists(store.output_path("fraud_scores", date))  # nothing partial published
+    assert not store.output_exists("fraud_scores", date)  # nothing partial published
 
     ballast.unlink()
     result = _run(fraud, [transactions, fraud_scores], date)
 
     assert result.success
-    published = Path(store.output_path("fraud_scores", date))
-    names = sorted(p.name for p in published.iterdir())
-    assert names == sorted([MANIFEST, *(f for f in names if f.endswith(".parquet"))])
-    assert all(not n.endswith(".tmp") and ".tmp-" not in n for n in names)
-    rows = sum(pq.read_metadata(published / n).num_rows for n in names if n != MANIFEST)
+    files = store.output_files("fraud_scores", date)
+    assert files and all(f.endswith(".parquet") and f"/data/date={date}/" in f for f in files)
+    rows = sum(pq.read_metadata(f).num_rows for f in files)
     meta = asset_metadata(result, "fraud_scores")
     assert rows == meta["rows_out"] and meta["rows_in"] == rows + meta["rows_quarantined"]
     assert not list((small_disk / "_staging").glob("**/*"))

@@ -143,8 +143,8 @@ def _failure(result, step: str) -> str:
 
 
 def _assert_nothing_published(store: DataStore, asset: str, date: str) -> None:
-    assert not store.exists(store.output_path(asset, date))
-    assert not store.exists(store.output_path(f"{asset}_quarantine", date))
+    assert not store.output_exists(asset, date)
+    assert not store.output_exists(f"{asset}_quarantine", date)
 
 
 @pytest.mark.parametrize("case", list(FRAUD_CASES))

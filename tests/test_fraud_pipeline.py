@@ -2,8 +2,6 @@
 
 from __future__ import annotations
 
-from pathlib import Path
-
 import numpy as np
 import pyarrow as pa
 import pyarrow.compute as pc
@@ -216,7 +214,10 @@ def test_rerunning_a_partition_replaces_it(landed, store, resources, instance):
     day = DAYS[1]
     for _ in range(2):
         assert materialize(ALL, partition_key=day, resources=resources, instance=instance).success
-    assert len(list(Path(store.output_path("fraud_scores", day)).glob("*.parquet"))) == 1
+    # Replaced, not appended: main holds the second commit's files alone.
+    assert len(store.output_files("fraud_scores", day)) == 1
+    history = store.tables.history("fraud_scores", day)
+    assert [where for _, where in history].count("current") == 1
     assert store.read_output("fraud_scores", day).num_rows == landed[day][TRANSACTIONS]
 
 

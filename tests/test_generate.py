@@ -272,7 +272,7 @@ def test_abstractive_mode_without_checkpoint_fails_and_publishes_nothing(
     )
     assert "CheckpointError" in message and "needs checkpoint_path" in message
     assert result.get_step_failure_events()[0].event_specific_data.error.cls_name == "Failure"
-    assert not store.exists(store.output_path("document_summaries", DAY))
+    assert not store.output_exists("document_summaries", DAY)
 
 
 def test_abstractive_mode_with_pickled_checkpoint_fails_at_once_and_publishes_nothing(
@@ -292,4 +292,4 @@ def test_abstractive_mode_with_pickled_checkpoint_fails_at_once_and_publishes_no
     error = result.get_step_failure_events()[0].event_specific_data.error
     assert error.cls_name == "Failure"
     assert "pickled weights only" in error.message and "save_pretrained(" in error.message
-    assert not store.exists(store.output_path("document_summaries", DAY))
+    assert not store.output_exists("document_summaries", DAY)

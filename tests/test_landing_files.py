@@ -196,7 +196,7 @@ def test_a_csv_beside_parquet_fails_the_day_or_is_skipped_and_counted(
     message = failure.step_failure_data.error.message
     assert failure.step_key == "transactions"
     assert f"{folder / 'part-00001.csv'} (looks like CSV text" in message, message
-    assert not fraud["store"].exists(fraud["store"].output_path("fraud_scores", date))
+    assert not fraud["store"].output_exists("fraud_scores", date)
 
     # The documented setting skips it: the day scores its 4,000 parquet rows, and the CSV is
     # counted and named.

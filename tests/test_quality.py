@@ -16,6 +16,7 @@ from assets.day_metadata import day_entries
 from assets.fraud.assets import fraud_alerts, fraud_model, fraud_scores, transactions
 from assets.fraud.demo_data import generate_day
 from assets.fraud.gates import SCORE_SUITES, score_figures
+from assets.fraud.schemas import SCORES, SCORES_SCHEMA
 from assets.gates import conservation_figures
 from inference.engine.invariants import StreamStats, population_stability
 from inference.engine.local_pool import run_local
@@ -30,6 +31,7 @@ from inference.engine.quarantine import (
 from inference.engine.shard_worker import ModelStep
 from inference.engine.shard_writer import ShardedWriter, ShardFileTargets
 from inference.engine.shards import Interrupted, Watch
+from inference.engine.tables import OutputTables
 from inference.tabular.tabular import TabularScorer
 from resources.quality import (
     CheckSuite,
@@ -184,25 +186,28 @@ def test_quarantined_rows_survive_a_resume_exactly_once(any_store: DataStore) ->
     # Statistics of resumed shards come from their checkpoints, not from this attempt.
     assert report.stats.counts["y_sum"] == 2 * (sum(range(1000)) - sum(bad))
     assert report.stats.counts["quarantined:bad"] == 5
-    manifest = json.loads(
-        store.read_bytes(f"{store.output_path('out_quarantine', DAY)}/_manifest.json")
+    held_commit, main = (
+        store.output_figures("out_quarantine", DAY),
+        store.output_figures("out", DAY),
     )
-    main = json.loads(store.read_bytes(f"{store.output_path('out', DAY)}/_manifest.json"))
-    assert (
-        manifest["commit"] == main["commit"] and manifest["rows"] == main["rows_quarantined"] == 5
-    )
+    assert held_commit.commit == main.commit
+    assert held_commit.value("rows") == main.value("rows_quarantined") == 5
 
 
 def test_a_crash_between_the_two_commits_is_redone_whole(store: DataStore, monkeypatch) -> None:
     batches = [pa.record_batch({"id": np.arange(1000)})]
     writer = _writer(store)
+    publish = OutputTables.publish
 
-    def crash(*args) -> None:
-        raise MemoryError("node vanished after the quarantine commit")
+    def crash(self, name, *args, **kwargs):
+        if name == "out":
+            raise MemoryError("node vanished after the quarantine commit")
+        return publish(self, name, *args, **kwargs)
 
-    monkeypatch.setattr(writer, "_commit_by_rename", crash)
+    monkeypatch.setattr(OutputTables, "publish", crash)
     with pytest.raises(MemoryError):
         _score(writer, batches, Doubler(), batch_size=100, quarantine=_plan(1000, [7, 700]))
+    monkeypatch.setattr(OutputTables, "publish", publish)
     assert store.output_exists("out_quarantine", DAY) and not store.output_exists("out", DAY)
     retry = Doubler()
     report = _score(
@@ -365,10 +370,9 @@ def test_a_failing_warn_check_does_not_stop_the_alerts(fraud_world) -> None:
     store, day = fraud_world["store"], "2026-03-02"
     # A week of history flagging half of all transactions: today's ~1% is far below it.
     for earlier in (f"2026-02-{d}" for d in range(22, 29)):
-        path = f"{store.output_path('fraud_scores', earlier)}/_manifest.json"
-        store.write_bytes(
-            path, json.dumps({"rows": 1000, "stats": {"counts": {"flagged": 500}}}).encode()
-        )
+        figures = {"commit": f"seed{earlier}", "rows": 1000, "stats": {"counts": {"flagged": 500}}}
+        staged = store.tables.stage(SCORES, earlier, SCORES_SCHEMA, [], figures)
+        store.tables.publish(SCORES, earlier, staged)
     result = _run(fraud_world, day, raise_on_error=True)
     verdicts = {c.check_name: c for c in result.get_asset_check_evaluations()}
     drift = verdicts["flagged_rate_near_trailing_mean"]
@@ -420,7 +424,7 @@ def test_a_blank_summary_stops_the_digest(tmp_path, monkeypatch) -> None:
     assert verdicts["summaries_not_blank"].metadata["summary_blank"].value == 1
     assert verdicts["summaries_cover_every_document"].passed  # nothing lost, just blank
     assert _materialized(result) == {"documents", "document_summaries"}
-    assert not store.exists(store.output_path("daily_digest", DAY))
+    assert not store.output_exists("daily_digest", DAY)
 
 
 def test_the_cost_benchmark_measures_every_gate(tmp_path) -> None:

@@ -305,7 +305,10 @@ def test_the_shadow_writes_through_the_storage_resource_on_local_and_s3(
     for day in [*HISTORY[-3:], NIGHTS[0]]:
         generate_day(any_store, day, scale=SCALE)
     storage = StorageResource(
-        data_root=any_store.root, s3_endpoint=any_store.s3_endpoint, s3_region=any_store.s3_region
+        data_root=any_store.root,
+        s3_endpoint=any_store.s3_endpoint,
+        s3_region=any_store.s3_region,
+        catalog_uri=any_store.catalog_props.get("uri"),
     )
     resources = {"storage": storage, "inference": cpu_inference()}
     for history in (1, 3):  # the first version is champion, the second waits as challenger

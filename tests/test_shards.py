@@ -2,7 +2,6 @@
 
 from __future__ import annotations
 
-import json
 import threading
 
 import numpy as np
@@ -111,10 +110,12 @@ def test_rerun_replaces_a_committed_partition_and_a_retry_after_commit_is_a_no_o
     _run(_writer(store, lineage="run-b"), _input(300), fresh, batch_size=100)
     out = store.read_output("out", "2026-03-01")
     assert fresh.rows == 300 and out.num_rows == 300
-    manifest = json.loads(
-        store.read_bytes(f"{store.output_path('out', '2026-03-01')}/_manifest.json")
-    )
-    assert manifest["lineage"] == "run-b" and manifest["rows"] == 300
+    committed = store.output_figures("out", "2026-03-01")
+    assert committed.text("lineage") == "run-b" and committed.value("rows") == 300
+    # Three commits of the day, each one snapshot on main; the first two are history now.
+    history = store.tables.history("out", "2026-03-01")
+    assert [where for _, where in history if where in ("current", "published")][0] == "current"
+    assert len({day.commit for day, _ in history}) == 2  # the no-op retry committed nothing
 
 
 def test_empty_input_publishes_an_empty_partition(store) -> None:

@@ -159,8 +159,8 @@ def test_two_percent_of_a_100k_day_still_fails_with_the_share_message(tmp_path) 
         f"fraud_scores {date}: {rate} of rows ({bad} of {rows}) cannot be scored, above the "
         "1.00% quarantine limit; nothing was published. Top reasons: non_finite_amount"
     ) in message
-    assert not store.exists(store.output_path("fraud_scores", date))
-    assert not store.exists(store.output_path("fraud_scores_quarantine", date))
+    assert not store.output_exists("fraud_scores", date)
+    assert not store.output_exists("fraud_scores_quarantine", date)
 
 
 def _split_in_two(store: DataStore, dataset: str, date: str, table: pa.Table, first: int) -> str:

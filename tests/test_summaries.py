@@ -310,7 +310,7 @@ def test_missing_landing_partition_fails_and_publishes_nothing(store, resources,
     )
     assert not result.success
     assert "landing partition missing" in failure_text(result)
-    assert not store.exists(store.output_path("document_summaries", DAY))
+    assert not store.output_exists("document_summaries", DAY)
 
 
 def test_wrong_column_type_fails_naming_file_and_column(store, resources, instance):
@@ -419,7 +419,7 @@ def test_a_summary_as_long_as_its_document_fails_the_blocking_cap(
     errors = [e.event_specific_data.error for e in result.get_step_failure_events()]
     assert [e.cls_name for e in errors] == ["DagsterAssetCheckFailedError"]
     assert "summaries_within_length_cap" in errors[0].to_string()
-    assert not store.exists(store.output_path("daily_digest", DAY))
+    assert not store.output_exists("daily_digest", DAY)
 
 
 def test_the_length_cap_is_configurable(store, resources, instance):

@@ -92,7 +92,7 @@ def test_real_prose_with_lower_case_starts_publishes(store, resources, instance,
         assert resplit_misses >= 1
         spans = published["fares"]["sentence_spans"]
         assert [normalise_text(ARTICLES["fares"])[s["start"]] for s in spans] == ["w", "s", "O"]
-    assert store.exists(store.output_path("daily_digest", DAY))
+    assert store.output_exists("daily_digest", DAY)
 
 
 def _module():
@@ -129,7 +129,7 @@ def test_a_summary_not_in_its_document_fails_the_check(
     drawn = _checks(result)["summaries_drawn_from_documents"]
     assert not drawn.passed and drawn.severity.value == "ERROR"
     assert drawn.metadata["summary_not_drawn_from_document"].value == 1
-    assert not store.exists(store.output_path("daily_digest", DAY))
+    assert not store.output_exists("daily_digest", DAY)
 
 
 @pytest.fixture(scope="module")

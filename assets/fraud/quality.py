@@ -285,20 +285,18 @@ def score_histogram(scores: np.ndarray) -> list[int]:
 def trailing_flagged_rates(store: DataStore, date: str, days: int) -> list[float]:
     """Flagged rates of the published ``fraud_scores`` partitions of the ``days`` before ``date``.
 
-    Read from the partitions' manifests, where the engine saved their exact statistics, so the
-    drift check reads a few small JSON files instead of a week of scores.
+    Read from the days' snapshot summaries on main, where the engine saved their exact
+    statistics, so the drift check reads table metadata instead of a week of scores.
     """
     day = datetime.fromisoformat(date).date()
     rates = []
     for back in range(1, days + 1):
         earlier = (day - timedelta(days=back)).isoformat()
-        try:
-            manifest = json.loads(
-                store.read_bytes(f"{store.output_path(SCORES, earlier)}/_manifest.json")
-            )
-        except (FileNotFoundError, OSError):
+        committed = store.output_figures(SCORES, earlier)
+        if committed is None:
             continue
-        flagged = manifest.get("stats", {}).get("counts", {}).get("flagged")
-        if flagged is not None and manifest.get("rows"):
-            rates.append(flagged / manifest["rows"])
+        flagged = (committed.value("stats") or {}).get("counts", {}).get("flagged")
+        rows = committed.value("rows")
+        if flagged is not None and rows:
+            rates.append(flagged / rows)
     return rates

@@ -1,12 +1,10 @@
-"""An output partition: where it and its staging area live, the names inside it, what decides its
-content (fingerprints), what writing it did (``ShardReport``), the file operations on its
-filesystem (``PartitionIO``), and how it is published.
+"""An output partition: where its staging area and lease live, the names inside it, what decides
+its content (fingerprints), what writing it did (``ShardReport``) and the file operations on its
+filesystem (``PartitionIO``).
 
 Files are written whole: parquet and JSON through a temporary file renamed into place locally,
-in one PUT on S3. A partition written in staging is published by renaming the staging folder
-into place (local), or by copying its files under commit-unique names and writing the manifest
-last (S3). A companion's (quarantine, side output) files wait in the writing partition's
-staging folder until they are published.
+in one PUT on S3. A companion's (quarantine, side output) files wait in the writing partition's
+staging folder until the day is committed to its Iceberg tables (``inference.engine.tables``).
 """
 
 from __future__ import annotations
@@ -26,9 +24,9 @@ import pyarrow.parquet as pq
 from inference.engine.diskspace import writing
 from inference.engine.invariants import StreamStats
 from inference.engine.leases import CasStore
+from inference.engine.tables import DayTable, StagedDay
 
 PROGRESS = "_progress.json"
-MANIFEST = "_manifest.json"
 # Underscore folders are skipped by Hive-style readers (pyarrow, Spark, Athena) of a partition.
 QUARANTINE_DIR = "_quarantine"
 SIDE_DIR = "_side"
@@ -38,15 +36,16 @@ QUARANTINED_PREFIX = "quarantined:"
 
 @dataclass(frozen=True)
 class PartitionTarget:
-    """Where one output partition, its staging area and its lease live."""
+    """Where one output partition's table day, staging area and lease live; ``final_dir`` is
+    the folder of the day's data files in its table."""
 
     fs: pafs.FileSystem
     final_dir: str
     staging_dir: str
-    trash_dir: str
     lease_path: str
-    cas: CasStore
+    cas: CasStore | None
     uri_prefix: str = ""
+    table: DayTable | None = None
 
     @property
     def local(self) -> bool:
@@ -76,6 +75,9 @@ class ShardReport:
     side_uri: str = ""
     commit: str = ""
     stats: StreamStats = field(default_factory=StreamStats)
+    # The day staged in its tables and waiting for its checks (write-audit-publish), or None
+    # once it is published or when it was published at once.
+    staged: StagedDay | None = None
 
     def as_dict(self) -> dict[str, Any]:
         return {
@@ -191,16 +193,6 @@ class PartitionIO:
     def mkdir(self, path: str) -> None:
         self.target.fs.create_dir(path, recursive=True)
 
-    def keep_only(self, folder: str, keep: set[str]) -> None:
-        """Deletes every file and folder directly in ``folder`` whose name is not in ``keep``."""
-        for info in self.target.fs.get_file_info(pafs.FileSelector(folder)):
-            if info.base_name in keep:
-                continue
-            if info.type == pafs.FileType.Directory:
-                self.target.fs.delete_dir(info.path)
-            else:
-                self.target.fs.delete_file(info.path)
-
 
 def dictionary_columns(table: pa.Table, sample: int = 4096) -> list[str]:
     """Columns worth dictionary-encoding: those with at most half as many distinct values as
@@ -221,54 +213,3 @@ def dictionary_columns(table: pa.Table, sample: int = 4096) -> list[str]:
         elif pc.count_distinct(column).as_py() * 2 <= len(column):
             chosen.append(name)
     return chosen
-
-
-def swap_in(io: PartitionIO, t: PartitionTarget) -> None:
-    """Renames the staging folder into place; readers see the old or the new partition."""
-    old = f"{t.trash_dir}/{uuid.uuid4().hex}"
-    if io.exists(t.final_dir):
-        io.mkdir(t.trash_dir)
-        t.fs.move(t.final_dir, old)
-    t.fs.move(t.staging_dir, t.final_dir)
-    io.delete_dir(t.trash_dir)
-
-
-def commit_by_manifest(
-    io: PartitionIO, t: PartitionTarget, source: str, files: list[str], manifest: dict
-) -> None:
-    parts = []
-    for i, name in enumerate(files):
-        part = f"part-{manifest['commit']}-{i:05d}.parquet"
-        t.fs.copy_file(f"{source}/{name}", f"{t.final_dir}/{part}")
-        parts.append(part)
-    # The manifest is the commit point: written last, in one PUT.
-    io.write_json(f"{t.final_dir}/{MANIFEST}", {**manifest, "files": parts})
-    io.keep_only(t.final_dir, {*parts, MANIFEST})
-
-
-def commit_beside(
-    io: PartitionIO,
-    subdir: str,
-    q: PartitionTarget,
-    files: list[str],
-    manifest: dict,
-    schema: pa.Schema | None = None,
-) -> None:
-    """Publishes a companion (quarantined rows, side output; possibly no rows) as its own
-    partition, replacing any earlier one, while the shards' copies stay in staging until the
-    partition commits. A side output with no rows is still published, as an empty file."""
-    source = f"{io.target.staging_dir}/{subdir}"
-    if schema is not None and not files:
-        io.mkdir(source)
-        io.write_parquet(f"{source}/empty.parquet", [], schema)
-        files = ["empty.parquet"]
-    if not q.local:
-        io.mkdir(q.final_dir)
-        commit_by_manifest(io, q, source, files, manifest)
-        return
-    io.delete_dir(q.staging_dir)
-    io.mkdir(q.staging_dir)
-    for name in files:
-        q.fs.copy_file(f"{source}/{name}", f"{q.staging_dir}/{name}")
-    io.write_json(f"{q.staging_dir}/{MANIFEST}", {**manifest, "files": files})
-    swap_in(io, q)

@@ -3,27 +3,26 @@
 Each finished shard is written to a staging folder and recorded in ``_progress.json`` (atomic
 rename locally, a single PUT on S3). A retry with the same fingerprint (input files, model
 version, settings) keeps finished shards; a different fingerprint discards the old progress.
-When every shard is present the partition is committed: locally the staging folder is renamed
-into place (readers see the old or the new partition, never a mix); on S3 the shards are copied
-under commit-unique names and ``_manifest.json`` is written last, so manifest-aware readers
-never see a partial partition. A lease makes the partition single-writer (see
-``inference.engine.leases``); a re-run of a committed partition replaces it.
+When every shard is present the day is committed to the output's Apache Iceberg table
+(``inference.engine.tables``): one catalog commit replaces the day, so a reader sees the old day
+or the new one, never none, both or a mix. With ``audit`` the day is only staged (a snapshot
+on a branch of its own) and the caller publishes it once its checks pass, or rejects it. A
+lease makes the partition single-writer (see ``inference.engine.leases``); a re-run of a
+committed partition replaces it.
 
 Quarantined rows (see ``inference.engine.quarantine``) are written with their shard, as
 ``_quarantine/shard-NNNNN.parquet`` in the same staging folder and recorded in the same progress
 entry, so a shard's outputs and its quarantined rows are kept or redone together. The commit
-publishes them to ``outputs/<asset>_quarantine/date=D/`` first, then the partition, both
-manifests carrying the same commit id; a retry after a crash between the two re-publishes both.
-Exact output statistics (``inference.engine.invariants``) travel in the progress entries the same way.
+stages them in ``<asset>_quarantine`` with the same commit id as the output, and publishing puts
+the companions on main before the output, so a reader that sees the output's commit finds its
+companions' too. Exact output statistics (``inference.engine.invariants``) travel in the
+progress entries the same way.
 
 A side output (rows a downstream asset needs that are not part of the output's own contract, e.g.
 the landing details of flagged transactions for ``fraud_alerts``) follows the same path as the
-quarantine: ``_side/shard-NNNNN.parquet`` beside each shard, published to its own partition in the
-same commit, so a downstream asset reads exactly what was scored instead of re-reading landing.
-
-Nothing but the partition's data files and its manifest is published: whatever else an attempt
-left in staging (a temporary file from a write that failed, a shard no longer wanted) is removed
-at the commit. A write that fails for lack of space says which file and how much space was left.
+quarantine: ``_side/shard-NNNNN.parquet`` beside each shard, committed to its own table with the
+same commit id, so a downstream asset reads exactly what was scored instead of re-reading
+landing. A write that fails for lack of space says which file and how much space was left.
 """
 
 from __future__ import annotations
@@ -34,21 +33,19 @@ from collections.abc import Iterable
 from dataclasses import dataclass, field, replace
 
 import pyarrow as pa
+import pyarrow.parquet as pq
 
 from inference.engine.invariants import StreamStats
-from inference.engine.leases import Lease, acquire_lease
+from inference.engine.leases import Lease, PartitionLeasedError, acquire_lease
 from inference.engine.output_partition import (
-    MANIFEST,
     PROGRESS,
     QUARANTINE_DIR,
     SIDE_DIR,
     PartitionIO,
     PartitionTarget,
     ShardReport,
-    commit_beside,
-    commit_by_manifest,
-    swap_in,
 )
+from inference.engine.tables import DaySnapshot, StagedDay
 
 
 @dataclass
@@ -124,6 +121,8 @@ class ShardedWriter:
         shard_rows: input rows per shard; 0 disables checkpointing (one shard, no progress).
         lineage: the run lineage that may take over its own stale lease at once.
         lease_seconds: how long the lease lasts without renewal (renewed after every shard).
+        audit: stage the day at the commit and leave publishing it to the caller (its checks
+            read the staged snapshot first); else the commit publishes it at once.
     """
 
     def __init__(
@@ -133,7 +132,11 @@ class ShardedWriter:
         shard_rows: int,
         lineage: str,
         lease_seconds: float = 600.0,
+        audit: bool = False,
     ):
+        if where.target.table is None:
+            raise ValueError(f"{where.target.final_dir}: a partition writer needs its table")
+        self.audit = audit
         if where.side is not None and where.side_schema is None:
             raise ValueError("a side output needs its schema")
         self.where, self.target, self.schema, self.fp = (
@@ -158,27 +161,16 @@ class ShardedWriter:
         """Takes the lease and loads (or resets) progress; returns what was already done."""
         t = self.target
         self._lease = acquire_lease(t.cas, t.lease_path, self.lineage, self.lease_seconds)
-        committed = self.io.read_json(f"{t.final_dir}/{MANIFEST}")
+        committed = t.table.current()
         if (
-            committed
-            and committed.get("fingerprint") == self.fp
-            and committed.get("lineage") == self.lineage
+            committed is not None
+            and committed.text("fingerprint") == self.fp
+            and committed.text("lineage") == self.lineage
             and not self.io.exists(t.staging_dir)
         ):
             # This lineage already committed exactly this output (it was stopped after the
             # commit but before the orchestrator heard of it): nothing to redo.
-            self.report.already_committed = True
-            self.report.uri, self.report.rows_out = t.uri(t.final_dir), committed.get("rows", 0)
-            self.report.rows_in = committed.get("rows_in", 0)
-            self.report.rows_scored = committed.get("rows_scored", self.report.rows_in)
-            self.report.rows_quarantined = committed.get("rows_quarantined", 0)
-            self.report.stats = StreamStats.from_json(committed.get("stats"))
-            self.report.rows_side = committed.get("rows_side", 0)
-            self.report.commit = committed.get("commit", "")
-            if self.quarantine is not None:
-                self.report.quarantine_uri = self.quarantine.uri(self.quarantine.final_dir)
-            if self.side is not None:
-                self.report.side_uri = self.side.uri(self.side.final_dir)
+            self._report_committed(committed)
             return self.report
         stored = self.io.read_json(f"{t.staging_dir}/{PROGRESS}") if self.checkpointing else None
         if (
@@ -209,10 +201,10 @@ class ShardedWriter:
     def files(self) -> ShardFileTargets:
         """Where shard files go: what a worker elsewhere needs to write them (picklable)."""
 
-        # The lease stays with the driver: workers get the locations without its
-        # compare-and-swap store (an S3 client does not pickle, and they must not renew it).
+        # The lease and the commit stay with the driver: workers get the locations without the
+        # compare-and-swap store or the catalog (neither pickles, and workers must not use them).
         def files_only(target: PartitionTarget | None) -> PartitionTarget | None:
-            return replace(target, cas=None) if target is not None else None
+            return replace(target, cas=None, table=None) if target is not None else None
 
         return replace(
             self.where,
@@ -274,10 +266,10 @@ class ShardedWriter:
         for e in entries:
             report.stats.merge(StreamStats.from_json(e.get("stats")))
         commit = uuid.uuid4().hex[:12]
-        manifest = {
+        figures = {
+            "commit": commit,
             "fingerprint": self.fp,
             "lineage": self.lineage,
-            "commit": commit,
             "rows": rows,
             "rows_in": report.rows_in,
             "rows_scored": report.rows_scored,
@@ -289,25 +281,99 @@ class ShardedWriter:
             "interruptions": self.progress.interruptions,
         }
         report.commit = commit
-        # Companions first: a crash before the partition's own commit leaves the retry to redo
-        # all of them, and a reader can tell they belong together by the shared commit id.
+        staged = StagedDay()
+        # Companions first: publishing follows this order, so the output's commit on main is
+        # the day's commit point, and its companions are already there when a reader sees it.
         if self.quarantine is not None:
             held = [str(e["quarantine_file"]) for e in entries if e.get("quarantine_file")]
-            held_manifest = {**manifest, "rows": report.rows_quarantined}
-            commit_beside(self.io, QUARANTINE_DIR, self.quarantine, held, held_manifest)
+            self._stage(
+                staged,
+                self.quarantine,
+                QUARANTINE_DIR,
+                held,
+                None,
+                figures,
+                report.rows_quarantined,
+            )
             report.quarantine_uri = self.quarantine.uri(self.quarantine.final_dir)
         if self.side is not None:
             sides = [str(e["side_file"]) for e in entries if e.get("side_file")]
-            side_manifest = {**manifest, "rows": report.rows_side}
-            commit_beside(self.io, SIDE_DIR, self.side, sides, side_manifest, self.side_schema)
+            self._stage(
+                staged, self.side, SIDE_DIR, sides, self.side_schema, figures, report.rows_side
+            )
             report.side_uri = self.side.uri(self.side.final_dir)
-        if t.local:
-            self._commit_by_rename(files, manifest)
-        else:
-            commit_by_manifest(self.io, t, t.staging_dir, files, manifest)
-            self.io.delete_dir(t.staging_dir)
+        self._stage(staged, t, "", files, self.schema, figures, rows)
         report.shards, report.uri, report.rows_out = shards, t.uri(t.final_dir), rows
+        if self.audit:
+            # Staging stays until the day is published or rejected: a crash before then
+            # leaves a retry every shard to resume, and it goes under the lease again.
+            staged.done = self._discard_under_lease
+            report.staged = staged
+        else:
+            staged.publish()
+            self.discard_staging()
         return report
+
+    def _discard_under_lease(self) -> None:
+        """Removes staging after the caller published or rejected the staged day, once the
+        writer has let go of the partition: under the lease again, unless another run holds
+        it now (the staging area is that run's)."""
+        t = self.target
+        try:
+            lease = acquire_lease(t.cas, t.lease_path, self.lineage, self.lease_seconds)
+        except PartitionLeasedError:
+            return
+        try:
+            self.discard_staging()
+        finally:
+            lease.release()
+
+    def _stage(
+        self,
+        staged: StagedDay,
+        target: PartitionTarget,
+        subdir: str,
+        files: list[str],
+        schema: pa.Schema | None,
+        figures: dict,
+        rows: int,
+    ) -> None:
+        """Stages one table's day from the shard files in ``subdir`` of staging. A companion
+        without rows and without a schema of its own takes its table's; with neither (no table
+        yet), there is no earlier day to replace and nothing is staged."""
+        folder = "/".join(p for p in (self.target.staging_dir, subdir) if p)
+        day = target.table
+        if schema is None:
+            if files:
+                schema = pq.read_schema(f"{folder}/{files[0]}", filesystem=self.target.fs)
+            else:
+                schema = day.tables.schema(day.name)
+                if schema is None:
+                    return
+        fs = self.target.fs
+
+        def tables():
+            for name in files:
+                yield pq.read_table(f"{folder}/{name}", filesystem=fs, schema=schema)
+
+        snapshot = day.tables.stage(day.name, day.date, schema, tables(), {**figures, "rows": rows})
+        staged.parts.append((day, snapshot))
+
+    def _report_committed(self, committed: DaySnapshot) -> None:
+        report = self.report
+        report.already_committed = True
+        report.uri = self.target.uri(self.target.final_dir)
+        report.rows_out = int(committed.value("rows", 0))
+        report.rows_in = int(committed.value("rows_in", 0))
+        report.rows_scored = int(committed.value("rows_scored", report.rows_in))
+        report.rows_quarantined = int(committed.value("rows_quarantined", 0))
+        report.stats = StreamStats.from_json(committed.value("stats"))
+        report.rows_side = int(committed.value("rows_side", 0))
+        report.commit = committed.commit
+        if self.quarantine is not None:
+            report.quarantine_uri = self.quarantine.uri(self.quarantine.final_dir)
+        if self.side is not None:
+            report.side_uri = self.side.uri(self.side.final_dir)
 
     def discard_staging(self) -> None:
         """Removes what an uncommitted attempt left in staging (used when not checkpointing)."""
@@ -317,15 +383,6 @@ class ShardedWriter:
         if self._lease is not None:
             self._lease.release()
             self._lease = None
-
-    def _commit_by_rename(self, files: list[str], manifest: dict) -> None:
-        t = self.target
-        self.io.write_json(f"{t.staging_dir}/{MANIFEST}", {**manifest, "files": files})
-        # The manifest now records attempts and interruptions: progress has done its job, and
-        # the companions' copies (published to their own partitions already) only served
-        # retries. Anything else an attempt left (a failed write's temporary file) goes too.
-        self.io.keep_only(t.staging_dir, {*files, MANIFEST})
-        swap_in(self.io, t)
 
     def _save_progress(self) -> None:
         if self.checkpointing:

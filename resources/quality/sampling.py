@@ -46,6 +46,8 @@ def sample_output(
     files = store.output_files(asset, date)
     if not files:
         return pd.DataFrame(columns=columns or [])
+    # The table's files also hold its day column: the sample is of the output's own columns.
+    columns = columns or store.output_columns(asset)
     readers = [pq.ParquetFile(f, filesystem=store.fs, pre_buffer=False) for f in files]
     groups = [
         (r, g, r.metadata.row_group(g).num_rows) for r in readers for g in range(r.num_row_groups)

@@ -1,0 +1,481 @@
+"""Outputs as Apache Iceberg tables: one table per output, partitioned by day, each day replaced
+in one catalog commit, with write-audit-publish through a branch per commit.
+
+A day is first *staged*: its rows are appended to a new branch ``audit-<date>-<commit>`` that
+main never sees. The day's checks read exactly that snapshot. *Publishing* then replaces the day
+on main with the staged snapshot's data files in one transaction (delete the day, append the
+same files): a reader of main sees the old day or the new one, never none, both or a mix, and a
+day whose checks failed is never on main; its snapshot stays on its branch for inspection.
+
+Publishing appends the audited files onto main's current snapshot instead of moving main to
+the audit snapshot itself, because other days of the same table may have been published since
+the branch was cut (a backfill across nodes); the files, and so the rows, are the audited ones.
+
+Every snapshot nightshift makes carries its commit id, the day, the fingerprint of what decided
+the output and the day's figures in its summary (``nightshift.*``), so history and rollback are
+questions to the table's metadata.
+"""
+
+from __future__ import annotations
+
+import base64
+import datetime as dt
+import json
+import warnings
+from collections.abc import Callable, Iterable
+from dataclasses import dataclass, field
+from typing import Any
+
+import pyarrow as pa
+
+NAMESPACE = "nightshift"
+DATE = "date"
+PREFIX = "nightshift."
+COMMIT, DAY, KIND = f"{PREFIX}commit", f"{PREFIX}date", f"{PREFIX}kind"
+ARROW_SCHEMA = f"{PREFIX}arrow-schema"
+AUDIT_BRANCH, REJECTED_BRANCH = "audit-", "rejected-"
+# The kinds of snapshot that publishing and rollback make on main; "staged" ones live on
+# branches only.
+ON_MAIN = ("published", "rolled back")
+# Many nodes committing days of one table at once (a backfill across nodes) conflict on the
+# catalog pointer; pyiceberg rebuilds and retries the commit, with this budget instead of 4.
+TABLE_PROPERTIES = {
+    "commit.retry.num-retries": "40",
+    "commit.retry.min-wait-ms": "50",
+    "commit.retry.max-wait-ms": "2000",
+    "commit.retry.total-timeout-ms": "600000",
+    # Every commit writes a new metadata file: keep the last ones only (upkeep deletes the
+    # rest of what expired snapshots leave, see inference/engine/table_upkeep.py).
+    "write.metadata.delete-after-commit.enabled": "true",
+    "write.metadata.previous-versions-max": "100",
+}
+
+
+class TableError(RuntimeError):
+    """An output table cannot be read or written as asked (named in the message)."""
+
+
+@dataclass(frozen=True)
+class DaySnapshot:
+    """A snapshot that wrote one day: its id, commit, kind (staged, published, rolled back)
+    and the figures nightshift recorded in its summary."""
+
+    snapshot_id: int
+    commit: str
+    date: str
+    kind: str
+    timestamp_ms: int
+    properties: dict[str, str] = field(default_factory=dict)
+
+    @property
+    def when(self) -> str:
+        return dt.datetime.fromtimestamp(self.timestamp_ms / 1000, dt.UTC).isoformat(
+            timespec="seconds"
+        )
+
+    def text(self, name: str, default: str = "") -> str:
+        """A figure recorded as text (commit, fingerprint, lineage, model version)."""
+        return self.properties.get(f"{PREFIX}{name}", default)
+
+    def value(self, name: str, default: Any = None) -> Any:
+        """A figure recorded as JSON (row counts, statistics, check results)."""
+        raw = self.properties.get(f"{PREFIX}{name}")
+        return default if raw is None else json.loads(raw)
+
+
+def _properties(figures: dict[str, Any]) -> dict[str, str]:
+    """Snapshot summary properties are strings: each figure JSON-encoded under ``nightshift.``."""
+    return {
+        f"{PREFIX}{key}": value if isinstance(value, str) else json.dumps(value, sort_keys=True)
+        for key, value in figures.items()
+    }
+
+
+def _day_snapshot(snapshot) -> DaySnapshot | None:
+    props = dict(snapshot.summary.additional_properties) if snapshot.summary else {}
+    if DAY not in props:
+        return None
+    return DaySnapshot(
+        snapshot.snapshot_id,
+        props.get(COMMIT, ""),
+        props[DAY],
+        props.get(KIND, ""),
+        snapshot.timestamp_ms,
+        props,
+    )
+
+
+def _encode_schema(schema: pa.Schema) -> str:
+    return base64.b64encode(schema.serialize().to_pybytes()).decode()
+
+
+def _decode_schema(raw: str) -> pa.Schema:
+    return pa.ipc.read_schema(pa.py_buffer(base64.b64decode(raw)))
+
+
+def _with_date(table: pa.Table, schema: pa.Schema, date: str) -> pa.Table:
+    table = table.select(schema.names).cast(schema)
+    day = pa.array([dt.date.fromisoformat(date)] * table.num_rows, pa.date32())
+    return table.append_column(pa.field(DATE, pa.date32()), day)
+
+
+def _day_filter(date: str):
+    from pyiceberg.expressions import EqualTo
+
+    return EqualTo(DATE, date)
+
+
+class OutputTables:
+    """The output tables of one catalog.
+
+    Args:
+        catalog: a pyiceberg catalog (SQL on SQLite by default, Glue, REST).
+        location: where a new table's files live, from its name (``<data_root>/outputs/<name>``).
+    """
+
+    def __init__(self, catalog, location: Callable[[str], str]):
+        self.catalog = catalog
+        self.location = location
+
+    def identifier(self, name: str) -> str:
+        return f"{NAMESPACE}.{name}"
+
+    def load(self, name: str):
+        """The table, or None when nothing was ever written to it."""
+        from pyiceberg.exceptions import NoSuchNamespaceError, NoSuchTableError
+
+        try:
+            return self.catalog.load_table(self.identifier(name))
+        except (NoSuchTableError, NoSuchNamespaceError):
+            return None
+
+    def schema(self, name: str) -> pa.Schema | None:
+        """The output's own columns (without ``date``), or None when there is no table."""
+        table = self.load(name)
+        return None if table is None else _decode_schema(table.properties[ARROW_SCHEMA])
+
+    def ensure(self, name: str, schema: pa.Schema):
+        """The table for ``schema`` (the output's columns; ``date`` is added as its day
+        partition), created on first use; a schema that gained columns is merged by name."""
+        from pyiceberg.exceptions import NamespaceAlreadyExistsError, TableAlreadyExistsError
+
+        if DATE in schema.names:
+            raise TableError(f"output '{name}' has a column named '{DATE}': that is its partition")
+        table = self.load(name)
+        if table is None:
+            try:
+                self.catalog.create_namespace_if_not_exists(NAMESPACE)
+            except NamespaceAlreadyExistsError:  # created by another process in between
+                pass
+            full = schema.append(pa.field(DATE, pa.date32()))
+            try:
+                table = self.catalog.create_table(
+                    self.identifier(name),
+                    schema=full,
+                    location=self.location(name),
+                    properties={**TABLE_PROPERTIES, ARROW_SCHEMA: _encode_schema(schema)},
+                )
+                with table.update_spec() as spec:
+                    spec.add_identity(DATE)
+                # A branch can only be cut from a table with a snapshot on main.
+                with table.transaction() as tx:
+                    with tx.update_snapshot(snapshot_properties={KIND: "created"}).fast_append():
+                        pass
+            except TableAlreadyExistsError:
+                pass
+            table = self.catalog.load_table(self.identifier(name))
+        if table.properties.get(ARROW_SCHEMA) != _encode_schema(schema):
+            with table.transaction() as tx:
+                with tx.update_schema() as update:
+                    update.union_by_name(schema)
+                tx.set_properties({ARROW_SCHEMA: _encode_schema(schema)})
+            table = self.catalog.load_table(self.identifier(name))
+        return table
+
+    def stage(
+        self,
+        name: str,
+        date: str,
+        schema: pa.Schema,
+        tables: Iterable[pa.Table],
+        figures: dict[str, Any],
+    ) -> DaySnapshot:
+        """Writes the day's rows as a new snapshot on an audit branch of its own, in one commit;
+        main is untouched. ``figures`` must hold the ``commit`` id."""
+        commit = figures["commit"]
+        table = self.ensure(name, schema)
+        branch = f"{AUDIT_BRANCH}{date}-{commit}"
+        props = _properties({**figures, "date": date, "kind": "staged"})
+        with table.transaction() as tx:
+            wrote = False
+            for rows in tables:
+                tx.append(_with_date(rows, schema, date), snapshot_properties=props, branch=branch)
+                wrote = True
+            if not wrote:  # an empty day is still a day: a snapshot that says so
+                tx.append(
+                    _with_date(schema.empty_table(), schema, date),
+                    snapshot_properties=props,
+                    branch=branch,
+                )
+        table = self.catalog.load_table(self.identifier(name))
+        snapshot = _day_snapshot(table.snapshot_by_name(branch))
+        assert snapshot is not None
+        return snapshot
+
+    def publish(self, name: str, date: str, staged: DaySnapshot, **figures: Any) -> DaySnapshot:
+        """Makes a staged (or any earlier) snapshot's rows of ``date`` the day on main, in one
+        commit; the other days of main are untouched."""
+        table = self.load(name)
+        if table is None or table.snapshot_by_id(staged.snapshot_id) is None:
+            raise TableError(f"no snapshot {staged.snapshot_id} in table {self.identifier(name)}")
+        files = _files_in_order(table, staged.snapshot_id, date)
+        kind = figures.pop("kind", "published")
+        props = {
+            **{k: v for k, v in staged.properties.items() if k.startswith(PREFIX)},
+            **_properties({**figures, "kind": kind, "from_snapshot": staged.snapshot_id}),
+        }
+        with table.transaction() as tx:
+            with warnings.catch_warnings():
+                # The day's first commit deletes nothing, and pyiceberg warns about it.
+                warnings.simplefilter("ignore", UserWarning)
+                tx.delete(_day_filter(date), snapshot_properties=props)
+            with tx.update_snapshot(snapshot_properties=props).fast_append() as append:
+                for data_file in files:
+                    append.append_data_file(data_file)
+        table = self.catalog.load_table(self.identifier(name))
+        snapshot = _day_snapshot(table.current_snapshot())
+        assert snapshot is not None
+        return snapshot
+
+    def reject(self, name: str, date: str, staged: DaySnapshot) -> str:
+        """Keeps a staged snapshot that failed its checks under a branch named for it
+        (``rejected-<date>-<commit>``), off main; returns the branch's name."""
+        table = self.load(name)
+        branch = f"{REJECTED_BRANCH}{date}-{staged.commit}"
+        audit = f"{AUDIT_BRANCH}{date}-{staged.commit}"
+        update = table.manage_snapshots().create_branch(staged.snapshot_id, branch)
+        if audit in table.metadata.refs:
+            update = update.remove_branch(audit)
+        update.commit()
+        return branch
+
+    def rollback(self, name: str, date: str, to_commit: str | None = None) -> DaySnapshot:
+        """Makes an earlier commit of ``date`` the day on main again, in one commit (the other
+        days are untouched): ``to_commit``, else the one published before the current one.
+
+        Raises:
+            TableError: the table, the day or the commit is not there (the message lists the
+                day's commits).
+        """
+        history = self.history(name, date)
+        current = next((day for day, where in history if where == "current"), None)
+        if to_commit is None:
+            earlier = [day for day, where in history if where == "published"]
+            if current is None or not earlier:
+                raise TableError(
+                    f"{self.identifier(name)} {date}: no earlier published commit to roll back "
+                    f"to{_listing(history)}"
+                )
+            target = earlier[0]
+        else:
+            found = [day for day, _ in history if day.commit == to_commit]
+            if not found:
+                raise TableError(
+                    f"{self.identifier(name)} {date}: no commit {to_commit}{_listing(history)}"
+                )
+            target = found[0]
+        return self.publish(
+            name,
+            date,
+            target,
+            kind="rolled back",
+            rolled_back_from=current.commit if current else "",
+        )
+
+    def current(self, name: str, date: str) -> DaySnapshot | None:
+        """The snapshot that last wrote ``date`` on main, or None when main has no such day."""
+        table = self.load(name)
+        return None if table is None else _current(table, date)
+
+    def snapshot(self, name: str, snapshot_id: int) -> DaySnapshot | None:
+        table = self.load(name)
+        if table is None:
+            return None
+        found = table.snapshot_by_id(snapshot_id)
+        return None if found is None else _day_snapshot(found)
+
+    def history(self, name: str, date: str) -> list[tuple[DaySnapshot, str]]:
+        """Every snapshot that wrote ``date``, newest first, each with where it stands:
+        ``current`` (main's day), ``published`` (was main's day), ``staged`` or ``rejected``
+        (never on main)."""
+        table = self.load(name)
+        if table is None:
+            return []
+        rejected = {
+            ref.snapshot_id
+            for ref_name, ref in table.metadata.refs.items()
+            if ref_name.startswith(REJECTED_BRANCH)
+        }
+        current = _current(table, date)
+        rows = []
+        for found in sorted(table.snapshots(), key=lambda s: -s.timestamp_ms):
+            day = _day_snapshot(found)
+            if day is None or day.date != date:
+                continue
+            if current is not None and day.snapshot_id == current.snapshot_id:
+                where = "current"
+            elif day.kind in ON_MAIN:
+                where = "published"
+            elif found.snapshot_id in rejected:
+                where = "rejected"
+            else:
+                where = day.kind or "staged"
+            rows.append((day, where))
+        return rows
+
+    def scan_day(self, name: str, date: str, snapshot_id: int | None = None):
+        """The scan of one day at ``snapshot_id`` (default: main's), or None when the table or
+        the day is not there."""
+        table = self.load(name)
+        if table is None:
+            return None, None
+        if snapshot_id is None:
+            current = _current(table, date)
+            if current is None:
+                return table, None
+            snapshot_id = table.current_snapshot().snapshot_id
+        return table, table.scan(snapshot_id=snapshot_id, row_filter=_day_filter(date))
+
+    def _tasks(self, name: str, date: str, snapshot_id: int | None):
+        """The table and the day's file scan tasks at ``snapshot_id`` (main's by default), in
+        the order the rows were written; (None, None) when there is no such day."""
+        from pyiceberg.table import FileScanTask
+
+        table, scan = self.scan_day(name, date, snapshot_id)
+        if scan is None:
+            return table, None, None
+        if snapshot_id is None:
+            # Publishing appends the day's files in one manifest, in the order they were
+            # written: main's plan keeps it.
+            return table, scan, list(scan.plan_files())
+        # A staged snapshot holds one manifest per shard, listed newest first.
+        files = _files_in_order(table, snapshot_id, date)
+        return table, scan, [FileScanTask(f) for f in files]
+
+    def files(self, name: str, date: str, snapshot_id: int | None = None) -> list[str]:
+        """The day's data files (URIs) at ``snapshot_id`` (default: main's), in row order."""
+        _, _, tasks = self._tasks(name, date, snapshot_id)
+        return [task.file.file_path for task in tasks or []]
+
+    def read(self, name: str, date: str, snapshot_id: int | None = None) -> pa.Table | None:
+        """The day's rows at ``snapshot_id`` (default: main's) in the output's own schema and
+        in the order they were written, or None when there is no such day."""
+        from pyiceberg.io.pyarrow import ArrowScan
+
+        table, scan, tasks = self._tasks(name, date, snapshot_id)
+        if tasks is None:
+            return None
+        schema = _decode_schema(table.properties[ARROW_SCHEMA])
+        rows = ArrowScan(table.metadata, table.io, scan.projection(), scan.row_filter).to_table(
+            tasks
+        )
+        return rows.drop_columns([DATE]).select(schema.names).cast(schema)
+
+
+def _listing(history: list[tuple[DaySnapshot, str]]) -> str:
+    if not history:
+        return " (the day has no commit)"
+    return " (its commits: " + ", ".join(f"{d.commit} {w}" for d, w in history) + ")"
+
+
+def _files_in_order(table, snapshot_id: int, date: str) -> list:
+    """The data files of ``date`` live in a snapshot, in the order they were committed (by
+    sequence number, then path)."""
+    day = (dt.date.fromisoformat(date) - dt.date(1970, 1, 1)).days
+    entries = []
+    for manifest in table.snapshot_by_id(snapshot_id).manifests(table.io):
+        for entry in manifest.fetch_manifest_entry(table.io, discard_deleted=True):
+            if entry.data_file.partition[0] == day:
+                entries.append((entry.sequence_number or 0, entry.data_file.file_path, entry))
+    entries.sort(key=lambda e: (e[0], e[1]))
+    return [entry.data_file for _, _, entry in entries]
+
+
+def _current(table, date: str) -> DaySnapshot | None:
+    """The newest snapshot that put ``date`` on main. Found by kind and sequence number, not
+    by walking main's ancestry: expiry removes snapshots between the days' heads (and keeps
+    every day's head), which would cut the walk short."""
+    heads = _day_heads(table)
+    return heads.get(date)
+
+
+def _day_heads(table) -> dict[str, DaySnapshot]:
+    """Each day's newest snapshot on main (published or rolled back), by day."""
+    heads: dict[str, tuple[int, DaySnapshot]] = {}
+    for snapshot in table.snapshots():
+        day = _day_snapshot(snapshot)
+        if day is None or day.kind not in ON_MAIN:
+            continue
+        order = snapshot.sequence_number or 0
+        if day.date not in heads or order > heads[day.date][0]:
+            heads[day.date] = (order, day)
+    return {date: day for date, (_, day) in heads.items()}
+
+
+@dataclass(frozen=True)
+class DayTable:
+    """One day of one output table: where a writer stages and publishes it."""
+
+    tables: OutputTables
+    name: str
+    date: str
+
+    def current(self) -> DaySnapshot | None:
+        return self.tables.current(self.name, self.date)
+
+
+@dataclass
+class StagedDay:
+    """A day staged in one or more tables (its companions first, the output itself last),
+    waiting for its checks. ``publish`` puts every table's day on main, the output last, so a
+    reader that sees the output's commit on main finds its companions' too; ``reject`` keeps
+    the snapshots for inspection and leaves main as it was. ``done`` runs after either (it
+    removes the day's staging area)."""
+
+    parts: list[tuple[DayTable, DaySnapshot]] = field(default_factory=list)
+    done: Callable[[], None] | None = None
+    published: DaySnapshot | None = None
+    rejected: str | None = None
+
+    @property
+    def commit(self) -> str:
+        return self.parts[-1][1].commit if self.parts else ""
+
+    @property
+    def snapshot_id(self) -> int | None:
+        """The output's staged snapshot: what its checks read."""
+        return self.parts[-1][1].snapshot_id if self.parts else None
+
+    def snapshots(self) -> dict[tuple[str, str], int]:
+        """``(table, date) -> staged snapshot``, for reading exactly what is being checked."""
+        return {(day.name, day.date): snap.snapshot_id for day, snap in self.parts}
+
+    def publish(self, **figures: Any) -> DaySnapshot | None:
+        """Publishes every part; ``figures`` (check results, model version) go into each
+        published snapshot's summary."""
+        for day, snapshot in self.parts:
+            self.published = day.tables.publish(day.name, day.date, snapshot, **figures)
+        self._finish()
+        return self.published
+
+    def reject(self) -> str | None:
+        for day, snapshot in self.parts:
+            branch = day.tables.reject(day.name, day.date, snapshot)
+        self.rejected = branch if self.parts else None
+        self._finish()
+        return self.rejected
+
+    def _finish(self) -> None:
+        if self.done is not None:
+            self.done()
+            self.done = None

@@ -1,0 +1,180 @@
+"""``nightshift outputs``: the output tables' history, rollback, upkeep and import.
+
+nightshift outputs history --asset fraud_scores --date 2026-03-01
+nightshift outputs rollback --asset fraud_scores --date 2026-03-01 [--to COMMIT]
+nightshift outputs upkeep [--asset A] [--retention-days N]
+nightshift outputs import [--asset A]
+"""
+
+from __future__ import annotations
+
+import argparse
+import datetime as dt
+import json
+import os
+
+from policy.settings import positive_int_setting
+
+RETENTION_ENV = "NIGHTSHIFT_OUTPUT_RETENTION_DAYS"
+DEFAULT_RETENTION_DAYS = 30
+
+
+def retention_days() -> int:
+    """How long superseded snapshots and unreferenced files are kept, in days."""
+    return positive_int_setting(RETENTION_ENV, DEFAULT_RETENTION_DAYS)
+
+
+def _store(args: argparse.Namespace):
+    from resources.storage import DataStore, default_data_root
+
+    if args.data_root:
+        os.environ["NIGHTSHIFT_DATA_ROOT"] = args.data_root
+    return DataStore(default_data_root())
+
+
+def _cmd_history(args: argparse.Namespace) -> int:
+    store = _store(args)
+    history = store.tables.history(args.asset, args.date)
+    if not history:
+        print(f"{store.tables.identifier(args.asset)} {args.date}: no commit of this day")
+        return 1
+    print(f"{store.tables.identifier(args.asset)} {args.date}: {len(history)} snapshot(s)")
+    print(f"{'when (UTC)':<26}{'commit':<14}{'where':<11}{'rows':>9}  model / checks / snapshot")
+    for day, where in history:
+        rows = day.value("rows", "")
+        checks = day.value("checks") or {}
+        failed = [name for name, passed in checks.items() if not passed]
+        verdict = f"{len(checks) - len(failed)}/{len(checks)} checks passed" if checks else ""
+        if failed:
+            verdict += f" (failed: {', '.join(failed)})"
+        model = day.text("model_version", "-")
+        print(
+            f"{day.when:<26}{day.commit:<14}{where:<11}{rows:>9}  {model}  {verdict}  "
+            f"snapshot {day.snapshot_id}"
+        )
+    return 0
+
+
+def _cmd_rollback(args: argparse.Namespace) -> int:
+    from inference.engine.tables import TableError
+
+    store = _store(args)
+    try:
+        now = store.tables.rollback(args.asset, args.date, args.to)
+    except TableError as exc:
+        print(f"nightshift outputs rollback: {exc}")
+        return 1
+    print(
+        f"{store.tables.identifier(args.asset)} {args.date}: main holds commit {now.commit} "
+        f"again (snapshot {now.snapshot_id}, {now.value('rows', '?')} rows)"
+    )
+    return 0
+
+
+def _cmd_upkeep(args: argparse.Namespace) -> int:
+    from inference.engine.table_upkeep import upkeep
+
+    store = _store(args)
+    days = args.retention_days or retention_days()
+    names = [args.asset] if args.asset else table_names(store)
+    now = dt.datetime.now(dt.UTC)
+    for name in names:
+        done = upkeep(store.tables, name, dt.timedelta(days=days), now, store.fs)
+        print(
+            f"{done.table}: {done.snapshots_expired} snapshot(s) expired, "
+            f"{len(done.branches_removed)} branch(es) removed, {done.files_deleted} file(s) "
+            f"deleted ({done.bytes_deleted} bytes); retention {days} day(s)"
+        )
+    return 0
+
+
+def table_names(store) -> list[str]:
+    """Every output table of the store's catalog."""
+    from pyiceberg.exceptions import NoSuchNamespaceError
+
+    from inference.engine.tables import NAMESPACE
+
+    try:
+        return sorted(ident[-1] for ident in store.tables.catalog.list_tables(NAMESPACE))
+    except NoSuchNamespaceError:
+        return []
+
+
+def _cmd_import(args: argparse.Namespace) -> int:
+    """Publishes each day written in the old folder layout (``outputs/<asset>/date=D/`` with
+    its ``_manifest.json``) into the asset's table, with the manifest's commit and figures."""
+    import pyarrow.parquet as pq
+
+    store = _store(args)
+    outputs = store.path("outputs")
+    assets = [args.asset] if args.asset else _folders(store, outputs)
+    imported = 0
+    for asset in assets:
+        for date in _old_days(store, f"{outputs}/{asset}"):
+            folder = f"{outputs}/{asset}/date={date}"
+            if store.tables.current(asset, date) is not None:
+                print(f"{asset} {date}: already in its table; {store.uri(folder)} left as it is")
+                continue
+            manifest = json.loads(store.read_bytes(f"{folder}/_manifest.json"))
+            files = [f"{folder}/{name}" for name in manifest.get("files", [])]
+            if not files:
+                print(f"{asset} {date}: no data file listed in the manifest; skipped")
+                continue
+            schema = pq.read_schema(files[0], filesystem=store.fs)
+            figures = {k: v for k, v in manifest.items() if k not in ("files",)}
+            figures.setdefault("commit", f"import-{date}")
+            tables = (pq.read_table(f, filesystem=store.fs, schema=schema) for f in files)
+            staged = store.tables.stage(asset, date, schema, tables, figures)
+            store.tables.publish(asset, date, staged, imported_from=store.uri(folder))
+            imported += 1
+            print(
+                f"{asset} {date}: imported {manifest.get('rows', '?')} rows, commit {staged.commit}"
+            )
+    print(f"{imported} day(s) imported; the old folders can be removed once checked")
+    return 0
+
+
+def _folders(store, path: str) -> list[str]:
+    import pyarrow.fs as pafs
+
+    infos = store.fs.get_file_info(pafs.FileSelector(path, allow_not_found=True))
+    return sorted(i.base_name for i in infos if i.type == pafs.FileType.Directory)
+
+
+def _old_days(store, asset_dir: str) -> list[str]:
+    return [
+        name[len("date=") :]
+        for name in _folders(store, asset_dir)
+        if name.startswith("date=") and store.exists(f"{asset_dir}/{name}/_manifest.json")
+    ]
+
+
+def add_parser(sub: argparse._SubParsersAction, date_type) -> None:
+    """Registers ``outputs`` on the ``nightshift`` command's subparsers."""
+    outputs = sub.add_parser("outputs", help="the output tables: history, rollback, upkeep, import")
+    commands = outputs.add_subparsers(dest="outputs_command", required=True)
+
+    def command(name: str, help: str, func) -> argparse.ArgumentParser:
+        parser = commands.add_parser(name, help=help)
+        parser.add_argument("--data-root", help="default $NIGHTSHIFT_DATA_ROOT or .nightshift/data")
+        parser.set_defaults(func=func, opens_instance=False)
+        return parser
+
+    history = command(
+        "history", "list a day's snapshots: commit, model, rows, checks", _cmd_history
+    )
+    history.add_argument("--asset", required=True)
+    history.add_argument("--date", required=True, type=date_type)
+    rollback = command("rollback", "make an earlier commit of a day current again", _cmd_rollback)
+    rollback.add_argument("--asset", required=True)
+    rollback.add_argument("--date", required=True, type=date_type)
+    rollback.add_argument("--to", metavar="COMMIT", help="default: the commit before the current")
+    upkeep = command("upkeep", "expire old snapshots and delete orphan files", _cmd_upkeep)
+    upkeep.add_argument("--asset", help="default: every output table")
+    upkeep.add_argument(
+        "--retention-days",
+        type=int,
+        help=f"default ${RETENTION_ENV}, else {DEFAULT_RETENTION_DAYS}",
+    )
+    old = command("import", "publish days written in the old folder layout", _cmd_import)
+    old.add_argument("--asset", help="default: every asset with old folders")
