@@ -14,7 +14,7 @@ from pathlib import Path
 
 from orchestration.outputs_cli import add_parser as _add_outputs
 from orchestration.simulate.cli import add_parser as _add_simulate
-from resources.storage import REPO_ROOT, DataStore, default_data_root
+from resources.storage import REPO_ROOT, DataStore, default_data_root, store_from_env
 
 DEFAULT_DAGSTER_HOME = REPO_ROOT / ".nightshift" / "dagster_home"
 LOCAL_INSTANCE_YAML = REPO_ROOT / "deploy" / "local" / "dagster.yaml"
@@ -144,7 +144,7 @@ def _cmd_run(args: argparse.Namespace) -> int:
 
     if args.data_root:
         os.environ["NIGHTSHIFT_DATA_ROOT"] = args.data_root
-    store = DataStore(default_data_root())
+    store = store_from_env()
     if args.generate_days:
         end = dt.date.fromisoformat(args.date)
         # Landing data for the days before and including the partition (history to train on).
@@ -309,11 +309,10 @@ def _cmd_stale(args: argparse.Namespace) -> int:
     from dagster import DagsterInstance
 
     from orchestration.rescore import TARGETS, last_window, stale_in
-    from resources.storage import DataStore
 
     if args.data_root:
         os.environ["NIGHTSHIFT_DATA_ROOT"] = args.data_root
-    store = DataStore(default_data_root())
+    store = store_from_env()
     targets = [t for t in TARGETS if args.asset in (None, t.asset)]
     dates = last_window(args.window)
     with DagsterInstance.get() as instance:

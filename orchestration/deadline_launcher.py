@@ -25,7 +25,7 @@ from policy.capacity import tags_for_capacity
 from policy.deadline import IDLE, CapacityDecision
 from policy.ready_by import NightFacts, deadline_decision, ready_by
 from policy.tags import CAPACITY_REASON_TAG, PARENT_RUN_TAG, PARTITION_TAG
-from resources.storage import DataStore, default_data_root
+from resources.storage import store_from_env
 
 
 class DeadlineEcsRunLauncher(EcsRunLauncher):
@@ -68,7 +68,7 @@ class DeadlineEcsRunLauncher(EcsRunLauncher):
         return [op.name for op in snapshot.node_defs_snapshot.op_def_snaps]
 
     def _decide(self, run: DagsterRun, date: str):
-        store = DataStore(default_data_root())
+        store = store_from_env()
 
         def decide(asset: str) -> CapacityDecision | None:
             book = LedgerBook(store.partition_target(asset, date), asset, date)

@@ -15,6 +15,7 @@ from orchestration.rescore import sensors as rescore_sensors
 from orchestration.resources import build_resources
 from orchestration.schedules import schedules
 from orchestration.sensors import landing_sensor
+from orchestration.upkeep import outputs_upkeep_job, outputs_upkeep_job_schedule
 
 # Every Dagster process that runs steps (a run worker, `dagster job execute`, the CLI) loads
 # this module before it starts a thread: capped here, the cap covers every thread of the run.
@@ -28,8 +29,8 @@ def build_definitions(env: str = "local") -> Definitions:
         *(domain.defs for domain in DOMAINS),
         Definitions(
             asset_checks=promotion_checks,
-            jobs=[*pipeline_jobs, *training_jobs, promote_model_job],
-            schedules=schedules,
+            jobs=[*pipeline_jobs, *training_jobs, promote_model_job, outputs_upkeep_job],
+            schedules=[*schedules, outputs_upkeep_job_schedule],
             sensors=[
                 landing_sensor,
                 run_failure_sensor,

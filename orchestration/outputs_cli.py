@@ -21,15 +21,28 @@ DEFAULT_RETENTION_DAYS = 30
 
 def retention_days() -> int:
     """How long superseded snapshots and unreferenced files are kept, in days."""
-    return positive_int_setting(RETENTION_ENV, DEFAULT_RETENTION_DAYS)
+    days = positive_int_setting(
+        RETENTION_ENV,
+        os.environ.get(RETENTION_ENV),
+        "days superseded snapshots and unreferenced files are kept",
+        f"{DEFAULT_RETENTION_DAYS} days",
+    )
+    return days or DEFAULT_RETENTION_DAYS
 
 
 def _store(args: argparse.Namespace):
-    from resources.storage import DataStore, default_data_root
+    from resources.storage import store_from_env
 
     if args.data_root:
         os.environ["NIGHTSHIFT_DATA_ROOT"] = args.data_root
-    return DataStore(default_data_root())
+    return store_from_env()
+
+
+def _retention(text: str) -> int:
+    try:
+        return positive_int_setting("--retention-days", text, "days", "the default") or 0
+    except ValueError as exc:
+        raise argparse.ArgumentTypeError(str(exc)) from exc
 
 
 def _cmd_history(args: argparse.Namespace) -> int:
@@ -56,18 +69,37 @@ def _cmd_history(args: argparse.Namespace) -> int:
 
 
 def _cmd_rollback(args: argparse.Namespace) -> int:
+    """Rolls the asset's day back, and its companions (``<asset>_*`` tables holding the same
+    commit of the day: quarantine, flagged details) with it, so they stay joined by commit."""
     from inference.engine.tables import TableError
 
     store = _store(args)
+    tables = store.tables
+    if args.to and not args.force:
+        refused = [d for d, where in tables.history(args.asset, args.date) if where == "rejected"]
+        if any(d.commit == args.to for d in refused):
+            print(
+                f"nightshift outputs rollback: commit {args.to} of {args.asset} {args.date} was "
+                "refused by its blocking checks; pass --force to publish it all the same"
+            )
+            return 1
     try:
-        now = store.tables.rollback(args.asset, args.date, args.to)
+        now = tables.rollback(args.asset, args.date, args.to)
     except TableError as exc:
         print(f"nightshift outputs rollback: {exc}")
         return 1
     print(
-        f"{store.tables.identifier(args.asset)} {args.date}: main holds commit {now.commit} "
-        f"again (snapshot {now.snapshot_id}, {now.value('rows', '?')} rows)"
+        f"{tables.identifier(args.asset)} {args.date}: main holds commit {now.commit} again "
+        f"(snapshot {now.snapshot_id}, {now.value('rows', '?')} rows)"
     )
+    for name in table_names(store):
+        if not name.startswith(f"{args.asset}_") or name.endswith("_shadow"):
+            continue
+        held = {d.commit for d, _ in tables.history(name, args.date)}
+        current = tables.current(name, args.date)
+        if now.commit in held and (current is None or current.commit != now.commit):
+            tables.rollback(name, args.date, now.commit)
+            print(f"{tables.identifier(name)} {args.date}: main holds commit {now.commit} again")
     return 0
 
 
@@ -117,14 +149,21 @@ def _cmd_import(args: argparse.Namespace) -> int:
                 continue
             manifest = json.loads(store.read_bytes(f"{folder}/_manifest.json"))
             files = [f"{folder}/{name}" for name in manifest.get("files", [])]
-            if not files:
-                print(f"{asset} {date}: no data file listed in the manifest; skipped")
+            schema = (
+                pq.read_schema(files[0], filesystem=store.fs)
+                if files
+                else store.tables.schema(asset)
+            )
+            if schema is None:  # an empty day of a table that does not exist: nothing to replace
+                print(f"{asset} {date}: no rows and no table yet; nothing to import")
                 continue
-            schema = pq.read_schema(files[0], filesystem=store.fs)
             figures = {k: v for k, v in manifest.items() if k not in ("files",)}
             figures.setdefault("commit", f"import-{date}")
-            tables = (pq.read_table(f, filesystem=store.fs, schema=schema) for f in files)
-            staged = store.tables.stage(asset, date, schema, tables, figures)
+
+            def rows(files=files, schema=schema):
+                return (pq.read_table(f, filesystem=store.fs, schema=schema) for f in files)
+
+            staged = store.tables.stage(asset, date, schema, rows, figures)
             store.tables.publish(asset, date, staged, imported_from=store.uri(folder))
             imported += 1
             print(
@@ -169,11 +208,14 @@ def add_parser(sub: argparse._SubParsersAction, date_type) -> None:
     rollback.add_argument("--asset", required=True)
     rollback.add_argument("--date", required=True, type=date_type)
     rollback.add_argument("--to", metavar="COMMIT", help="default: the commit before the current")
+    rollback.add_argument(
+        "--force", action="store_true", help="roll back to a commit its checks refused"
+    )
     upkeep = command("upkeep", "expire old snapshots and delete orphan files", _cmd_upkeep)
     upkeep.add_argument("--asset", help="default: every output table")
     upkeep.add_argument(
         "--retention-days",
-        type=int,
+        type=_retention,
         help=f"default ${RETENTION_ENV}, else {DEFAULT_RETENTION_DAYS}",
     )
     old = command("import", "publish days written in the old folder layout", _cmd_import)

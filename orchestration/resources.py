@@ -42,6 +42,12 @@ ENGINE_SETTINGS = {
 STORAGE_SETTINGS = {
     "NIGHTSHIFT_LANDING_TIMEZONE": ("landing_timezone", str),
     "NIGHTSHIFT_LANDING_NOT_PARQUET": ("landing_not_parquet", str),
+    # Where the output tables' catalog is (resources/outputstore.py), and an S3-compatible
+    # endpoint for an s3:// data root (MinIO, or moto in tests).
+    "NIGHTSHIFT_CATALOG": ("catalog", str),
+    "NIGHTSHIFT_CATALOG_URI": ("catalog_uri", str),
+    "NIGHTSHIFT_S3_ENDPOINT": ("s3_endpoint", str),
+    "NIGHTSHIFT_S3_REGION": ("s3_region", str),
 }
 
 
@@ -92,9 +98,11 @@ def build_resources(env: str = "local") -> dict:
     if env == "aws":
         return {
             "storage": StorageResource(
-                data_root=EnvVar("NIGHTSHIFT_DATA_ROOT"),
-                s3_region=EnvVar("AWS_REGION"),
-                **storage_overrides(),
+                **{
+                    "data_root": EnvVar("NIGHTSHIFT_DATA_ROOT"),
+                    "s3_region": EnvVar("AWS_REGION"),
+                    **storage_overrides(),  # NIGHTSHIFT_S3_REGION wins over AWS_REGION
+                }
             ),
             "inference": InferenceResource(
                 **{

@@ -110,6 +110,7 @@ def open_catalog(props: dict[str, str]):
     # finds them there on a second try.
     for attempt in range(3):
         try:
+            # The name is part of a SQL catalog's keys: every reader and writer uses this one.
             return load_catalog("nightshift", **props)
         except Exception:  # noqa: BLE001 - sqlalchemy's "table already exists" and the like
             if attempt == 2:
@@ -138,6 +139,13 @@ class OutputStore(FileStore):
         self._tables: OutputTables | None = None
         # (table, date) -> the staged snapshot its checks read (see ``reading``).
         self._reading_at: dict[tuple[str, str], int] = {}
+
+    def __getstate__(self) -> dict:
+        # A store travels to Ray workers (a model loader holds one); its catalog connection
+        # does not pickle, and a worker opens its own if it ever needs the tables.
+        state = dict(self.__dict__)
+        state["_tables"], state["_reading_at"] = None, {}
+        return state
 
     @property
     def tables(self) -> OutputTables:

@@ -28,11 +28,25 @@ __all__ = [
     "Published",
     "StorageResource",
     "default_data_root",
+    "store_from_env",
 ]
 
 
 REPO_ROOT = Path(__file__).resolve().parents[1]
 DEFAULT_DATA_ROOT = REPO_ROOT / ".nightshift" / "data"
+
+
+def store_from_env() -> DataStore:
+    """The store the command line uses: ``$NIGHTSHIFT_DATA_ROOT`` and the storage settings
+    given as environment variables (S3 endpoint and region, catalog), as a run's resources
+    take them (orchestration/resources.py)."""
+    return DataStore(
+        default_data_root(),
+        os.environ.get("NIGHTSHIFT_S3_ENDPOINT") or None,
+        os.environ.get("NIGHTSHIFT_S3_REGION") or os.environ.get("AWS_REGION") or None,
+        catalog=os.environ.get("NIGHTSHIFT_CATALOG") or None,
+        catalog_uri=os.environ.get("NIGHTSHIFT_CATALOG_URI") or None,
+    )
 
 
 def default_data_root() -> str:

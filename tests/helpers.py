@@ -98,3 +98,13 @@ def copy_world(base: Path, data_root: Path, dagster_home: Path) -> None:
     test's ``instance`` is opened: SQLite files copied under an open instance are not read."""
     shutil.copytree(base / "data", data_root, dirs_exist_ok=True)
     shutil.copytree(base / "dagster_home", dagster_home, dirs_exist_ok=True)
+
+
+def reset_outputs(store) -> None:
+    """Forgets every output: the catalog's tables first (they would point at files that are
+    gone), then the files under ``outputs/``."""
+    from orchestration.outputs_cli import table_names
+
+    for name in table_names(store):
+        store.tables.catalog.drop_table(store.tables.identifier(name))
+    store.fs.delete_dir_contents(store.path("outputs"), missing_dir_ok=True)

@@ -161,6 +161,51 @@ def test_a_vector_off_unit_norm_fails_the_blocking_check_and_stops_downstream(
     assert not instance.get_materialized_partitions(AssetKey("related_articles"))
 
 
+def test_a_day_its_blocking_check_refuses_is_never_published_and_a_rollback_restores(
+    store, resources, instance, monkeypatch
+):
+    """Write-audit-publish: the checks read the staged snapshot; a refused day leaves main on
+    the day before it, kept readable by its snapshot id; a rollback restores a day exactly."""
+    land_crafted_documents(store, DAY)
+    assert _embed(resources, instance, partition_key=DAY).success
+    good = store.read_output("document_embeddings", DAY)
+    good_commit = store.output_commit("document_embeddings", DAY)
+
+    module = importlib.import_module("assets.embeddings.document_embeddings")
+    real = module.embed_documents
+
+    def one_vector_doubled(*args, **kwargs) -> Embeddings:
+        embedded = real(*args, **kwargs)
+        vectors = embedded.vectors.clone()
+        vectors[0] *= 2
+        return Embeddings(vectors, embedded.model_calls, embedded.padding)
+
+    monkeypatch.setattr(module, "embed_documents", one_vector_doubled)
+    refused = _embed(resources, instance, partition_key=DAY, raise_on_error=False)
+    assert not refused.success
+    # Main is where it was: the same commit, the same rows, to the bit.
+    assert store.output_commit("document_embeddings", DAY) == good_commit
+    assert store.read_output("document_embeddings", DAY).equals(good)
+    (error,) = [e.event_specific_data.error for e in refused.get_step_failure_events()]
+    message = error.to_string()
+    history = store.tables.history("document_embeddings", DAY)
+    (rejected,) = [day for day, where in history if where == "rejected"]
+    assert f"branch rejected-{DAY}-{rejected.commit}" in message
+    assert f"main keeps commit {good_commit}" in message
+    kept = store.tables.read("document_embeddings", DAY, rejected.snapshot_id)
+    norms = np.linalg.norm(np.stack(kept["embedding"].to_numpy(zero_copy_only=False)), axis=1)
+    assert kept.num_rows == good.num_rows and abs(norms.max() - 2.0) < 1e-5
+
+    monkeypatch.setattr(module, "embed_documents", real)
+    store.publish("document_embeddings", DAY, [good.slice(0, 1)], good.schema)  # a bad hand
+    assert store.read_output("document_embeddings", DAY).num_rows == 1
+    restored = store.tables.rollback("document_embeddings", DAY, good_commit)
+    assert restored.commit == good_commit
+    assert store.read_output("document_embeddings", DAY).equals(good)
+    wheres = [where for _, where in store.tables.history("document_embeddings", DAY)]
+    assert wheres.count("current") == 1 and "rejected" in wheres
+
+
 # A lead longer than the encoder's 256-token window, then tails that differ only beyond it.
 LEAD = (
     "The city council approved a new budget for the harbour on Monday, after a long debate. "

@@ -41,7 +41,10 @@ def test_definitions_load_with_every_contract_asset() -> None:
     assert CONTRACT_ASSETS <= keys
     for job in [*PIPELINES, "fraud_training_job", "recommendations_training_job"]:
         assert defs.resolve_job_def(job) is not None
-    assert {s.name for s in repo.schedule_defs} == {f"{j}_schedule" for j in PIPELINES}
+    assert {s.name for s in repo.schedule_defs} == {
+        *(f"{j}_schedule" for j in PIPELINES),
+        "outputs_upkeep_job_schedule",
+    }
     assert {s.name for s in repo.sensor_defs} == {
         "landing_sensor",
         "run_failure_sensor",

@@ -18,6 +18,7 @@ import numpy as np
 import pyarrow.compute as pc
 import pytest
 from dagster import DagsterInstance, materialize
+from helpers import reset_outputs
 
 from assets.day_metadata import day_entries
 from assets.fraud import fraud_model, fraud_scores, transactions
@@ -159,7 +160,7 @@ def test_interrupted_run_resumes_and_equals_an_uninterrupted_one(
     world, tmp_path, kill, after_shards
 ) -> None:
     store = world["store"]
-    store.fs.delete_dir_contents(store.path("outputs"), missing_dir_ok=True)
+    reset_outputs(store)
     process = _launch(world["env"], tmp_path / "interrupted.log")
     if after_shards == SHARDS:
         before = _wait_for_commit(process, store)
@@ -248,7 +249,7 @@ def imds() -> Iterator[str]:
 
 def test_spot_notice_mid_run_stops_the_run_which_resumes_on_retry(world, tmp_path, imds) -> None:
     store = world["store"]
-    store.fs.delete_dir_contents(store.path("outputs"), missing_dir_ok=True)
+    reset_outputs(store)
     poll = 0.2
     env = {**world["env"], "NIGHTSHIFT_SPOT_NOTICE": "aws", "NIGHTSHIFT_SPOT_ENDPOINT": imds,
            "NIGHTSHIFT_NOTICE_POLL_SECONDS": str(poll)}  # fmt: skip
@@ -303,7 +304,7 @@ def test_daemon_relaunches_a_terminated_run_which_resumes(world, tmp_path) -> No
 
     repo = Path(__file__).resolve().parents[1]
     store, home = world["store"], tmp_path / "home"
-    store.fs.delete_dir_contents(store.path("outputs"), missing_dir_ok=True)
+    reset_outputs(store)
     home.mkdir()
     (home / "dagster.yaml").write_text((repo / "deploy/local/dagster.yaml").read_text())
     env = {**world["env"], "DAGSTER_HOME": str(home)}

@@ -160,7 +160,7 @@ def test_ui_backfill_scores_the_range_in_one_run(ui_stack: DagsterStack) -> None
         landed = store.count_landing("transactions", day, TRANSACTIONS_SCHEMA)
         assert metadata["dagster/row_count"]["intValue"] == landed > 0
         assert metadata["rows_in"]["value"] == landed
-        assert metadata["output"]["path"].endswith(f"fraud_scores/date={day}")
+        assert metadata["output"]["path"].endswith(f"fraud_scores/data/date={day}")
         assert metadata["partitions"]["value"] == 3  # the days this run covered
         assert metadata["model_loads"]["value"] == 1
         assert metadata["model_version"]["text"]

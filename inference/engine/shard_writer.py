@@ -356,7 +356,7 @@ class ShardedWriter:
             for name in files:
                 yield pq.read_table(f"{folder}/{name}", filesystem=fs, schema=schema)
 
-        snapshot = day.tables.stage(day.name, day.date, schema, tables(), {**figures, "rows": rows})
+        snapshot = day.tables.stage(day.name, day.date, schema, tables, {**figures, "rows": rows})
         staged.parts.append((day, snapshot))
 
     def _report_committed(self, committed: DaySnapshot) -> None:

@@ -38,12 +38,13 @@ AUDIT_BRANCH, REJECTED_BRANCH = "audit-", "rejected-"
 # branches only.
 ON_MAIN = ("published", "rolled back")
 # Many nodes committing days of one table at once (a backfill across nodes) conflict on the
-# catalog pointer; pyiceberg rebuilds and retries the commit, with this budget instead of 4.
+# catalog pointer. pyiceberg 0.12's own retry rebuilds a transaction of several snapshots with
+# stale sequence numbers ("Cannot add snapshot with sequence number 7 older than last sequence
+# number 9"), so it is off, and each operation is redone whole on a fresh table instead
+# (``_retried``).
+COMMIT_TRIES = 60
 TABLE_PROPERTIES = {
-    "commit.retry.num-retries": "40",
-    "commit.retry.min-wait-ms": "50",
-    "commit.retry.max-wait-ms": "2000",
-    "commit.retry.total-timeout-ms": "600000",
+    "commit.retry.num-retries": "0",
     # Every commit writes a new metadata file: keep the last ones only (upkeep deletes the
     # rest of what expired snapshots leave, see inference/engine/table_upkeep.py).
     "write.metadata.delete-after-commit.enabled": "true",
@@ -117,6 +118,29 @@ def _with_date(table: pa.Table, schema: pa.Schema, date: str) -> pa.Table:
     table = table.select(schema.names).cast(schema)
     day = pa.array([dt.date.fromisoformat(date)] * table.num_rows, pa.date32())
     return table.append_column(pa.field(DATE, pa.date32()), day)
+
+
+def _retried(operation: Callable[[], Any], what: str) -> Any:
+    """Runs a commit, redoing it whole (it reloads its table) while another writer's commit
+    got in first; after ``COMMIT_TRIES`` tries the conflict is raised, naming ``what``."""
+    import random
+    import time
+
+    from pyiceberg.exceptions import CommitFailedException
+
+    for attempt in range(COMMIT_TRIES):
+        try:
+            return operation()
+        except (CommitFailedException, ValueError) as exc:
+            stale = isinstance(exc, ValueError) and "sequence number" in str(exc)
+            if not (isinstance(exc, CommitFailedException) or stale):
+                raise
+            if attempt == COMMIT_TRIES - 1:
+                raise TableError(
+                    f"{what}: still conflicting after {COMMIT_TRIES} tries: {exc}"
+                ) from exc
+            time.sleep(random.uniform(0.01, 0.05) * min(2**attempt, 20))
+    raise AssertionError("unreachable")
 
 
 def _day_filter(date: str):
@@ -197,26 +221,35 @@ class OutputTables:
         name: str,
         date: str,
         schema: pa.Schema,
-        tables: Iterable[pa.Table],
+        tables: Callable[[], Iterable[pa.Table]] | list[pa.Table],
         figures: dict[str, Any],
     ) -> DaySnapshot:
         """Writes the day's rows as a new snapshot on an audit branch of its own, in one commit;
-        main is untouched. ``figures`` must hold the ``commit`` id."""
+        main is untouched. ``tables`` gives the rows (a function called again when a commit
+        conflict makes the write start over, so that a day is never held whole in memory);
+        ``figures`` must hold the ``commit`` id."""
         commit = figures["commit"]
-        table = self.ensure(name, schema)
+        self.ensure(name, schema)
         branch = f"{AUDIT_BRANCH}{date}-{commit}"
         props = _properties({**figures, "date": date, "kind": "staged"})
-        with table.transaction() as tx:
-            wrote = False
-            for rows in tables:
-                tx.append(_with_date(rows, schema, date), snapshot_properties=props, branch=branch)
-                wrote = True
-            if not wrote:  # an empty day is still a day: a snapshot that says so
-                tx.append(
-                    _with_date(schema.empty_table(), schema, date),
-                    snapshot_properties=props,
-                    branch=branch,
-                )
+
+        def write() -> None:
+            table = self.catalog.load_table(self.identifier(name))
+            parts = tables() if callable(tables) else tables
+            with table.transaction() as tx:
+                wrote = False
+                for rows in parts:
+                    tx.append(
+                        _with_date(rows, schema, date), snapshot_properties=props, branch=branch
+                    )
+                    wrote = True
+                if not wrote:  # an empty day is still a day: a snapshot that says so
+                    rows = schema.empty_table()
+                    tx.append(
+                        _with_date(rows, schema, date), snapshot_properties=props, branch=branch
+                    )
+
+        _retried(write, f"staging {self.identifier(name)} {date}")
         table = self.catalog.load_table(self.identifier(name))
         snapshot = _day_snapshot(table.snapshot_by_name(branch))
         assert snapshot is not None
@@ -234,14 +267,19 @@ class OutputTables:
             **{k: v for k, v in staged.properties.items() if k.startswith(PREFIX)},
             **_properties({**figures, "kind": kind, "from_snapshot": staged.snapshot_id}),
         }
-        with table.transaction() as tx:
-            with warnings.catch_warnings():
-                # The day's first commit deletes nothing, and pyiceberg warns about it.
-                warnings.simplefilter("ignore", UserWarning)
-                tx.delete(_day_filter(date), snapshot_properties=props)
-            with tx.update_snapshot(snapshot_properties=props).fast_append() as append:
-                for data_file in files:
-                    append.append_data_file(data_file)
+
+        def replace_day() -> None:
+            table = self.catalog.load_table(self.identifier(name))
+            with table.transaction() as tx:
+                with warnings.catch_warnings():
+                    # The day's first commit deletes nothing, and pyiceberg warns about it.
+                    warnings.simplefilter("ignore", UserWarning)
+                    tx.delete(_day_filter(date), snapshot_properties=props)
+                with tx.update_snapshot(snapshot_properties=props).fast_append() as append:
+                    for data_file in files:
+                        append.append_data_file(data_file)
+
+        _retried(replace_day, f"publishing {self.identifier(name)} {date}")
         table = self.catalog.load_table(self.identifier(name))
         snapshot = _day_snapshot(table.current_snapshot())
         assert snapshot is not None
@@ -270,7 +308,11 @@ class OutputTables:
         history = self.history(name, date)
         current = next((day for day, where in history if where == "current"), None)
         if to_commit is None:
-            earlier = [day for day, where in history if where == "published"]
+            earlier = [
+                day
+                for day, where in history
+                if where == "published" and (current is None or day.commit != current.commit)
+            ]
             if current is None or not earlier:
                 raise TableError(
                     f"{self.identifier(name)} {date}: no earlier published commit to roll back "
@@ -317,19 +359,22 @@ class OutputTables:
             if ref_name.startswith(REJECTED_BRANCH)
         }
         current = _current(table, date)
-        rows = []
-        for found in sorted(table.snapshots(), key=lambda s: -s.timestamp_ms):
+        rows, staged_commits = [], set()
+        for found in sorted(table.snapshots(), key=lambda s: -(s.sequence_number or 0)):
             day = _day_snapshot(found)
-            if day is None or day.date != date:
+            if day is None or day.date != date or _only_deletes(found):
                 continue
             if current is not None and day.snapshot_id == current.snapshot_id:
                 where = "current"
             elif day.kind in ON_MAIN:
                 where = "published"
-            elif found.snapshot_id in rejected:
-                where = "rejected"
             else:
-                where = day.kind or "staged"
+                # A staged day is one snapshot per shard on its branch, newest first here: the
+                # branch's head stands for it.
+                if day.commit in staged_commits:
+                    continue
+                staged_commits.add(day.commit)
+                where = "rejected" if found.snapshot_id in rejected else day.kind or "staged"
             rows.append((day, where))
         return rows
 
@@ -380,6 +425,13 @@ class OutputTables:
             tasks
         )
         return rows.drop_columns([DATE]).select(schema.names).cast(schema)
+
+
+def _only_deletes(snapshot) -> bool:
+    """The first half of a publish (the day's old files removed): not a version of the day."""
+    from pyiceberg.table.snapshots import Operation
+
+    return snapshot.summary is not None and snapshot.summary.operation == Operation.DELETE
 
 
 def _listing(history: list[tuple[DaySnapshot, str]]) -> str:
