@@ -51,6 +51,7 @@ WHOLE = {
     "test_staleness",
     "test_summaries",
     "test_summary_spans",
+    "test_table_commits",
 }
 # Modules marked slow (`pytest -m "not slow"` leaves them out): each test starts the Dagster CLI,
 # a daemon, dagster dev or Ray in subprocesses, or kills and resumes whole runs.
@@ -61,6 +62,7 @@ SLOW = (
     "test_deploy_aws",
     "test_deadline_capacity",
     "test_spot_faults",
+    "test_table_commits",
 )
 
 

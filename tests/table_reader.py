@@ -71,7 +71,9 @@ def main(catalog_json: str, table: str, date: str, out: str, stop: str) -> None:
                 seen = {"t": time.time(), "error": f"{type(exc).__name__}: {exc}"}
             log.write(json.dumps(seen) + "\n")
             log.flush()
-            time.sleep(0.02)
+            # A read takes tens of milliseconds already: polling harder would take a core from
+            # the run under test and from the rest of the suite.
+            time.sleep(0.1)
 
 
 if __name__ == "__main__":

@@ -528,6 +528,12 @@ class StagedDay:
         return self.rejected
 
     def _finish(self) -> None:
-        if self.done is not None:
-            self.done()
-            self.done = None
+        done, self.done = self.done, None
+        if done is None:
+            return
+        try:
+            done()
+        except OSError:
+            # The day is published (or rejected) already; a staging area left behind (a full
+            # disk at its lease) is only work a later run of the day resumes and replaces.
+            pass
