@@ -188,35 +188,28 @@ class Sniffer:
 
     def verdicts(self, files: list[pafs.FileInfo]) -> list[str | None]:
         """For each file, None when it is parquet, else what it looks like."""
-        keys = [(f.path, f.size, f.mtime_ns) for f in files]
-        todo = [f for f, key in zip(files, keys, strict=True) if key not in self._verdicts]
-        if len(self._verdicts) + len(todo) > SNIFFED_KEPT:
-            self._verdicts.clear()
-        remote = not isinstance(self.fs, pafs.LocalFileSystem)
-        if remote and len(todo) > 1:
-            with ThreadPoolExecutor(min(SNIFF_THREADS, len(todo))) as pool:
-                found = list(pool.map(self._sniff, todo))
-        else:
-            found = [self._sniff(f) for f in todo]
-        for f, verdict in zip(todo, found, strict=True):
-            self._verdicts[(f.path, f.size, f.mtime_ns)] = verdict
-        return [self._verdicts[key] for key in keys]
+        return self._remembered(files, "sniff", self._sniff)
 
     def digests(self, files: list[pafs.FileInfo]) -> list[str]:
         """Each file's SHA-256, remembered per file version as the verdicts are."""
-        keys = [("sha256", f.path, f.size, f.mtime_ns) for f in files]
-        todo = [f for f, key in zip(files, keys, strict=True) if key not in self._verdicts]
+        return [d or "" for d in self._remembered(files, "sha256", self._digest)]
+
+    def _remembered(self, files: list[pafs.FileInfo], kind: str, read) -> list:
+        """``read(file)`` for each file, remembered per file version (path, size, mtime); the
+        files not yet read are read on threads where each read is a round trip."""
+        keys = [(kind, f.path, f.size, f.mtime_ns) for f in files]
+        todo = [(f, k) for f, k in zip(files, keys, strict=True) if k not in self._verdicts]
         if len(self._verdicts) + len(todo) > SNIFFED_KEPT:
             self._verdicts.clear()
         remote = not isinstance(self.fs, pafs.LocalFileSystem)
         if remote and len(todo) > 1:
             with ThreadPoolExecutor(min(SNIFF_THREADS, len(todo))) as pool:
-                found = list(pool.map(self._digest, todo))
+                found = list(pool.map(read, [f for f, _ in todo]))
         else:
-            found = [self._digest(f) for f in todo]
-        for f, digest in zip(todo, found, strict=True):
-            self._verdicts[("sha256", f.path, f.size, f.mtime_ns)] = digest
-        return [self._verdicts[key] or "" for key in keys]
+            found = [read(f) for f, _ in todo]
+        for (_, key), value in zip(todo, found, strict=True):
+            self._verdicts[key] = value
+        return [self._verdicts[key] for key in keys]
 
     def _digest(self, info: pafs.FileInfo) -> str:
         digest = hashlib.sha256()

@@ -127,9 +127,9 @@ def related_articles() -> None:
     """Stands in for whatever reads the embeddings downstream."""
 
 
-def test_a_vector_off_unit_norm_fails_the_blocking_check_and_stops_downstream(
-    store, resources, instance, monkeypatch
-):
+def _double_the_first_vector(monkeypatch):
+    """The embeddings step with a bug: the day's first vector comes out at twice unit norm.
+    Returns the real step, to put back."""
     module = importlib.import_module("assets.embeddings.document_embeddings")
     real = module.embed_documents
 
@@ -140,6 +140,13 @@ def test_a_vector_off_unit_norm_fails_the_blocking_check_and_stops_downstream(
         return Embeddings(vectors, embedded.model_calls, embedded.padding)
 
     monkeypatch.setattr(module, "embed_documents", one_vector_doubled)
+    return real
+
+
+def test_a_vector_off_unit_norm_fails_the_blocking_check_and_stops_downstream(
+    store, resources, instance, monkeypatch
+):
+    _double_the_first_vector(monkeypatch)
     land_crafted_documents(store, DAY)
     result = _embed(
         resources, instance, [related_articles], partition_key=DAY, raise_on_error=False
@@ -171,16 +178,7 @@ def test_a_day_its_blocking_check_refuses_is_never_published_and_a_rollback_rest
     good = store.read_output("document_embeddings", DAY)
     good_commit = store.output_commit("document_embeddings", DAY)
 
-    module = importlib.import_module("assets.embeddings.document_embeddings")
-    real = module.embed_documents
-
-    def one_vector_doubled(*args, **kwargs) -> Embeddings:
-        embedded = real(*args, **kwargs)
-        vectors = embedded.vectors.clone()
-        vectors[0] *= 2
-        return Embeddings(vectors, embedded.model_calls, embedded.padding)
-
-    monkeypatch.setattr(module, "embed_documents", one_vector_doubled)
+    real = _double_the_first_vector(monkeypatch)
     refused = _embed(resources, instance, partition_key=DAY, raise_on_error=False)
     assert not refused.success
     # Main is where it was: the same commit, the same rows, to the bit.
@@ -196,7 +194,9 @@ def test_a_day_its_blocking_check_refuses_is_never_published_and_a_rollback_rest
     norms = np.linalg.norm(np.stack(kept["embedding"].to_numpy(zero_copy_only=False)), axis=1)
     assert kept.num_rows == good.num_rows and abs(norms.max() - 2.0) < 1e-5
 
-    monkeypatch.setattr(module, "embed_documents", real)
+    monkeypatch.setattr(
+        importlib.import_module("assets.embeddings.document_embeddings"), "embed_documents", real
+    )
     store.publish("document_embeddings", DAY, [good.slice(0, 1)], good.schema)  # a bad hand
     assert store.read_output("document_embeddings", DAY).num_rows == 1
     restored = store.tables.rollback("document_embeddings", DAY, good_commit)
