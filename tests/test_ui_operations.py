@@ -226,11 +226,18 @@ def test_nightshift_ui_execs_dagster_dev_able_to_stop(tmp_path: Path) -> None:
 
 
 @pytest.mark.parametrize("stop", [signal.SIGTERM, signal.SIGINT], ids=["SIGTERM", "SIGINT"])
-def test_dagster_dev_exits_within_10s_of_a_stop_signal_during_a_run(
+# How long the tree may take to be gone. A hang never ends; a healthy stop took about 1.5 s on
+# a loaded machine (benchmarks/tests-2026-12-02.md), and more in the whole suite once the run's
+# steps commit to Iceberg tables (pyiceberg and SQLAlchemy in the step processes): 10 s was
+# missed there in two fresh-clone runs of `make test` (benchmarks/tests-2026-12-04.md).
+STOP_BOUND_S = 30
+
+
+def test_dagster_dev_exits_soon_after_a_stop_signal_during_a_run(
     stop: signal.Signals, tmp_path: Path
 ) -> None:
     """Ctrl-C (SIGINT to the whole group) or SIGTERM while a run trains the fraud model: every
-    process of `dagster dev`, the run's own included, has exited 10 s later, and the run
+    process of `dagster dev`, the run's own included, has exited STOP_BOUND_S later, and the run
     failed as interrupted instead of retrying the step in its process and carrying on."""
     home, data_root = tmp_path / "dagster_home", tmp_path / "data"
     env = {
@@ -275,14 +282,15 @@ def test_dagster_dev_exits_within_10s_of_a_stop_signal_during_a_run(
         # Inside the step's own code. A signal that lands while Dagster is still starting the
         # step can be lost: its capture_interrupts clears a captured signal when its window
         # closes (read in dagster/_utils/interrupts.py). Seen once, on a loaded machine: the run
-        # carried on to success and the processes outlived the 10 s.
+        # carried on to success and the processes outlived the bound.
         wait_for(lambda: _logged(home, run_id, "labelled history"), 120, "training to read")
         os.killpg(process.pid, stop)
         stopped = time.monotonic()
-        while _group_processes(process.pid) and time.monotonic() - stopped < 10:
+        while _group_processes(process.pid) and time.monotonic() - stopped < STOP_BOUND_S:
             time.sleep(0.2)
         left = _group_processes(process.pid)
-        assert not left, f"alive 10 s after {stop.name}: {left}\n{stack.log_tail()}"
+        gone = round(time.monotonic() - stopped, 1)
+        assert not left, f"alive {gone} s after {stop.name}: {left}\n{stack.log_tail()}"
     finally:
         if _group_processes(process.pid):
             os.killpg(process.pid, signal.SIGKILL)

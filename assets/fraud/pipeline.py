@@ -245,12 +245,13 @@ def flagged_details(batch: pa.RecordBatch, scores: pa.Table) -> pa.Table:
 
 
 def _output(store: DataStore, asset: str, date: str) -> ds.Dataset:
+    """The day as published, read through its table (an empty day keeps its columns)."""
     if not store.output_exists(asset, date):
         raise FileNotFoundError(
-            f"'{asset}' has no published partition for {date} at "
-            f"{store.uri(store.output_path(asset, date))}: materialise it first"
+            f"'{asset}' has no published day {date} in table "
+            f"{store.tables.identifier(asset)}: materialise it first"
         )
-    return ds.dataset(store.output_files(asset, date), filesystem=store.fs, format="parquet")
+    return ds.dataset(store.read_output(asset, date))
 
 
 class StaleScoresError(LandingDataError):
@@ -261,12 +262,12 @@ class StaleScoresError(LandingDataError):
 def flagged_transactions(store: DataStore, date: str) -> pa.Table:
     """The day's flagged transactions as scoring saw them, from the side output committed with
     ``fraud_scores``; fails when the two do not come from the same commit."""
-    where = store.uri(store.output_path(FLAGGED, date))
+    where = f"in table {store.tables.identifier(FLAGGED)}"
     scored, flagged = store.output_commit(SCORES, date), store.output_commit(FLAGGED, date)
     if scored is None or scored != flagged:
         raise StaleScoresError(
             f"fraud_scores {date} (commit {scored}) has no flagged-transaction details from the "
-            f"same commit at {where} (found {flagged}): it was scored by an older nightshift or "
+            f"same commit {where} (found {flagged}): it was scored by an older nightshift or "
             f"its commit did not finish; re-run fraud_scores for {date}"
         )
     return _output(store, FLAGGED, date).to_table()

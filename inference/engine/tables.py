@@ -364,10 +364,14 @@ class OutputTables:
             day = _day_snapshot(found)
             if day is None or day.date != date or _only_deletes(found):
                 continue
+            where = None
             if current is not None and day.snapshot_id == current.snapshot_id:
                 where = "current"
             elif day.kind in ON_MAIN:
                 where = "published"
+            if where in ("current", "published"):
+                # Its staged snapshot (older, listed below) is the same commit: not listed.
+                staged_commits.add(day.commit)
             else:
                 # A staged day is one snapshot per shard on its branch, newest first here: the
                 # branch's head stands for it.
