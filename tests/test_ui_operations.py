@@ -225,7 +225,6 @@ def test_nightshift_ui_execs_dagster_dev_able_to_stop(tmp_path: Path) -> None:
     assert done.stdout.splitlines() == ["True", str(REPO), str(EXIT_SITE)]
 
 
-@pytest.mark.parametrize("stop", [signal.SIGTERM, signal.SIGINT], ids=["SIGTERM", "SIGINT"])
 # How long the tree may take to be gone. A hang never ends; a healthy stop took about 1.5 s on
 # a loaded machine (benchmarks/tests-2026-12-02.md), and more in the whole suite once the run's
 # steps commit to Iceberg tables (pyiceberg and SQLAlchemy in the step processes): 10 s was
@@ -233,6 +232,7 @@ def test_nightshift_ui_execs_dagster_dev_able_to_stop(tmp_path: Path) -> None:
 STOP_BOUND_S = 30
 
 
+@pytest.mark.parametrize("stop", [signal.SIGTERM, signal.SIGINT], ids=["SIGTERM", "SIGINT"])
 def test_dagster_dev_exits_soon_after_a_stop_signal_during_a_run(
     stop: signal.Signals, tmp_path: Path
 ) -> None:
