@@ -238,9 +238,10 @@ class OutputStore(FileStore):
 
     def output_files(self, asset: str, date: str) -> list[str]:
         """The day's data files in its table (paths on this store's filesystem)."""
-        if not self._day_written(asset, date):
-            return []
         files = self.tables.files(asset, date, self._snapshot(asset, date))
+        if files is None:
+            self._refuse_old_layout(asset, date)
+            return []
         return [f.split("://", 1)[1] if "://" in f else f for f in files]
 
     def output_commit(self, asset: str, date: str) -> str | None:
@@ -263,10 +264,9 @@ class OutputStore(FileStore):
         return self.tables.current(asset, date)
 
     def read_output(self, asset: str, date: str) -> pa.Table:
-        rows = None
-        if self._day_written(asset, date):
-            rows = self.tables.read(asset, date, self._snapshot(asset, date))
+        rows = self.tables.read(asset, date, self._snapshot(asset, date))
         if rows is None:
+            self._refuse_old_layout(asset, date)
             raise FileNotFoundError(
                 f"no published output for '{asset}', date {date} in table "
                 f"{self.tables.identifier(asset)}"

@@ -9,8 +9,11 @@ staging folder until the day is committed to its Iceberg tables (``inference.eng
 
 from __future__ import annotations
 
+import errno
 import hashlib
 import json
+import os
+import shutil
 import uuid
 from collections.abc import Iterable
 from dataclasses import dataclass, field
@@ -182,6 +185,32 @@ class PartitionIO:
                 return json.loads(stream.read())
         except (FileNotFoundError, OSError):
             return None
+
+    def link(self, source: str, path: str) -> str:
+        """Puts the file at ``source`` also at ``path`` without its bytes passing through
+        this process: a hard link locally (a copy where the filesystem cannot link), a
+        server-side copy on S3. Returns ``path``'s URI, as a table records its files."""
+        fs = self.target.fs
+        if not self.target.local:
+            fs.copy_file(source, path)
+            return self.target.uri(path)
+        with self._writing(path, path):
+            os.makedirs(os.path.dirname(path), exist_ok=True)
+            try:
+                os.link(source, path)
+            except FileExistsError:  # names carry the commit id: this one is stale
+                os.unlink(path)
+                os.link(source, path)
+            except OSError as exc:
+                if exc.errno not in (errno.EXDEV, errno.EPERM, errno.EMLINK, errno.ENOTSUP):
+                    raise
+                shutil.copyfile(source, path)
+            # A link shares its file's times: it gets a fresh one, or upkeep could take the
+            # file of a day staged long after its shards were written for an old orphan in
+            # the moment before its commit references it.
+            os.utime(path)
+        # As pyiceberg writes its own paths: not percent-encoded (it would not decode "%3D").
+        return f"file://{os.path.abspath(path)}"
 
     def exists(self, path: str) -> bool:
         return self.target.fs.get_file_info(path).type != pafs.FileType.NotFound

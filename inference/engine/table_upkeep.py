@@ -15,7 +15,7 @@ from dataclasses import dataclass, field
 
 import pyarrow.fs as pafs
 
-from inference.engine.tables import AUDIT_BRANCH, REJECTED_BRANCH, OutputTables, _day_heads
+from inference.engine.tables import AUDIT_BRANCH, REJECTED_BRANCH, OutputTables, day_heads
 
 
 @dataclass
@@ -56,7 +56,7 @@ def upkeep(
         update.commit()
         done.branches_removed = old_branches
         table = tables.load(name)
-    keep = {day.snapshot_id for day in _day_heads(table).values()}
+    keep = {day.snapshot_id for day in day_heads(table).values()}
     keep |= {ref.snapshot_id for ref in table.metadata.refs.values()}
     expired = [
         s.snapshot_id

@@ -1,11 +1,13 @@
 """Outputs as Apache Iceberg tables: one table per output, partitioned by day, each day replaced
 in one catalog commit, with write-audit-publish through a branch per commit.
 
-A day is first *staged*: its rows are appended to a new branch ``audit-<date>-<commit>`` that
-main never sees. The day's checks read exactly that snapshot. *Publishing* then replaces the day
-on main with the staged snapshot's data files in one transaction (delete the day, append the
-same files): a reader of main sees the old day or the new one, never none, both or a mix, and a
-day whose checks failed is never on main; its snapshot stays on its branch for inspection.
+A day is first *staged*: its data files are added, as one snapshot, to a new branch
+``audit-<date>-<commit>`` that main never sees. The engine's shard files become those data files
+as they are (``stage_files``); rows held in memory are written through the table (``stage``).
+The day's checks read exactly that snapshot. *Publishing* then replaces the day on main with the
+staged snapshot's data files in one transaction (delete the day, append the audited files): a
+reader of main sees the old day or the new one, never none, both or a mix, and a day
+whose checks failed is never on main; its snapshot stays on its branch for inspection.
 
 Publishing appends the audited files onto main's current snapshot instead of moving main to
 the audit snapshot itself, because other days of the same table may have been published since
@@ -20,6 +22,7 @@ from __future__ import annotations
 
 import base64
 import datetime as dt
+import itertools
 import json
 import warnings
 from collections.abc import Callable, Iterable
@@ -120,6 +123,69 @@ def _with_date(table: pa.Table, schema: pa.Schema, date: str) -> pa.Table:
     return table.append_column(pa.field(DATE, pa.date32()), day)
 
 
+def _day_number(date: str) -> int:
+    """An identity partition on a date holds days since the epoch."""
+    return (dt.date.fromisoformat(date) - dt.date(1970, 1, 1)).days
+
+
+def _registered(metadata, io, file: str, schema: pa.Schema, date: str, write_uuid, counter):
+    """The data files that hold ``file`` in the table: the file itself, described from its
+    footer (columns are matched to the table's by name, see ``ensure``), when its columns are
+    ``schema``'s; otherwise its rows written again in the table's own files."""
+    import pyarrow.parquet as pq
+    from pyiceberg.conversions import to_bytes
+    from pyiceberg.io.pyarrow import (
+        _dataframe_to_data_files,
+        compute_statistics_plan,
+        data_file_statistics_from_parquet_metadata,
+        parquet_path_to_id_mapping,
+    )
+    from pyiceberg.manifest import DataFile, DataFileContent, FileFormat
+    from pyiceberg.typedef import Record
+
+    source = io.new_input(file)
+    with source.open() as stream:
+        footer = pq.read_metadata(stream)
+    if not footer.schema.to_arrow_schema().equals(schema):
+        with source.open() as stream:
+            rows = pq.read_table(stream)
+        try:
+            dated = _with_date(rows, schema, date)
+        except (pa.ArrowInvalid, pa.ArrowNotImplementedError, KeyError) as exc:
+            raise TableError(
+                f"{file}: its columns {rows.schema} do not fit the table's {schema}: {exc}"
+            ) from exc
+        yield from _dataframe_to_data_files(
+            metadata, dated, io, write_uuid=write_uuid, counter=counter
+        )
+        return
+    columns = metadata.schema()
+    statistics = data_file_statistics_from_parquet_metadata(
+        parquet_metadata=footer,
+        stats_columns=compute_statistics_plan(columns, metadata.properties),
+        parquet_column_mapping=parquet_path_to_id_mapping(columns),
+    ).to_serialized_dict()
+    # The file has no ``date`` column, yet every row it gives a reader has the day: its
+    # bounds say so, which lets a delete of the day drop the file from the metadata alone.
+    day = columns.find_field(DATE)
+    bound = to_bytes(day.field_type, _day_number(date))
+    statistics["lower_bounds"][day.field_id] = statistics["upper_bounds"][day.field_id] = bound
+    statistics["value_counts"][day.field_id] = footer.num_rows
+    statistics["null_value_counts"][day.field_id] = 0
+    yield DataFile.from_args(
+        content=DataFileContent.DATA,
+        file_path=file,
+        file_format=FileFormat.PARQUET,
+        partition=Record(_day_number(date)),
+        file_size_in_bytes=len(source),
+        sort_order_id=None,
+        spec_id=metadata.default_spec_id,
+        equality_ids=None,
+        key_metadata=None,
+        **statistics,
+    )
+
+
 def _retried(operation: Callable[[], Any], what: str) -> Any:
     """Runs a commit, redoing it whole (it reloads its table) while another writer's commit
     got in first; after ``COMMIT_TRIES`` tries the conflict is raised, naming ``what``."""
@@ -208,6 +274,15 @@ class OutputTables:
             except TableAlreadyExistsError:
                 pass
             table = self.catalog.load_table(self.identifier(name))
+        if table.metadata.name_mapping() is None:
+            # Files registered as the engine wrote them carry no Iceberg field ids: readers
+            # match their columns to the table's by this mapping (schema updates keep it).
+            from pyiceberg.table import TableProperties
+
+            mapping = table.schema().name_mapping.model_dump_json()
+            with table.transaction() as tx:
+                tx.set_properties({TableProperties.DEFAULT_NAME_MAPPING: mapping})
+            table = self.catalog.load_table(self.identifier(name))
         if table.properties.get(ARROW_SCHEMA) != _encode_schema(schema):
             with table.transaction() as tx:
                 with tx.update_schema() as update:
@@ -224,33 +299,66 @@ class OutputTables:
         tables: Callable[[], Iterable[pa.Table]] | list[pa.Table],
         figures: dict[str, Any],
     ) -> DaySnapshot:
-        """Writes the day's rows as a new snapshot on an audit branch of its own, in one commit;
-        main is untouched. ``tables`` gives the rows (a function called again when a commit
-        conflict makes the write start over, so that a day is never held whole in memory);
-        ``figures`` must hold the ``commit`` id."""
+        """Writes the day's rows into the table's files as one new snapshot on an audit branch
+        of its own; main is untouched. ``tables`` gives the rows (a function called again when
+        a commit conflict makes the write start over, so that a day is never held whole in
+        memory); ``figures`` must hold the ``commit`` id."""
+        from pyiceberg.io.pyarrow import _dataframe_to_data_files
+
+        def add(table, tx, append) -> None:
+            counter = itertools.count()
+            for rows in tables() if callable(tables) else tables:
+                if not rows.num_rows:
+                    continue
+                for data_file in _dataframe_to_data_files(
+                    tx.table_metadata,
+                    _with_date(rows, schema, date),
+                    table.io,
+                    write_uuid=append.commit_uuid,
+                    counter=counter,
+                ):
+                    append.append_data_file(data_file)
+
+        return self._stage(name, date, schema, figures, add)
+
+    def stage_files(
+        self, name: str, date: str, schema: pa.Schema, files: list[str], figures: dict[str, Any]
+    ) -> DaySnapshot:
+        """Stages the day from parquet files already placed in the table's folder (the
+        engine's shard files, linked there): each is registered as it is, from its footer, so
+        no row is read or written again. The day's value lives in each file's partition
+        record, as in a table migrated from Hive folders (the Iceberg spec has readers take an
+        identity partition's value from there). A file whose columns are not ``schema``'s is
+        rewritten through the table instead. One snapshot on the audit branch; main is
+        untouched."""
+
+        def add(table, tx, append) -> None:
+            counter = itertools.count()
+            for file in files:
+                for data_file in _registered(
+                    tx.table_metadata, table.io, file, schema, date, append.commit_uuid, counter
+                ):
+                    append.append_data_file(data_file)
+
+        return self._stage(name, date, schema, figures, add)
+
+    def _stage(self, name: str, date: str, schema: pa.Schema, figures: dict[str, Any], add):
+        """One snapshot on the day's audit branch holding the data files ``add`` appends (none:
+        an empty day, which is still a day), redone whole on a commit conflict."""
         commit = figures["commit"]
-        self.ensure(name, schema)
+        loaded = [self.ensure(name, schema)]
         branch = f"{AUDIT_BRANCH}{date}-{commit}"
         props = _properties({**figures, "date": date, "kind": "staged"})
 
-        def write() -> None:
-            table = self.catalog.load_table(self.identifier(name))
-            parts = tables() if callable(tables) else tables
+        def write():
+            table = loaded.pop() if loaded else self.catalog.load_table(self.identifier(name))
             with table.transaction() as tx:
-                wrote = False
-                for rows in parts:
-                    tx.append(
-                        _with_date(rows, schema, date), snapshot_properties=props, branch=branch
-                    )
-                    wrote = True
-                if not wrote:  # an empty day is still a day: a snapshot that says so
-                    rows = schema.empty_table()
-                    tx.append(
-                        _with_date(rows, schema, date), snapshot_properties=props, branch=branch
-                    )
+                update = tx.update_snapshot(snapshot_properties=props, branch=branch)
+                with update.fast_append() as append:
+                    add(table, tx, append)
+            return table  # the commit left it at its new metadata
 
-        _retried(write, f"staging {self.identifier(name)} {date}")
-        table = self.catalog.load_table(self.identifier(name))
+        table = _retried(write, f"staging {self.identifier(name)} {date}")
         snapshot = _day_snapshot(table.snapshot_by_name(branch))
         assert snapshot is not None
         return snapshot
@@ -268,19 +376,25 @@ class OutputTables:
             **_properties({**figures, "kind": kind, "from_snapshot": staged.snapshot_id}),
         }
 
-        def replace_day() -> None:
-            table = self.catalog.load_table(self.identifier(name))
+        loaded = [table]
+
+        def replace_day():
+            table = loaded.pop() if loaded else self.catalog.load_table(self.identifier(name))
             with table.transaction() as tx:
                 with warnings.catch_warnings():
                     # The day's first commit deletes nothing, and pyiceberg warns about it.
                     warnings.simplefilter("ignore", UserWarning)
+                    # Dropped whole from the metadata (the day's bounds on ``date``), no data
+                    # file is opened. A delete and an append, not one overwrite: pyiceberg's
+                    # overwrite carries the manifests of its deletions into every later
+                    # snapshot, where upkeep would never see the replaced files go.
                     tx.delete(_day_filter(date), snapshot_properties=props)
                 with tx.update_snapshot(snapshot_properties=props).fast_append() as append:
                     for data_file in files:
                         append.append_data_file(data_file)
+            return table
 
-        _retried(replace_day, f"publishing {self.identifier(name)} {date}")
-        table = self.catalog.load_table(self.identifier(name))
+        table = _retried(replace_day, f"publishing {self.identifier(name)} {date}")
         snapshot = _day_snapshot(table.current_snapshot())
         assert snapshot is not None
         return snapshot
@@ -373,8 +487,8 @@ class OutputTables:
                 # Its staged snapshot (older, listed below) is the same commit: not listed.
                 staged_commits.add(day.commit)
             else:
-                # A staged day is one snapshot per shard on its branch, newest first here: the
-                # branch's head stands for it.
+                # A day staged before its shard files were registered whole is one snapshot
+                # per shard on its branch, newest first here: the branch's head stands for it.
                 if day.commit in staged_commits:
                     continue
                 staged_commits.add(day.commit)
@@ -411,10 +525,11 @@ class OutputTables:
         files = _files_in_order(table, snapshot_id, date)
         return table, scan, [FileScanTask(f) for f in files]
 
-    def files(self, name: str, date: str, snapshot_id: int | None = None) -> list[str]:
-        """The day's data files (URIs) at ``snapshot_id`` (default: main's), in row order."""
+    def files(self, name: str, date: str, snapshot_id: int | None = None) -> list[str] | None:
+        """The day's data files (URIs) at ``snapshot_id`` (default: main's), in row order, or
+        None when there is no such day."""
         _, _, tasks = self._tasks(name, date, snapshot_id)
-        return [task.file.file_path for task in tasks or []]
+        return None if tasks is None else [task.file.file_path for task in tasks]
 
     def read(self, name: str, date: str, snapshot_id: int | None = None) -> pa.Table | None:
         """The day's rows at ``snapshot_id`` (default: main's) in the output's own schema and
@@ -445,27 +560,28 @@ def _listing(history: list[tuple[DaySnapshot, str]]) -> str:
 
 
 def _files_in_order(table, snapshot_id: int, date: str) -> list:
-    """The data files of ``date`` live in a snapshot, in the order they were committed (by
-    sequence number, then path)."""
-    day = (dt.date.fromisoformat(date) - dt.date(1970, 1, 1)).days
+    """The data files of ``date`` live in a snapshot, in the order they were committed: by
+    sequence number, and within one commit as its manifest lists them (the order they were
+    added; their names need not sort that way)."""
+    day = _day_number(date)
     entries = []
     for manifest in table.snapshot_by_id(snapshot_id).manifests(table.io):
         for entry in manifest.fetch_manifest_entry(table.io, discard_deleted=True):
             if entry.data_file.partition[0] == day:
-                entries.append((entry.sequence_number or 0, entry.data_file.file_path, entry))
-    entries.sort(key=lambda e: (e[0], e[1]))
-    return [entry.data_file for _, _, entry in entries]
+                entries.append(entry)
+    entries.sort(key=lambda entry: entry.sequence_number or 0)  # stable: keeps that order
+    return [entry.data_file for entry in entries]
 
 
 def _current(table, date: str) -> DaySnapshot | None:
     """The newest snapshot that put ``date`` on main. Found by kind and sequence number, not
     by walking main's ancestry: expiry removes snapshots between the days' heads (and keeps
     every day's head), which would cut the walk short."""
-    heads = _day_heads(table)
+    heads = day_heads(table)
     return heads.get(date)
 
 
-def _day_heads(table) -> dict[str, DaySnapshot]:
+def day_heads(table) -> dict[str, DaySnapshot]:
     """Each day's newest snapshot on main (published or rolled back), by day."""
     heads: dict[str, tuple[int, DaySnapshot]] = {}
     for snapshot in table.snapshots():

@@ -9,7 +9,8 @@ with ``NIGHTSHIFT_TEST_FAULT=<action>@<point>[@<folder>]``:
 
 Points, in the order a day's commit passes them:
 
-- ``stage:<table>``: before the table's day is staged (its data files and branch written);
+- ``stage:<table>``: before the table's day is staged (its shard files already linked into the
+  table's folder, its branch not yet written);
 - ``checks``: every table staged, before the checks read the staged snapshots;
 - ``publish:<table>``: checks passed, before the table's day is published;
 - ``commit:<table>``: the day's manifests written, before the catalog commit that publishes it;
@@ -45,7 +46,7 @@ def _install(spec: str) -> None:
 
     from inference.engine import tables
 
-    stage, publish = tables.OutputTables.stage, tables.OutputTables.publish
+    stage, publish = tables.OutputTables.stage_files, tables.OutputTables.publish
     finish, do_commit = tables.StagedDay._finish, Table._do_commit
     reading = None
 
@@ -68,7 +69,7 @@ def _install(spec: str) -> None:
             fault(f"commit:{self.name()[-1]}")
         return do_commit(self, updates, requirements)
 
-    tables.OutputTables.stage, tables.OutputTables.publish = staged, published
+    tables.OutputTables.stage_files, tables.OutputTables.publish = staged, published
     tables.StagedDay._finish, Table._do_commit = finished, committed
 
     from resources import outputstore
