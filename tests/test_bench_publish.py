@@ -44,6 +44,9 @@ def test_bench_publish_smoke_run_times_both_commits_and_the_fraud_day(tmp_path: 
     assert facts["shard_files"]["10000"] == 2
     assert facts["rename_commit_seconds"] > 0
     assert facts["iceberg_commit_seconds_10000"] > 0 and facts["iceberg_over_rename_10000"] > 0
+    # The commit it replaced, staging by writing the rows again, is timed beside it.
+    assert any(p.startswith("staging by writing the rows again") for p in peers)
+    assert facts["rewrite_commit_seconds_10000"] > 0 and facts["rewrite_over_registered_10000"] > 0
     assert facts["fraud_scores_rows"] > 0
     assert 0 < facts["fraud_day_commit_share"] < 1
     assert "publish fraud_scores" in facts["fraud_day_commit_calls"]
