@@ -9,7 +9,7 @@ export DAGSTER_HOME ?= $(CURDIR)/.nightshift/dagster_home
 export HF_HUB_OFFLINE := 1
 export TRANSFORMERS_OFFLINE := 1
 
-.PHONY: install browser run test ui clean bench bench-quick bench-quality eval
+.PHONY: install browser postgres run test ui clean bench bench-quick bench-quality eval
 
 install: $(STAMP)
 
@@ -33,18 +33,22 @@ run: $(STAMP)
 	$(BIN)/nightshift run --generate-days 3
 
 # Everything the suite needs is set up here, so `make test` alone passes on a fresh machine:
-# the project (above) and Debian's Chromium for the UI test (installed through apt when missing).
+# the project (above), Debian's Chromium for the UI test and Debian's PostgreSQL server for the
+# catalog tests (each installed through apt when missing).
 # Three pytest-xdist workers, on two cores too: much of a test's time is spent waiting on a
 # subprocess (the Dagster CLI, dagster dev, a daemon, Ray) or a poll, and with two workers the
 # cores still sat idle when both waited at once (benchmarks/tests-2026-12-03.md measures both).
 # Tests that must not overlap are grouped in tests/conftest.py. TEST_WORKERS=0 runs in one
 # process; PYTEST_ARGS adds options.
 TEST_WORKERS ?= 3
-test: $(STAMP) browser
+test: $(STAMP) browser postgres
 	$(BIN)/pytest -n $(TEST_WORKERS) --dist loadgroup $(PYTEST_ARGS)
 
 browser:
 	bash deploy/local/install-browser.sh
+
+postgres:
+	bash deploy/local/install-postgres.sh
 
 # The throughput benchmark, every workload: writes benchmarks/results.json and .md (how long it
 # takes: docs/benchmarks.md). BENCH_ARGS passes options through, e.g. BENCH_ARGS="--threads 2

@@ -313,9 +313,9 @@ def test_a_full_disk_at_each_step_of_the_publish_leaves_a_whole_day(
     assert shutil.disk_usage(outputs).free > TMPFS_BYTES // 2
 
 
-def _commit_days(root: str, date: str, times: int) -> None:
+def _commit_days(root: str, date: str, times: int, catalog_uri: str | None = None) -> None:
     """One writer process: publishes its own day of a shared table ``times`` times."""
-    store = DataStore(root)
+    store = DataStore(root, catalog_uri=catalog_uri)
     schema = pa.schema([("id", pa.int64()), ("run", pa.int32())])
     for run in range(times):
         rows = pa.table({"id": range(100), "run": [run] * 100}, schema=schema)
@@ -324,20 +324,31 @@ def _commit_days(root: str, date: str, times: int) -> None:
         store.tables.publish("shared", date, staged)
 
 
-def test_runs_committing_different_days_of_one_table_at_once_all_land(tmp_path) -> None:
+@pytest.mark.parametrize("catalog", ["sqlite", "postgresql"])
+def test_runs_committing_different_days_of_one_table_at_once_all_land(
+    tmp_path, request, catalog
+) -> None:
+    """Three processes commit their own days of one table at once, through the embedded
+    SQLite catalog and through the SQL catalog on a real PostgreSQL server (what nodes that
+    share a data root use)."""
     import multiprocessing
 
+    uri = None
+    if catalog == "postgresql":
+        port = request.getfixturevalue("postgres_port")
+        uri = f"postgresql+psycopg2://dagster@127.0.0.1:{port}/postgres"
     root = str(tmp_path / "data")
-    _commit_days(root, "2026-04-01", 1)  # the table exists before the race
+    _commit_days(root, "2026-04-01", 1, uri)  # the table exists before the race
     dates = ["2026-04-02", "2026-04-03", "2026-04-04"]
     context = multiprocessing.get_context("spawn")
-    writers = [context.Process(target=_commit_days, args=(root, d, 8)) for d in dates]
+    writers = [context.Process(target=_commit_days, args=(root, d, 8, uri)) for d in dates]
     for writer in writers:
         writer.start()
     for writer in writers:
         writer.join(timeout=300)
         assert writer.exitcode == 0
-    store = DataStore(root)
+    store = DataStore(root, catalog_uri=uri)
+    assert store.catalog_props["uri"] == (uri or f"sqlite:///{tmp_path}/data/catalog/nightshift.db")
     for date in dates:
         day = store.read_output("shared", date)
         assert day.num_rows == 100 and set(day["run"].to_pylist()) == {7}
