@@ -38,6 +38,7 @@ from assets.checkpointing import SpotSafeRun, Work, spot_safe
 from assets.day_metadata import day_figures, day_metadata
 from assets.days import DayRecorder, daily_assets, latest_materialization
 from assets.errors import fail_fast_on_bad_input
+from assets.handed import SNAPSHOTS
 from assets.landing import (
     jobs_holding,
     land_unchecked,
@@ -242,7 +243,10 @@ def _publish_or_reject(
         return {}
     if not refused:
         published = staged.publish(checks=checks, model_version=model_version)
-        return {"snapshot_id": published.snapshot_id} if published else {}
+        if published is None:
+            return {}
+        # The downstream assets read the day at these snapshots (assets/handed.py).
+        return {"snapshot_id": published.snapshot_id, SNAPSHOTS: dict(staged.published_ids)}
     branch = staged.reject()
     current = store.output_figures(asset, date)
     holds = (

@@ -92,15 +92,36 @@ def _cmd_rollback(args: argparse.Namespace) -> int:
         f"{tables.identifier(args.asset)} {args.date}: main holds commit {now.commit} again "
         f"(snapshot {now.snapshot_id}, {now.value('rows', '?')} rows)"
     )
+    moved = {args.asset: now.snapshot_id}
     for name in table_names(store):
         if not name.startswith(f"{args.asset}_") or name.endswith("_shadow"):
             continue
         held = {d.commit for d, _ in tables.history(name, args.date)}
         current = tables.current(name, args.date)
         if now.commit in held and (current is None or current.commit != now.commit):
-            tables.rollback(name, args.date, now.commit)
+            moved[name] = tables.rollback(name, args.date, now.commit).snapshot_id
             print(f"{tables.identifier(name)} {args.date}: main holds commit {now.commit} again")
+    _record_rollback(args.asset, args.date, now.commit, moved)
     return 0
+
+
+def _record_rollback(asset: str, date: str, commit: str, moved: dict[str, int]) -> None:
+    """Records the rolled-back day as a materialisation of the asset in the Dagster instance:
+    the UI shows it, and the assets downstream read the restored day (``assets.handed``)."""
+    from dagster import AssetMaterialization, DagsterInstance
+
+    from assets.handed import snapshot_metadata
+
+    with DagsterInstance.get() as instance:
+        instance.report_runless_asset_event(
+            AssetMaterialization(
+                asset_key=asset,
+                partition=date,
+                description=f"nightshift outputs rollback: commit {commit} is the day again",
+                metadata={**snapshot_metadata(moved), "rolled_back_to": commit},
+            )
+        )
+    print(f"{asset} {date}: recorded in the Dagster instance at {os.environ['DAGSTER_HOME']}")
 
 
 def _cmd_upkeep(args: argparse.Namespace) -> int:
@@ -205,6 +226,8 @@ def add_parser(sub: argparse._SubParsersAction, date_type) -> None:
     history.add_argument("--asset", required=True)
     history.add_argument("--date", required=True, type=date_type)
     rollback = command("rollback", "make an earlier commit of a day current again", _cmd_rollback)
+    # It records the restored day in the Dagster instance for the assets downstream.
+    rollback.set_defaults(opens_instance=True)
     rollback.add_argument("--asset", required=True)
     rollback.add_argument("--date", required=True, type=date_type)
     rollback.add_argument("--to", metavar="COMMIT", help="default: the commit before the current")

@@ -23,7 +23,7 @@ import os
 import uuid
 from collections.abc import Iterable, Iterator
 from contextlib import contextmanager
-from dataclasses import dataclass
+from dataclasses import dataclass, field
 from pathlib import Path
 
 import pyarrow as pa
@@ -46,6 +46,8 @@ class Published:
     uri: str
     rows: int
     files: int
+    # table -> the snapshot that put the day on its main.
+    snapshots: dict[str, int] = field(default_factory=dict)
 
 
 def catalog_properties(
@@ -202,18 +204,26 @@ class OutputStore(FileStore):
         finally:
             writer.close()
             writer.discard_staging()
-        return Published(uri=report.uri, rows=report.rows_out, files=1)
+        return Published(
+            uri=report.uri, rows=report.rows_out, files=1, snapshots=report.published_ids
+        )
 
     @contextmanager
     def reading(self, staged: StagedDay | None) -> Iterator[None]:
         """Reads of the staged day's tables see its staged snapshots inside the block: what a
         day's checks run on before it is published."""
-        pins = staged.snapshots() if staged is not None else {}
-        self._reading_at.update(pins)
+        with self.pinned(staged.snapshots() if staged is not None else {}):
+            yield
+
+    @contextmanager
+    def pinned(self, snapshots: dict[tuple[str, str], int]) -> Iterator[None]:
+        """Reads of each ``(table, date)`` inside the block are at its snapshot: a staged day
+        under audit, or the days a downstream asset was handed (``assets.handed``)."""
+        self._reading_at.update(snapshots)
         try:
             yield
         finally:
-            for key in pins:
+            for key in snapshots:
                 self._reading_at.pop(key, None)
 
     def _snapshot(self, asset: str, date: str) -> int | None:

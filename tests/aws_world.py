@@ -51,7 +51,10 @@ def _pg_bin(name: str) -> str:
     ]:
         if (Path(folder) / name).is_file():
             return str(Path(folder) / name)
-    raise RuntimeError(f"PostgreSQL server binary '{name}' not found: apt-get install postgresql")
+    raise RuntimeError(
+        f"PostgreSQL server binary '{name}' not found (`make test` installs it: "
+        "`bash deploy/local/install-postgres.sh`); this test installs nothing"
+    )
 
 
 @pytest.fixture(scope="module")

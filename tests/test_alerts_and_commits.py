@@ -128,6 +128,48 @@ def test_alerts_refuse_scores_whose_flagged_details_are_from_another_commit(frau
     assert failure.step_failure_data.error.cls_name == "Failure"  # bad input: not retried
 
 
+def test_alerts_read_the_scores_fraud_scores_handed_on_not_a_later_publish(fraud) -> None:
+    """Another writer re-publishes the day's scores after fraud_scores materialised it: the
+    alerts are still made from the snapshots the materialisation recorded, and say which."""
+    from dagster import AssetKey
+
+    from assets.fraud.schemas import SCORES
+
+    store, date = fraud["store"], _day(fraud)
+    with DagsterInstance.ephemeral() as instance:
+
+        def run(assets: list):
+            return materialize(
+                assets, partition_key=date, resources=fraud["resources"], instance=instance
+            )
+
+        run([transactions, fraud_scores])
+        handed = {name: store.output_figures(name, date) for name in (SCORES, FLAGGED)}
+        flagged = store.read_output(SCORES, date).filter(pc.field("flagged")).num_rows
+        assert flagged > 0
+        # Main moves on: the day re-published with nothing flagged, by a writer Dagster did
+        # not see (its scores and details of two different commits, which alerts refuse).
+        scores = store.read_output(SCORES, date)
+        quiet = scores.set_column(
+            scores.schema.get_field_index("flagged"), "flagged", pa.array([False] * len(scores))
+        )
+        store.publish(SCORES, date, [quiet], scores.schema)
+
+        result = run([fraud_alerts])
+
+        assert result.success
+        assert store.read_output("fraud_alerts", date).num_rows == flagged
+        # What fraud_scores recorded (its quarantine too, once that table exists) is what the
+        # alerts read: the scores and details on main before the later publish.
+        scored = instance.get_latest_materialization_event(AssetKey(SCORES))
+        recorded = scored.asset_materialization.metadata["table_snapshots"].value
+        assert {k: recorded[k] for k in handed} == {k: v.snapshot_id for k, v in handed.items()}
+        assert asset_metadata(result, "fraud_alerts")["read_snapshots"] == recorded
+        alerts = instance.get_latest_materialization_event(AssetKey("fraud_alerts"))
+        recorded = alerts.asset_materialization.metadata["table_snapshots"].value
+        assert recorded == {"fraud_alerts": store.output_figures("fraud_alerts", date).snapshot_id}
+
+
 @pytest.fixture
 def small_disk(fraud):
     """``outputs/fraud_scores`` on a 2 MiB tmpfs of its own, so a write can run out of space."""

@@ -409,7 +409,8 @@ def test_history_and_rollback_from_the_command_line(tmp_path) -> None:
         rows = pa.table({"id": range(n)}, schema=schema)
         staged = store.tables.stage("cli", DAY, schema, [rows], {"commit": f"c{run}", "rows": n})
         store.tables.publish("cli", DAY, staged, checks={"ids_unique": True}, model_version="m1")
-    env = {**os.environ, "NIGHTSHIFT_DATA_ROOT": root}
+    home = tmp_path / "home"
+    env = {**os.environ, "NIGHTSHIFT_DATA_ROOT": root, "DAGSTER_HOME": str(home)}
     nightshift = str(BIN / "nightshift")
 
     def run(*args: str) -> subprocess.CompletedProcess:
@@ -425,6 +426,17 @@ def test_history_and_rollback_from_the_command_line(tmp_path) -> None:
     back = run("rollback", "--asset", "cli", "--date", DAY)
     assert back.returncode == 0 and "main holds commit c0 again" in back.stdout, back.stdout
     assert DataStore(root).read_output("cli", DAY).num_rows == 5
+    # The restored day is recorded in the Dagster instance: what the assets downstream read.
+    from dagster import AssetKey, AssetRecordsFilter
+
+    with DagsterInstance.from_config(str(home)) as instance:
+        (record,) = instance.fetch_materializations(
+            AssetRecordsFilter(asset_key=AssetKey("cli"), asset_partitions=[DAY]), limit=5
+        ).records
+    recorded = record.asset_materialization.metadata
+    current = DataStore(root).output_figures("cli", DAY)
+    assert recorded["table_snapshots"].value == {"cli": current.snapshot_id}
+    assert recorded["rolled_back_to"].value == "c0" == current.commit
     missing = run("rollback", "--asset", "cli", "--date", DAY, "--to", "nope")
     assert missing.returncode == 1 and "no commit nope" in missing.stdout
     assert "c0 current" in missing.stdout and "c1 published" in missing.stdout

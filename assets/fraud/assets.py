@@ -32,6 +32,7 @@ from assets.fraud.gates import (
 from assets.fraud.quality import save_screen, screen_transactions
 from assets.fraud.schemas import ALERTS, MODEL_NAME, SCREENS, TRANSACTIONS, TRANSACTIONS_SCHEMA
 from assets.fraud.scoring import FRAUD_SCORES, FraudQualityConfig
+from assets.handed import handed, read_at, snapshot_metadata
 from assets.landing import LandingSpec, deadline, land
 from assets.partitions import partition_dates
 from assets.runner import score, scoring_asset
@@ -264,14 +265,19 @@ def fraud_alerts(context: AssetExecutionContext, storage: StorageResource):
     """Publishes each day's alerts from the flagged transactions scored with them."""
     store, days = storage.store(), DayRecorder(context)
     for date in partition_dates(context):
-        with fail_fast_on_bad_input():
-            published, amount = pipeline.publish_alerts(store, date)
-        context.log.info(f"fraud_alerts {date}: {published.rows} alerts -> {published.uri}")
-        flagged, alerts = pipeline.count_alerts(store, [date])
+        # The scores and flagged details as fraud_scores' materialisation handed them on.
+        pins = handed(context, store, [FRAUD_SCORES.asset], date)
+        with store.pinned(pins):
+            with fail_fast_on_bad_input():
+                published, amount = pipeline.publish_alerts(store, date)
+            context.log.info(f"fraud_alerts {date}: {published.rows} alerts -> {published.uri}")
+            flagged, alerts = pipeline.count_alerts(store, [date])
         metadata = {
             "dagster/row_count": published.rows,
             "output": MetadataValue.path(published.uri),
             "flagged_amount": round(amount, 2),
+            **snapshot_metadata(published.snapshots),
+            **read_at(pins),
         }
         yield from days.record(ALERTS, date, metadata, [alert_check_result(flagged, alerts)])
     yield from days.finish()

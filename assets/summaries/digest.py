@@ -7,6 +7,7 @@ from dagster import AssetExecutionContext, AssetSpec, Config, MetadataValue
 from pydantic import Field
 
 from assets.days import DayRecorder, daily_assets
+from assets.handed import handed, read_at, snapshot_metadata
 from assets.partitions import PartitionReport, log_partition, partition_dates, scoring_metadata
 from assets.summaries.document_summaries import ASSET as SUMMARIES
 from assets.summaries.document_summaries import document_summaries
@@ -66,7 +67,9 @@ def daily_digest(
     dates = partition_dates(context)
     for date in dates:
         metrics = BatchMetrics()
-        day = store.read_output(SUMMARIES, date).select(["doc_id", "summary"])
+        pins = handed(context, store, [SUMMARIES], date)
+        with store.pinned(pins):  # the summaries as their materialisation handed them on
+            day = store.read_output(SUMMARIES, date).select(["doc_id", "summary"])
         started = time.perf_counter()
         topics, embedded = build_digest(
             encoder,
@@ -90,6 +93,7 @@ def daily_digest(
         )
         labels = [f"{t.label} ({len(t.doc_ids)})" for t in topics]
         metadata.update(partitions=len(dates), topics=MetadataValue.json(labels))
+        metadata.update(snapshot_metadata(published.snapshots), **read_at(pins))
         yield from days.record(ASSET, date, metadata)
     yield from days.finish()
 

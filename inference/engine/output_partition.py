@@ -81,6 +81,8 @@ class ShardReport:
     # The day staged in its tables and waiting for its checks (write-audit-publish), or None
     # once it is published or when it was published at once.
     staged: StagedDay | None = None
+    # table -> the snapshot that put the day on its main, once published here.
+    published_ids: dict[str, int] = field(default_factory=dict)
 
     def as_dict(self) -> dict[str, Any]:
         return {

@@ -335,6 +335,7 @@ class ShardedWriter:
             report.staged = staged
         else:
             staged.publish()
+            report.published_ids = dict(staged.published_ids)
             self.discard_staging()
         return report
 

@@ -618,6 +618,8 @@ class StagedDay:
     done: Callable[[], None] | None = None
     published: DaySnapshot | None = None
     rejected: str | None = None
+    # table -> the snapshot that put the day on its main: what a downstream asset reads.
+    published_ids: dict[str, int] = field(default_factory=dict)
 
     @property
     def commit(self) -> str:
@@ -637,6 +639,7 @@ class StagedDay:
         published snapshot's summary."""
         for day, snapshot in self.parts:
             self.published = day.tables.publish(day.name, day.date, snapshot, **figures)
+            self.published_ids[day.name] = self.published.snapshot_id
         self._finish()
         return self.published
 
