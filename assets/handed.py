@@ -8,6 +8,10 @@ consistent version of each parent day, even while another run or node re-publish
 figures it records match what it read. ``nightshift outputs rollback`` records a materialisation
 of the day it rolled back, so the next downstream run reads the restored day.
 
+A check on an asset reads the same way: the asset's own day at the snapshots its
+materialisation published, and what the asset read at the snapshots it read
+(``digest_covers_every_document``).
+
 A parent day with no recorded snapshot (materialised before they were recorded, or refused by
 its checks, which leaves main as it was) is read as main holds it; so is one whose snapshot
 upkeep has expired, with a warning.
@@ -18,12 +22,12 @@ from __future__ import annotations
 from collections.abc import Mapping, Sequence
 from typing import Any
 
-from dagster import AssetExecutionContext, MetadataValue
+from dagster import AssetCheckExecutionContext, AssetExecutionContext, MetadataValue
 
 from assets.days import latest_materialization
 from resources.storage import DataStore
 
-SNAPSHOTS = "table_snapshots"
+SNAPSHOTS, READ = "table_snapshots", "read_snapshots"
 
 
 def snapshot_metadata(snapshots: Mapping[str, int]) -> dict[str, Any]:
@@ -32,15 +36,20 @@ def snapshot_metadata(snapshots: Mapping[str, int]) -> dict[str, Any]:
 
 
 def handed(
-    context: AssetExecutionContext, store: DataStore, parents: Sequence[str], date: str
+    context: AssetExecutionContext | AssetCheckExecutionContext,
+    store: DataStore,
+    parents: Sequence[str],
+    date: str,
+    entry_name: str = SNAPSHOTS,
 ) -> dict[tuple[str, str], int]:
     """``(table, date) -> snapshot`` of every table the parents' latest materialisations of
-    ``date`` published, for ``store.pinned``."""
+    ``date`` published (with ``entry_name`` :data:`READ`: every table they read), for
+    ``store.pinned``."""
     pins: dict[tuple[str, str], int] = {}
     for parent in parents:
         found = latest_materialization(context, parent, date)
         materialization = found.asset_materialization if found is not None else None
-        entry = materialization.metadata.get(SNAPSHOTS) if materialization else None
+        entry = materialization.metadata.get(entry_name) if materialization else None
         for table, snapshot_id in (entry.value if entry is not None else {}).items():
             if store.tables.snapshot(table, int(snapshot_id)) is None:
                 context.log.warning(
@@ -54,6 +63,4 @@ def handed(
 
 def read_at(pins: Mapping[tuple[str, str], int]) -> dict[str, Any]:
     """The metadata entry that says which snapshots a downstream day read."""
-    return (
-        {"read_snapshots": MetadataValue.json({t: s for (t, _), s in pins.items()})} if pins else {}
-    )
+    return {READ: MetadataValue.json({t: s for (t, _), s in pins.items()})} if pins else {}

@@ -11,6 +11,7 @@ import torch
 import torch.nn.functional as F
 from dagster import Definitions, materialize
 from documents_world import land_documents
+from helpers import asset_metadata
 
 from assets.day_metadata import day_entries
 from assets.summaries import defs
@@ -270,8 +271,13 @@ def test_pipeline_summarises_and_digests_a_range_in_one_run(store, resources, in
     }
     assert sum(per_day.values()) == 30
     assert summary_meta["model_version"].value.startswith("all-MiniLM-L6-v2@")
-    # Each day's digest reads that day's summaries.
+    # Each day's digest reads that day's summaries, at the snapshots their materialisation
+    # handed on, and its check reads them there too.
     assert _per_day(result, "daily_digest", "rows_in") == per_day
+    for date in (DAY, NEXT_DAY):
+        handed = asset_metadata(result, "document_summaries", date)["table_snapshots"]
+        assert handed["document_summaries"] > 0
+        assert asset_metadata(result, "daily_digest", date)["read_snapshots"] == handed
     for date in (DAY, NEXT_DAY):
         docs = store.read_landing("documents", date, DOCUMENTS_SCHEMA).to_pylist()
         summaries = store.read_output("document_summaries", date).to_pylist()

@@ -7,6 +7,7 @@ digest before it runs.
 
 from dagster import AssetCheckExecutionContext, AssetCheckResult, MetadataValue, asset_check
 
+from assets.handed import READ, handed
 from assets.summaries.digest import ASSET as DIGEST
 from assets.summaries.digest import daily_digest
 from assets.summaries.schemas import SUMMARIES
@@ -30,8 +31,14 @@ def digest_covers_every_document(
     store = storage.store()
     problems = {}
     for date in _dates(context):
-        summarised = store.read_output(SUMMARIES, date).column("doc_id").to_pylist()
-        digest = store.read_output(DIGEST, date)
+        # The digest as its materialisation published it, and the summaries it was made from.
+        pins = {
+            **handed(context, store, [DIGEST], date),
+            **handed(context, store, [DIGEST], date, READ),
+        }
+        with store.pinned(pins):
+            summarised = store.read_output(SUMMARIES, date).column("doc_id").to_pylist()
+            digest = store.read_output(DIGEST, date)
         in_topics = [d for ids in digest.column("doc_ids").to_pylist() for d in ids]
         counts_match = digest.column("doc_count").to_pylist() == [
             len(ids) for ids in digest.column("doc_ids").to_pylist()
