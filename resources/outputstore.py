@@ -219,12 +219,16 @@ class OutputStore(FileStore):
     def pinned(self, snapshots: dict[tuple[str, str], int]) -> Iterator[None]:
         """Reads of each ``(table, date)`` inside the block are at its snapshot: a staged day
         under audit, or the days a downstream asset was handed (``assets.handed``)."""
+        before = {key: self._reading_at.get(key) for key in snapshots}
         self._reading_at.update(snapshots)
         try:
             yield
         finally:
-            for key in snapshots:
-                self._reading_at.pop(key, None)
+            for key, snapshot_id in before.items():  # an enclosing block's pins come back
+                if snapshot_id is None:
+                    self._reading_at.pop(key, None)
+                else:
+                    self._reading_at[key] = snapshot_id
 
     def _snapshot(self, asset: str, date: str) -> int | None:
         return self._reading_at.get((asset, date))

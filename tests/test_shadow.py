@@ -140,6 +140,8 @@ def test_the_challenger_scores_the_night_in_the_shadow_and_its_agreement_is_reco
     ]
     both, either = flagged[0] & flagged[1], flagged[0] | flagged[1]
     assert recorded["model_version"] == challenger and recorded["champion_version"] == champion
+    # It compared against the champion's day at the snapshots fraud_scores handed on.
+    assert recorded["read_snapshots"] == asset_metadata(result, SCORES)["table_snapshots"]
     assert recorded["flagged_champion"] == len(flagged[0]) > 0
     assert recorded["flagged_challenger"] == len(flagged[1]) > 0
     assert recorded["flagged_both"] == len(both)

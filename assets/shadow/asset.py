@@ -39,6 +39,7 @@ from dagster import (
 from pydantic import Field
 
 from assets.days import daily_assets
+from assets.handed import handed, read_at
 from assets.partitions import partition_dates
 from assets.runner import Day, ScoringSpec, score
 from assets.shadow.agreement import Agreement, Limit, breaches
@@ -219,9 +220,13 @@ def _shadow_spec(
         if side is not None:
             inner.work.output = replace(inner.work.output, side=(shadow_name(side[0]), side[1]))
         nights: list[ShadowNight] = []
+        read: dict[tuple[str, str], int] = {}
 
         def on_commit(report) -> None:
-            nights.append(_compare(shadow, store, date, challenger, champion, run_id))
+            # The champion's day as its materialisation handed it on (assets/handed.py).
+            read.update(handed(run.context, store, [base.asset], date))
+            with store.pinned(read):
+                nights.append(_compare(shadow, store, date, challenger, champion, run_id))
 
         def checks(report) -> list[AssetCheckResult]:
             return [_check_result(nights[-1])]
@@ -229,7 +234,7 @@ def _shadow_spec(
         def metadata(report) -> dict:
             night = nights[-1]
             figures = {"champion_version": champion, "clean": night.clean, **night.figures}
-            return {**inner.metadata(report), **figures}
+            return {**inner.metadata(report), **figures, **read_at(read)}
 
         # The champion's own checks and on_commit are left out: they judge and publish the
         # champion's asset; the shadow is judged by its agreement with it.
