@@ -358,6 +358,29 @@ def test_runs_committing_different_days_of_one_table_at_once_all_land(
     assert store.read_output("shared", "2026-04-01").num_rows == 100
 
 
+def test_runs_creating_one_table_at_once_all_land(tmp_path) -> None:
+    """The first night of a new output on several nodes: each creates the table, or finds it
+    created (partitioned from its first commit) by another, and every day lands."""
+    import multiprocessing
+
+    root = str(tmp_path / "data")
+    dates = ["2026-04-02", "2026-04-03", "2026-04-04"]
+    context = multiprocessing.get_context("spawn")
+    writers = [context.Process(target=_commit_days, args=(root, d, 2)) for d in dates]
+    for writer in writers:
+        writer.start()
+    for writer in writers:
+        writer.join(timeout=300)
+        assert writer.exitcode == 0
+    store = DataStore(root)
+    table = store.tables.load("shared")
+    assert [f.name for f in table.spec().fields] == ["date"]
+    assert table.metadata.name_mapping() is not None
+    for date in dates:
+        assert store.read_output("shared", date).num_rows == 100
+        assert store.output_commit("shared", date) == f"{date}-1"
+
+
 def test_upkeep_expires_superseded_snapshots_and_orphans_and_keeps_each_days_head(
     tmp_path,
 ) -> None:

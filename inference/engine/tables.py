@@ -246,50 +246,68 @@ class OutputTables:
 
     def ensure(self, name: str, schema: pa.Schema):
         """The table for ``schema`` (the output's columns; ``date`` is added as its day
-        partition), created on first use; a schema that gained columns is merged by name."""
+        partition), created on first use; a schema that gained columns is merged by name.
+
+        The table is created partitioned in one catalog commit, so no other writer ever sees it
+        unpartitioned; what follows (its name mapping, its first empty snapshot, a schema
+        merge) is one more commit, redone on a fresh table when another writer's got in
+        first (a backfill across nodes creating the table at once)."""
+        from pyiceberg.catalog import Catalog
         from pyiceberg.exceptions import NamespaceAlreadyExistsError, TableAlreadyExistsError
+        from pyiceberg.partitioning import PartitionField, PartitionSpec
+        from pyiceberg.table import TableProperties
+        from pyiceberg.transforms import IdentityTransform
 
         if DATE in schema.names:
             raise TableError(f"output '{name}' has a column named '{DATE}': that is its partition")
-        table = self.load(name)
-        if table is None:
+        encoded = _encode_schema(schema)
+        if self.load(name) is None:
             try:
                 self.catalog.create_namespace_if_not_exists(NAMESPACE)
             except NamespaceAlreadyExistsError:  # created by another process in between
                 pass
-            full = schema.append(pa.field(DATE, pa.date32()))
+            full = Catalog._convert_schema_if_needed(schema.append(pa.field(DATE, pa.date32())))
+            day = PartitionField(
+                source_id=full.find_field(DATE).field_id,
+                field_id=1000,
+                transform=IdentityTransform(),
+                name=DATE,
+            )
             try:
-                table = self.catalog.create_table(
+                self.catalog.create_table(
                     self.identifier(name),
                     schema=full,
                     location=self.location(name),
-                    properties={**TABLE_PROPERTIES, ARROW_SCHEMA: _encode_schema(schema)},
+                    partition_spec=PartitionSpec(day),
+                    properties={**TABLE_PROPERTIES, ARROW_SCHEMA: encoded},
                 )
-                with table.update_spec() as spec:
-                    spec.add_identity(DATE)
-                # A branch can only be cut from a table with a snapshot on main.
-                with table.transaction() as tx:
-                    with tx.update_snapshot(snapshot_properties={KIND: "created"}).fast_append():
-                        pass
             except TableAlreadyExistsError:
                 pass
-            table = self.catalog.load_table(self.identifier(name))
-        if table.metadata.name_mapping() is None:
-            # Files registered as the engine wrote them carry no Iceberg field ids: readers
-            # match their columns to the table's by this mapping (schema updates keep it).
-            from pyiceberg.table import TableProperties
 
-            mapping = table.schema().name_mapping.model_dump_json()
-            with table.transaction() as tx:
-                tx.set_properties({TableProperties.DEFAULT_NAME_MAPPING: mapping})
+        def settle():
             table = self.catalog.load_table(self.identifier(name))
-        if table.properties.get(ARROW_SCHEMA) != _encode_schema(schema):
+            unmapped = table.metadata.name_mapping() is None
+            empty = table.current_snapshot() is None
+            changed = table.properties.get(ARROW_SCHEMA) != encoded
+            if not (unmapped or empty or changed):
+                return table
             with table.transaction() as tx:
-                with tx.update_schema() as update:
-                    update.union_by_name(schema)
-                tx.set_properties({ARROW_SCHEMA: _encode_schema(schema)})
-            table = self.catalog.load_table(self.identifier(name))
-        return table
+                if unmapped:
+                    # Files registered as the engine wrote them carry no Iceberg field ids:
+                    # readers match their columns to the table's by this mapping (schema
+                    # updates keep it).
+                    mapping = table.schema().name_mapping.model_dump_json()
+                    tx.set_properties({TableProperties.DEFAULT_NAME_MAPPING: mapping})
+                if changed:
+                    with tx.update_schema() as update:
+                        update.union_by_name(schema)
+                    tx.set_properties({ARROW_SCHEMA: encoded})
+                if empty:  # a branch can only be cut from a table with a snapshot on main
+                    with tx.update_snapshot(snapshot_properties={KIND: "created"}).fast_append():
+                        pass
+            return table
+
+        return _retried(settle, f"setting up {self.identifier(name)}")
 
     def stage(
         self,
