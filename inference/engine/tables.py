@@ -253,7 +253,7 @@ class OutputTables:
         merge) is one more commit, redone on a fresh table when another writer's got in
         first (a backfill across nodes creating the table at once)."""
         from pyiceberg.catalog import Catalog
-        from pyiceberg.exceptions import NamespaceAlreadyExistsError, TableAlreadyExistsError
+        from pyiceberg.exceptions import TableAlreadyExistsError
         from pyiceberg.partitioning import PartitionField, PartitionSpec
         from pyiceberg.table import TableProperties
         from pyiceberg.transforms import IdentityTransform
@@ -264,8 +264,11 @@ class OutputTables:
         if self.load(name) is None:
             try:
                 self.catalog.create_namespace_if_not_exists(NAMESPACE)
-            except NamespaceAlreadyExistsError:  # created by another process in between
-                pass
+            except Exception:  # noqa: BLE001 - see below
+                # Created by another process in between: the SQL catalog then raises its
+                # database's unique-constraint error, not NamespaceAlreadyExistsError.
+                if not self.catalog.namespace_exists(NAMESPACE):
+                    raise
             full = Catalog._convert_schema_if_needed(schema.append(pa.field(DATE, pa.date32())))
             day = PartitionField(
                 source_id=full.find_field(DATE).field_id,
