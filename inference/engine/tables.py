@@ -44,7 +44,7 @@ ON_MAIN = ("published", "rolled back")
 # catalog pointer. pyiceberg 0.12's own retry rebuilds a transaction of several snapshots with
 # stale sequence numbers ("Cannot add snapshot with sequence number 7 older than last sequence
 # number 9"), so it is off, and each operation is redone whole on a fresh table instead
-# (``_retried``).
+# (``OutputTables._committed``).
 COMMIT_TRIES = 60
 TABLE_PROPERTIES = {
     "commit.retry.num-retries": "0",
@@ -186,29 +186,6 @@ def _registered(metadata, io, file: str, schema: pa.Schema, date: str, write_uui
     )
 
 
-def _retried(operation: Callable[[], Any], what: str) -> Any:
-    """Runs a commit, redoing it whole (it reloads its table) while another writer's commit
-    got in first; after ``COMMIT_TRIES`` tries the conflict is raised, naming ``what``."""
-    import random
-    import time
-
-    from pyiceberg.exceptions import CommitFailedException
-
-    for attempt in range(COMMIT_TRIES):
-        try:
-            return operation()
-        except (CommitFailedException, ValueError) as exc:
-            stale = isinstance(exc, ValueError) and "sequence number" in str(exc)
-            if not (isinstance(exc, CommitFailedException) or stale):
-                raise
-            if attempt == COMMIT_TRIES - 1:
-                raise TableError(
-                    f"{what}: still conflicting after {COMMIT_TRIES} tries: {exc}"
-                ) from exc
-            time.sleep(random.uniform(0.01, 0.05) * min(2**attempt, 20))
-    raise AssertionError("unreachable")
-
-
 def _day_filter(date: str):
     from pyiceberg.expressions import EqualTo
 
@@ -239,6 +216,32 @@ class OutputTables:
         except (NoSuchTableError, NoSuchNamespaceError):
             return None
 
+    def _committed(self, name: str, what: str, commit: Callable[[Any], Any], table=None):
+        """Runs ``commit(table)`` on ``table`` (loaded when None) and, while another writer's
+        commit got in first, again on a freshly loaded table; after ``COMMIT_TRIES`` tries the
+        conflict is raised, naming ``what``. Returns what ``commit`` returns."""
+        import random
+        import time
+
+        from pyiceberg.exceptions import CommitFailedException
+
+        for attempt in range(COMMIT_TRIES):
+            if table is None:
+                table = self.catalog.load_table(self.identifier(name))
+            try:
+                return commit(table)
+            except (CommitFailedException, ValueError) as exc:
+                stale = isinstance(exc, ValueError) and "sequence number" in str(exc)
+                if not (isinstance(exc, CommitFailedException) or stale):
+                    raise
+                if attempt == COMMIT_TRIES - 1:
+                    raise TableError(
+                        f"{what}: still conflicting after {COMMIT_TRIES} tries: {exc}"
+                    ) from exc
+                table = None
+                time.sleep(random.uniform(0.01, 0.05) * min(2**attempt, 20))
+        raise AssertionError("unreachable")
+
     def schema(self, name: str) -> pa.Schema | None:
         """The output's own columns (without ``date``), or None when there is no table."""
         table = self.load(name)
@@ -261,7 +264,8 @@ class OutputTables:
         if DATE in schema.names:
             raise TableError(f"output '{name}' has a column named '{DATE}': that is its partition")
         encoded = _encode_schema(schema)
-        if self.load(name) is None:
+        table = self.load(name)
+        if table is None:
             try:
                 self.catalog.create_namespace_if_not_exists(NAMESPACE)
             except Exception:  # noqa: BLE001 - see below
@@ -287,8 +291,7 @@ class OutputTables:
             except TableAlreadyExistsError:
                 pass
 
-        def settle():
-            table = self.catalog.load_table(self.identifier(name))
+        def settle(table):
             unmapped = table.metadata.name_mapping() is None
             empty = table.current_snapshot() is None
             changed = table.properties.get(ARROW_SCHEMA) != encoded
@@ -310,7 +313,7 @@ class OutputTables:
                         pass
             return table
 
-        return _retried(settle, f"setting up {self.identifier(name)}")
+        return self._committed(name, f"setting up {self.identifier(name)}", settle, table)
 
     def stage(
         self,
@@ -366,20 +369,18 @@ class OutputTables:
     def _stage(self, name: str, date: str, schema: pa.Schema, figures: dict[str, Any], add):
         """One snapshot on the day's audit branch holding the data files ``add`` appends (none:
         an empty day, which is still a day), redone whole on a commit conflict."""
-        commit = figures["commit"]
-        loaded = [self.ensure(name, schema)]
-        branch = f"{AUDIT_BRANCH}{date}-{commit}"
+        branch = f"{AUDIT_BRANCH}{date}-{figures['commit']}"
         props = _properties({**figures, "date": date, "kind": "staged"})
 
-        def write():
-            table = loaded.pop() if loaded else self.catalog.load_table(self.identifier(name))
+        def write(table):
             with table.transaction() as tx:
                 update = tx.update_snapshot(snapshot_properties=props, branch=branch)
                 with update.fast_append() as append:
                     add(table, tx, append)
             return table  # the commit left it at its new metadata
 
-        table = _retried(write, f"staging {self.identifier(name)} {date}")
+        what = f"staging {self.identifier(name)} {date}"
+        table = self._committed(name, what, write, self.ensure(name, schema))
         snapshot = _day_snapshot(table.snapshot_by_name(branch))
         assert snapshot is not None
         return snapshot
@@ -397,10 +398,7 @@ class OutputTables:
             **_properties({**figures, "kind": kind, "from_snapshot": staged.snapshot_id}),
         }
 
-        loaded = [table]
-
-        def replace_day():
-            table = loaded.pop() if loaded else self.catalog.load_table(self.identifier(name))
+        def replace_day(table):
             with table.transaction() as tx:
                 with warnings.catch_warnings():
                     # The day's first commit deletes nothing, and pyiceberg warns about it.
@@ -415,7 +413,8 @@ class OutputTables:
                         append.append_data_file(data_file)
             return table
 
-        table = _retried(replace_day, f"publishing {self.identifier(name)} {date}")
+        what = f"publishing {self.identifier(name)} {date}"
+        table = self._committed(name, what, replace_day, table)
         snapshot = _day_snapshot(table.current_snapshot())
         assert snapshot is not None
         return snapshot
