@@ -130,18 +130,15 @@ def cut_seconds(root: Path, shard_rows: int) -> float:
     """The Ray driver's own pass, timed alone: the day cut into account shards (each row
     written to its shard's file, the day-wide sums) and the shards read back."""
     from assets.fraud.accounts import AccountShards, shard_count
-    from assets.fraud.pipeline import SCORED_COLUMNS
+    from assets.fraud.pipeline import scored_transactions
     from assets.fraud.quality import load_screen
-    from assets.fraud.schemas import TRANSACTIONS, TRANSACTIONS_SCHEMA
 
     store = DataStore(str(root))
     plan = load_screen(store, DAY)
     began = time.perf_counter()
     shards = AccountShards(shard_count(plan.rows - plan.count, shard_rows), plan)
     try:
-        shards.write(
-            store.iter_landing(TRANSACTIONS, DAY, TRANSACTIONS_SCHEMA, columns=SCORED_COLUMNS)
-        )
+        shards.write(scored_transactions(store, DAY))
         for _ in shards.inputs():
             pass
     finally:

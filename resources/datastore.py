@@ -6,7 +6,7 @@ committed files read back)."""
 from __future__ import annotations
 
 import hashlib
-from collections.abc import Iterator
+from collections.abc import Iterator, Sequence
 
 import pyarrow as pa
 import pyarrow.dataset as ds
@@ -19,6 +19,7 @@ from inference.engine.streaming import (
     LandingTimezones,
     NonexistentTimeError,
     ParquetRead,
+    exact_name,
     iter_parquet_files,
 )
 from resources.filestore import is_data
@@ -208,8 +209,14 @@ class DataStore(OutputStore):
         required: pa.Schema,
         columns: list[str] | None = None,
         batch_size: int = 65_536,
+        exact: Sequence[str] = (),
     ) -> Iterator[pa.RecordBatch]:
         """Streams a landing partition as record batches cast to the required schema.
+
+        Each column named in ``exact`` (of ``columns``) is followed, after the others, by a
+        ``<name>_exact`` column holding its values as stored, as text, where the cast may round
+        them (a decimal read as float64; see inference.engine.streaming.exact_text), so the rows
+        can be written out with their exact values.
 
         Files are read one at a time, in order, so a file whose data cannot be decoded (a
         corrupt page, a truncated column chunk) fails naming the file, and the row group,
@@ -217,7 +224,7 @@ class DataStore(OutputStore):
         ``batch_size`` rows: a day landed as 500 files of 200 rows reaches the model and the
         screening rules in two batches, not 500, each costing its own per-call overhead.
         """
-        batches = self.iter_landing_files(dataset, date, required, columns, batch_size)
+        batches = self.iter_landing_files(dataset, date, required, columns, batch_size, exact)
         yield from coalesce((batch for _, batch in batches), batch_size)
 
     def iter_landing_files(
@@ -227,10 +234,15 @@ class DataStore(OutputStore):
         required: pa.Schema,
         columns: list[str] | None = None,
         batch_size: int = 65_536,
+        exact: Sequence[str] = (),
     ) -> Iterator[tuple[str, pa.RecordBatch]]:
         """Like :meth:`iter_landing`, with the file each batch comes from (for error messages);
         batches are not joined across files."""
-        wanted = columns or required.names
+        read_columns = list(columns or required.names)
+        floats = {f.name for f in required if pa.types.is_floating(f.type)}
+        if wrong := [name for name in exact if name not in read_columns or name not in floats]:
+            raise ValueError(f"exact columns {wrong} are not float columns among those read")
+        wanted = [*read_columns, *map(exact_name, exact)]
         key, checked = self._checked_landing_keyed(dataset, date, required)
         # A partition of small files only, read before by this store with exactly these files:
         # its decoded rows are served again instead of paying each file's fixed cost once more
@@ -242,14 +254,22 @@ class DataStore(OutputStore):
                     yield file, batch.select(wanted)
             return
         recording = self._decoded.recording(key, checked)
-        # A read that may be kept decodes every column, for a later pass that wants others.
-        wanted_here = list(required.names) if recording else wanted
+        # A read that may be kept decodes every column, for a later pass that wants others, and
+        # keeps every float's exact text (a null column where the files hold floats).
+        if recording:
+            read_columns = list(required.names)
+            exact = [f.name for f in required if pa.types.is_floating(f.type)]
         remote = not isinstance(self.fs, pafs.LocalFileSystem)
         # Pull-based readers: one row group of a large file in memory at a time (a dataset
         # scanner reads ahead while the model is busy; see inference/streaming), small files
         # read whole a batch's worth ahead, on more threads where each read is a round trip.
         read = ParquetRead(
-            wanted_here, batch_size, required, self.fs, self.landing_timezone(dataset)
+            read_columns,
+            batch_size,
+            required,
+            self.fs,
+            self.landing_timezone(dataset),
+            tuple(exact),
         )
         files = iter_parquet_files(
             [f for f, _, _ in checked],

@@ -365,9 +365,10 @@ def check_schema(
 
 def read_cast(found: pa.DataType, expected: pa.DataType) -> str | None:
     """The cast a column is read with when it changes how values are held, else None: Spark's
-    ``decimal(p, s)`` read as the contract's float (exact to about 15 significant digits, so
-    amounts up to a trillion keep their cents), and a dictionary-encoded column (pandas'
-    categoricals) read as its values' type. Widening an integer is not one."""
+    ``decimal(p, s)`` read as the contract's float (the nearest one; a reader that writes the
+    value out can ask for its exact text too, see inference.engine.streaming.exact_text), and a
+    dictionary-encoded column (pandas' categoricals) read as its values' type. Widening an
+    integer is not one."""
     if pa.types.is_decimal(found) or pa.types.is_dictionary(found):
         return f"{found} -> {expected}"
     return None

@@ -2,6 +2,7 @@
 
 from __future__ import annotations
 
+import decimal
 import os
 import shutil
 import subprocess
@@ -90,6 +91,46 @@ def test_duplicate_ids_across_two_files_still_give_one_alert_per_flagged_score(f
     }
     checks = {c.check_name: c.passed for c in result.get_asset_check_evaluations()}
     assert checks["alert_count_matches_flagged_scores"]
+    # Amounts landed as floats: the float is the exact value, no text is kept beside it.
+    assert alerts["amount_exact"].null_count == alerts.num_rows
+    assert held["amount_exact"].null_count == held.num_rows
+
+
+def test_decimal_amounts_are_scored_as_floats_and_written_out_exactly(fraud) -> None:
+    """Spark lands amounts as decimal(18,2): scoring reads them as float64, and the alerts and
+    the quarantine keep each amount's exact text beside the float, cents included where a
+    double has none (above 2^53 cents)."""
+    store, date = fraud["store"], _day(fraud)
+    file = _landing_file(store, date)
+    landed = pq.read_table(file)
+    cents = pc.cast(pc.round(pc.multiply(landed["amount"], 100.0)), pa.int64()).to_pylist()
+    amounts = [decimal.Decimal(c).scaleb(-2) for c in cents]
+    huge = decimal.Decimal("1234567890123456.78")  # an upstream error: quarantined, kept exact
+    amounts[0] = huge
+    index = landed.schema.get_field_index("amount")
+    spark = landed.set_column(index, "amount", pa.array(amounts, pa.decimal128(18, 2)))
+    pq.write_table(spark, file)
+
+    result = _run(fraud, [transactions, fraud_scores, fraud_alerts], date)
+
+    assert result.success, [e.message for e in result.get_step_failure_events()]
+    assert asset_metadata(result, TRANSACTIONS)["landing_casts"] == {
+        "amount: decimal128(18, 2) -> double": 1
+    }
+    exact = dict(zip(spark["transaction_id"].to_pylist(), map(str, amounts), strict=True))
+    alerts = store.read_output("fraud_alerts", date)
+    assert alerts.num_rows > 0
+    assert _by_id(alerts, "amount_exact") == {
+        t: exact[t] for t in alerts["transaction_id"].to_pylist()
+    }
+    assert _by_id(alerts, "amount") == {
+        t: float(exact[t]) for t in alerts["transaction_id"].to_pylist()
+    }
+    held = store.read_output("fraud_scores_quarantine", date)
+    big = held.filter(pc.equal(held["transaction_id"], spark["transaction_id"][0]))
+    assert big["reason"].to_pylist() == ["amount_above_ceiling"]
+    assert big["amount_exact"].to_pylist() == ["1234567890123456.78"]
+    assert decimal.Decimal(big["amount"][0].as_py()) != huge  # the float alone lost the cents
 
 
 def test_a_landing_file_replaced_after_scoring_does_not_change_the_alerts(fraud) -> None:

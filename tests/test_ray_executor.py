@@ -31,7 +31,7 @@ from safetensors.torch import save_file
 from assets.fraud.accounts import AccountShards, shard_count, shard_profile
 from assets.fraud.assets import fraud_alerts, fraud_scores, transactions
 from assets.fraud.demo_data import generate_day
-from assets.fraud.pipeline import SCORED_COLUMNS
+from assets.fraud.pipeline import scored_transactions
 from assets.fraud.quality import screen_transactions
 from assets.fraud.schemas import TRANSACTIONS, TRANSACTIONS_SCHEMA
 from inference.engine.quarantine import RowConservationError
@@ -314,9 +314,7 @@ def test_a_shards_profile_stays_bounded_when_the_day_grows_tenfold_in_rows_and_a
         whole = screen.profile()
         day = AccountShards(shard_count(screen.plan.rows, 2_000), screen.plan)
         try:
-            figures = day.write(
-                store.iter_landing(TRANSACTIONS, date, TRANSACTIONS_SCHEMA, columns=SCORED_COLUMNS)
-            )
+            figures = day.write(scored_transactions(store, date))
             shards = [shard_profile(s.rows, figures) for s in day.inputs()]
         finally:
             day.close()

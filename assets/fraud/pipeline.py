@@ -8,7 +8,7 @@ have changed since, or that holds a quarantined duplicate of a scored id.
 
 from __future__ import annotations
 
-from collections.abc import Callable, Sequence
+from collections.abc import Callable, Iterator, Sequence
 from typing import TYPE_CHECKING
 
 import numpy as np
@@ -30,13 +30,16 @@ from assets.fraud.quality import (
 from assets.fraud.schemas import (
     ALERTS,
     ALERTS_SCHEMA,
+    EXACT_COLUMNS,
     FLAGGED,
     FLAGGED_SCHEMA,
     LABELLED_SCHEMA,
     MODEL_NAME,
     SCORES,
     SCORES_SCHEMA,
+    TRANSACTIONS,
     TRANSACTIONS_LABELLED,
+    TRANSACTIONS_SCHEMA,
 )
 from assets.promotion import Gate, held_out_days, training_days
 from inference.engine.device import Runtime
@@ -228,6 +231,14 @@ def score_reference(store: DataStore, version: str) -> list[int] | None:
 
 # What scoring reads of each transaction: the features, and the details an alert carries.
 SCORED_COLUMNS = [*SCREEN_COLUMNS, "currency"]
+
+
+def scored_transactions(store: DataStore, date: str) -> Iterator[pa.RecordBatch]:
+    """The day's transactions as scoring reads them: the scored columns, each exact column
+    followed by its landed text (``amount_exact``), which flagged details and quarantine keep."""
+    return store.iter_landing(
+        TRANSACTIONS, date, TRANSACTIONS_SCHEMA, columns=SCORED_COLUMNS, exact=EXACT_COLUMNS
+    )
 
 
 def flagged_details(batch: pa.RecordBatch, scores: pa.Table) -> pa.Table:

@@ -2,6 +2,8 @@
 
 import pyarrow as pa
 
+from inference.engine.streaming import exact_name
+
 TRANSACTIONS = "transactions"
 # Each day's screening of the landed transactions (its quarantine plan), which fraud_scores reuses.
 SCREENS = "transaction_screens"
@@ -47,12 +49,18 @@ SCORES_SCHEMA = pa.schema(
     ]
 )
 
-# An alert is a flagged transaction's landing details with its score, review flag and model.
+# Landing columns scored as float64 whose landed decimals (Spark's decimal(18,2)) are also kept
+# exactly, as text in `<name>_exact`, wherever a transaction is written out: alerts, quarantine.
+EXACT_COLUMNS = ["amount"]
+
+# An alert is a flagged transaction's landing details with its score, review flag and model;
+# `amount_exact` is the amount as landed when it was a decimal, null when it was a float.
 ALERTS_SCHEMA = pa.schema(
     [
         SCORES_SCHEMA.field("transaction_id"),
         SCORES_SCHEMA.field("score"),
         *(f for f in TRANSACTIONS_SCHEMA if f.name != "transaction_id"),
+        *(pa.field(exact_name(name), pa.string()) for name in EXACT_COLUMNS),
         SCORES_SCHEMA.field("needs_review"),
         SCORES_SCHEMA.field("model_version"),
     ]

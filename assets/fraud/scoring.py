@@ -24,7 +24,12 @@ from assets.fraud.accounts import (
     shard_count,
 )
 from assets.fraud.gates import SCORE_SUITES, score_check_results
-from assets.fraud.pipeline import SCORED_COLUMNS, flagged_details, load_scorer, score_reference
+from assets.fraud.pipeline import (
+    flagged_details,
+    load_scorer,
+    score_reference,
+    scored_transactions,
+)
 from assets.fraud.profile import PartitionProfile
 from assets.fraud.quality import load_screen, score_observer, screen_transactions
 from assets.fraud.schemas import (
@@ -35,7 +40,6 @@ from assets.fraud.schemas import (
     SCORES,
     SCORES_SCHEMA,
     TRANSACTIONS,
-    TRANSACTIONS_SCHEMA,
 )
 from assets.runner import Day, Model, ScoringSpec
 from inference.engine.device import make_runtime
@@ -117,9 +121,7 @@ def day(run: SpotSafeRun, date: str, model: Model, config: FraudQualityConfig, l
     def shards() -> Iterator[ShardInput]:
         cut = AccountShards(count, plan, day_wide)
         try:
-            cut.write(
-                store.iter_landing(TRANSACTIONS, date, TRANSACTIONS_SCHEMA, columns=SCORED_COLUMNS)
-            )
+            cut.write(scored_transactions(store, date))
             yield from cut.inputs()
         finally:
             cut.close()
