@@ -19,7 +19,8 @@ install: $(STAMP)
 # executor, whose tests start a local Ray) are installed too, so `make test` runs their tests.
 # MLflow gets an environment of its own (.venv-mlflow): the MLflow mirror's test starts its
 # server from there; mlflow pins pyarrow below this stack's, and nightshift only speaks its
-# REST API, so the pipelines need no mlflow package.
+# REST API, so the pipelines need no mlflow package. So does the Iceberg REST catalog server the
+# REST catalog tests start (.venv-rest-catalog: Lakana's, whose botocore is not dagster-aws's).
 $(STAMP): pyproject.toml
 	test -x $(BIN)/python || $(PYTHON) -m venv $(VENV)
 	$(BIN)/pip install -q --disable-pip-version-check torch==2.13.0
@@ -27,6 +28,8 @@ $(STAMP): pyproject.toml
 	$(BIN)/pip check
 	test -x .venv-mlflow/bin/mlflow || ($(PYTHON) -m venv .venv-mlflow && \
 	  .venv-mlflow/bin/pip install -q --disable-pip-version-check mlflow==3.17.2)
+	test -x .venv-rest-catalog/bin/lakana-server || ($(PYTHON) -m venv .venv-rest-catalog && \
+	  .venv-rest-catalog/bin/pip install -q --disable-pip-version-check lakana-server==0.20.0)
 	touch $(STAMP)
 
 run: $(STAMP)

@@ -447,7 +447,7 @@ class SpotSafeRun:
             program,
             work.sizes.batch_size or self.inference.max_batch_size,
             work.input.quarantine,
-            writer.target.uri(writer.target.final_dir),
+            writer.target.uri(writer.target.data_dir()),
         )
 
     def _where(self, pool: ShardPool, watch: Watch) -> dict[str, Any]:

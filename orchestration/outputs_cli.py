@@ -133,11 +133,7 @@ def _cmd_upkeep(args: argparse.Namespace) -> int:
     now = dt.datetime.now(dt.UTC)
     for name in names:
         done = upkeep(store.tables, name, dt.timedelta(days=days), now, store.fs)
-        print(
-            f"{done.table}: {done.snapshots_expired} snapshot(s) expired, "
-            f"{len(done.branches_removed)} branch(es) removed, {done.files_deleted} file(s) "
-            f"deleted ({done.bytes_deleted} bytes); retention {days} day(s)"
-        )
+        print(done.describe(days))
     return 0
 
 
@@ -145,10 +141,10 @@ def table_names(store) -> list[str]:
     """Every output table of the store's catalog."""
     from pyiceberg.exceptions import NoSuchNamespaceError
 
-    from inference.engine.tables import NAMESPACE
-
     try:
-        return sorted(ident[-1] for ident in store.tables.catalog.list_tables(NAMESPACE))
+        return sorted(
+            ident[-1] for ident in store.tables.catalog.list_tables(store.tables.namespace)
+        )
     except NoSuchNamespaceError:
         return []
 

@@ -46,6 +46,7 @@ STORAGE_SETTINGS = {
     # endpoint for an s3:// data root (MinIO, or moto in tests).
     "NIGHTSHIFT_CATALOG": ("catalog", str),
     "NIGHTSHIFT_CATALOG_URI": ("catalog_uri", str),
+    "NIGHTSHIFT_CATALOG_NAMESPACE": ("catalog_namespace", str),
     "NIGHTSHIFT_S3_ENDPOINT": ("s3_endpoint", str),
     "NIGHTSHIFT_S3_REGION": ("s3_region", str),
 }

@@ -22,10 +22,8 @@ def expire_output_snapshots(context: OpExecutionContext, storage: StorageResourc
     done_all = []
     for name in table_names(store):
         done = upkeep(store.tables, name, dt.timedelta(days=days), now, store.fs)
-        context.log.info(
-            f"{done.table}: {done.snapshots_expired} snapshot(s) expired, "
-            f"{len(done.branches_removed)} branch(es) removed, {done.files_deleted} file(s) "
-            f"deleted ({done.bytes_deleted} bytes); retention {days} day(s) (${RETENTION_ENV})"
+        (context.log.warning if done.refused else context.log.info)(
+            f"{done.describe(days)} (${RETENTION_ENV})"
         )
         done_all.append({**done.__dict__, "retention_days": days})
     return done_all

@@ -53,7 +53,8 @@ class DataStore(OutputStore):
             reads ``$NIGHTSHIFT_LANDING_NOT_PARQUET``, else ``fail`` (see
             resources/landing_files).
         catalog: the output tables' catalog, ``sql``, ``glue`` or ``rest`` (see
-            resources/outputstore); catalog_uri: its URI.
+            resources/outputstore); catalog_uri: its URI; catalog_namespace: the tables'
+            namespace.
     """
 
     def __init__(
@@ -65,11 +66,12 @@ class DataStore(OutputStore):
         landing_not_parquet: str | None = None,
         catalog: str | None = None,
         catalog_uri: str | None = None,
+        catalog_namespace: str | None = None,
     ):
         # Parsed first, so a bad setting fails before a local data root is created.
         self.landing_timezones = LandingTimezones.parse(landing_timezone)
         self.not_parquet = not_parquet_policy(landing_not_parquet)
-        super().__init__(root, s3_endpoint, s3_region, catalog, catalog_uri)
+        super().__init__(root, s3_endpoint, s3_region, catalog, catalog_uri, catalog_namespace)
         self._sniffer = Sniffer(self.fs)
         self._checked = CheckedFiles(self.fs, self.uri)
         # The decoded rows of the last partition of small files read whole (see

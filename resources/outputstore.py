@@ -32,10 +32,18 @@ import pyarrow.fs as pafs
 from inference.engine.leases import CasStore, LocalCasStore, S3CasStore
 from inference.engine.output_partition import PartitionTarget
 from inference.engine.shard_writer import ShardedWriter, ShardFileTargets
-from inference.engine.tables import DaySnapshot, DayTable, OutputTables, StagedDay, TableError
+from inference.engine.tables import (
+    NAMESPACE,
+    DaySnapshot,
+    DayTable,
+    OutputTables,
+    StagedDay,
+    TableError,
+)
 from resources.filestore import FileStore
 
 CATALOG_ENV, CATALOG_URI_ENV = "NIGHTSHIFT_CATALOG", "NIGHTSHIFT_CATALOG_URI"
+NAMESPACE_ENV = "NIGHTSHIFT_CATALOG_NAMESPACE"
 CATALOG_KINDS = ("sql", "glue", "rest")
 
 
@@ -68,13 +76,14 @@ def catalog_properties(
         )
     props: dict[str, str] = {"type": kind}
     if root.startswith("s3://"):
-        props["warehouse"] = f"{root.rstrip('/')}/outputs"
         if s3_endpoint:
             props["s3.endpoint"] = s3_endpoint
         if s3_region:
             props["s3.region"] = s3_region
-    else:
-        props["warehouse"] = Path(root, "outputs").absolute().as_uri()
+    if kind != "rest":
+        # A REST catalog's warehouse names its server-side catalog (Polaris, Lakekeeper): it
+        # is the server's setting, given like its token (PYICEBERG_CATALOG__NIGHTSHIFT__...).
+        props["warehouse"] = tables_root(root)
     if kind == "sql":
         props["uri"] = uri or f"sqlite:///{_embedded_catalog(root)}"
     elif kind == "rest":
@@ -87,6 +96,25 @@ def catalog_properties(
         if s3_endpoint:  # moto's Glue beside its S3, in tests
             props["glue.endpoint"] = s3_endpoint
     return props
+
+
+def tables_root(root: str) -> str:
+    """The folder under which new tables get their own, ``<data_root>/outputs``, as a URI."""
+    if root.startswith("s3://"):
+        return f"{root.rstrip('/')}/outputs"
+    return Path(root, "outputs").absolute().as_uri()
+
+
+def namespace_setting(namespace: str | None) -> str:
+    """The tables' namespace: ``namespace``, else ``$NIGHTSHIFT_CATALOG_NAMESPACE``, else
+    ``nightshift``; dotted for a nested one (``gold.nightshift``)."""
+    chosen = (namespace or os.environ.get(NAMESPACE_ENV) or NAMESPACE).strip()
+    if not all(part.strip() for part in chosen.split(".")):
+        raise ValueError(
+            f"catalog namespace '{chosen}' (storage resource's catalog_namespace or "
+            f"${NAMESPACE_ENV}) has an empty level"
+        )
+    return chosen
 
 
 def _embedded_catalog(root: str) -> str:
@@ -126,6 +154,7 @@ class OutputStore(FileStore):
     Args:
         catalog: ``sql``, ``glue`` or ``rest`` (default ``$NIGHTSHIFT_CATALOG``, else ``sql``).
         catalog_uri: the catalog's URI (default ``$NIGHTSHIFT_CATALOG_URI``, else SQLite).
+        catalog_namespace: the tables' namespace (see :func:`namespace_setting`).
     """
 
     def __init__(
@@ -135,8 +164,10 @@ class OutputStore(FileStore):
         s3_region: str | None = None,
         catalog: str | None = None,
         catalog_uri: str | None = None,
+        catalog_namespace: str | None = None,
     ):
         self.catalog_props = catalog_properties(catalog, catalog_uri, root, s3_endpoint, s3_region)
+        self.namespace = namespace_setting(catalog_namespace)
         super().__init__(root, s3_endpoint, s3_region)
         self._tables: OutputTables | None = None
         # (table, date) -> the staged snapshot its checks read (see ``reading``).
@@ -152,9 +183,9 @@ class OutputStore(FileStore):
     @property
     def tables(self) -> OutputTables:
         if self._tables is None:
-            warehouse = self.catalog_props["warehouse"].rstrip("/")
+            under = tables_root(self.root)
             self._tables = OutputTables(
-                open_catalog(self.catalog_props), lambda name: f"{warehouse}/{name}"
+                open_catalog(self.catalog_props), lambda name: f"{under}/{name}", self.namespace
             )
         return self._tables
 

@@ -46,6 +46,7 @@ def store_from_env() -> DataStore:
         os.environ.get("NIGHTSHIFT_S3_REGION") or os.environ.get("AWS_REGION") or None,
         catalog=os.environ.get("NIGHTSHIFT_CATALOG") or None,
         catalog_uri=os.environ.get("NIGHTSHIFT_CATALOG_URI") or None,
+        catalog_namespace=os.environ.get("NIGHTSHIFT_CATALOG_NAMESPACE") or None,
     )
 
 
@@ -90,6 +91,11 @@ class StorageResource(ConfigurableResource):
         description="The catalog's URI: a SQLAlchemy URI for 'sql', the server for 'rest'; "
         "default $NIGHTSHIFT_CATALOG_URI.",
     )
+    catalog_namespace: str | None = Field(
+        default=None,
+        description="The output tables' namespace in the catalog, dotted when nested "
+        "('gold.nightshift'); default $NIGHTSHIFT_CATALOG_NAMESPACE, else 'nightshift'.",
+    )
 
     # One store for the resource's life: the steps of a run (one process, in-process executor)
     # then check each landing file's footer once, not once per step.
@@ -105,5 +111,6 @@ class StorageResource(ConfigurableResource):
                 landing_not_parquet=self.landing_not_parquet,
                 catalog=self.catalog,
                 catalog_uri=self.catalog_uri,
+                catalog_namespace=self.catalog_namespace,
             )
         return self._store

@@ -15,7 +15,7 @@ from resources.storage import DataStore
 
 # Worlds whose fixtures several modules request by name: the ECS tests' (PostgreSQL, moto, the
 # daemon) and the interruptible day of the cost ledger and deadline tests.
-pytest_plugins = ["aws_world", "tripled_world"]
+pytest_plugins = ["aws_world", "rest_world", "tripled_world"]
 
 FIXTURES = Path(__file__).parent / "fixtures"
 

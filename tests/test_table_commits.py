@@ -313,9 +313,10 @@ def test_a_full_disk_at_each_step_of_the_publish_leaves_a_whole_day(
     assert shutil.disk_usage(outputs).free > TMPFS_BYTES // 2
 
 
-def _commit_days(root: str, date: str, times: int, catalog_uri: str | None = None) -> None:
-    """One writer process: publishes its own day of a shared table ``times`` times."""
-    store = DataStore(root, catalog_uri=catalog_uri)
+def _commit_days(root: str, date: str, times: int, settings: dict | None = None) -> None:
+    """One writer process: publishes its own day of a shared table ``times`` times, through
+    the catalog the store ``settings`` name (the embedded one when None)."""
+    store = DataStore(root, **(settings or {}))
     schema = pa.schema([("id", pa.int64()), ("run", pa.int32())])
     for run in range(times):
         rows = pa.table({"id": range(100), "run": [run] * 100}, schema=schema)
@@ -338,10 +339,11 @@ def test_runs_committing_different_days_of_one_table_at_once_all_land(
         port = request.getfixturevalue("postgres_port")
         uri = f"postgresql+psycopg2://dagster@127.0.0.1:{port}/postgres"
     root = str(tmp_path / "data")
-    _commit_days(root, "2026-04-01", 1, uri)  # the table exists before the race
+    settings = {"catalog_uri": uri}
+    _commit_days(root, "2026-04-01", 1, settings)  # the table exists before the race
     dates = ["2026-04-02", "2026-04-03", "2026-04-04"]
     context = multiprocessing.get_context("spawn")
-    writers = [context.Process(target=_commit_days, args=(root, d, 8, uri)) for d in dates]
+    writers = [context.Process(target=_commit_days, args=(root, d, 8, settings)) for d in dates]
     for writer in writers:
         writer.start()
     for writer in writers:

@@ -103,23 +103,35 @@ def test_duckdb_reads_the_day_of_registered_files(any_store: DataStore) -> None:
     assert vector == [7.0, 7.0, 7.0]
 
 
-def test_a_file_in_other_columns_is_written_again_through_the_table(store: DataStore) -> None:
-    """A companion's shards may disagree on a column's type (inferred from its rows): such a
-    file cannot be registered as it is, and is rewritten in the table's columns."""
+def test_a_file_in_other_columns_or_without_field_ids_is_written_again_through_the_table(
+    store: DataStore,
+) -> None:
+    """Only a file in the table's columns and field ids is registered as it is. A companion's
+    shards may disagree on a column's type (inferred from its rows), and a file written
+    without the table's field ids would be read by name alone (a strict catalog refuses it):
+    each is rewritten in the table's own files."""
     target = store.partition_target("out", DAY)
     staging = Path(target.staging_dir)
     staging.mkdir(parents=True)
-    pq.write_table(_rows(0, 5), staging / "shard-00000.parquet")
+    ids = store.tables.file_schema("out", SCHEMA)
+    assert [f.metadata[b"PARQUET:field_id"] for f in ids] == [b"1", b"2", b"3"]
+    pq.write_table(_rows(0, 5).cast(ids), staging / "shard-00000.parquet")
     narrow = _rows(5, 5).set_column(0, "id", pa.array(range(5, 10), pa.int32()))
-    pq.write_table(narrow, staging / "shard-00001.parquet")
-    figures = {"commit": "c1", "rows": 10}
-    names = ["shard-00000.parquet", "shard-00001.parquet"]
+    pq.write_table(
+        narrow.cast(ids.set(0, pa.field("id", pa.int32()))), staging / "shard-00001.parquet"
+    )
+    pq.write_table(_rows(10, 5), staging / "shard-00002.parquet")  # no field ids
+    figures = {"commit": "c1", "rows": 15}
+    names = ["shard-00000.parquet", "shard-00001.parquet", "shard-00002.parquet"]
     staged = stage_shard_files(PartitionIO(target), target, str(staging), names, SCHEMA, figures)
     store.tables.publish("out", DAY, staged)
     files = store.output_files("out", DAY)
     assert files[0].endswith("/c1-shard-00000.parquet")  # registered as it is
-    assert not files[1].endswith("/c1-shard-00001.parquet")  # written again
-    assert store.read_output("out", DAY).equals(_rows(0, 10))
+    assert not any(
+        f.endswith(("/c1-shard-00001.parquet", "/c1-shard-00002.parquet")) for f in files[1:]
+    )
+    assert len(files) == 3
+    assert store.read_output("out", DAY).equals(_rows(0, 15))
 
 
 def test_a_linked_file_is_new_to_upkeep_however_old_its_shard(store: DataStore) -> None:

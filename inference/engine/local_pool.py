@@ -138,7 +138,7 @@ def run_local(
         FixedProgram(step),
         batch_size,
         quarantine,
-        writer.target.uri(writer.target.final_dir),
+        writer.target.uri(writer.target.data_dir()),
     )
     shards = lambda: row_range_shards(batches, writer.shard_rows)  # noqa: E731
     pool = LocalPool(watch.stop)

@@ -27,7 +27,7 @@ import pyarrow.parquet as pq
 from inference.engine.diskspace import writing
 from inference.engine.invariants import StreamStats
 from inference.engine.leases import CasStore
-from inference.engine.tables import DayTable, StagedDay
+from inference.engine.tables import DayTable, StagedDay, TableError, day_folder
 
 PROGRESS = "_progress.json"
 # Underscore folders are skipped by Hive-style readers (pyarrow, Spark, Athena) of a partition.
@@ -53,6 +53,26 @@ class PartitionTarget:
     @property
     def local(self) -> bool:
         return isinstance(self.fs, pafs.LocalFileSystem)
+
+    def data_dir(self, table=None) -> str:
+        """The folder of the day's data files: under its table's location (``table``, else
+        loaded), which a catalog that assigns locations chooses itself; ``final_dir`` before
+        the table exists. Raises TableError where that location is not on this filesystem."""
+        day = self.table
+        if day is None:
+            return self.final_dir
+        table = table if table is not None else day.tables.load(day.name)
+        if table is None:
+            return self.final_dir
+        location = table.location()
+        scheme = location.split("://", 1)[0] if "://" in location else "file"
+        if (scheme == "file") != self.local:
+            raise TableError(
+                f"table {day.tables.identifier(day.name)} is at {location}, not on the data "
+                f"root's filesystem ({self.uri(self.final_dir)}): give its catalog a "
+                "warehouse there"
+            )
+        return day_folder(table, day.date)
 
     def uri(self, path: str) -> str:
         return f"{self.uri_prefix}{path}"

@@ -128,10 +128,8 @@ def stage_shard_files(
     leaves the table's links, and a day interrupted before its commit still finds its shards.
     """
     day = target.table
-    placed = [
-        io.link(f"{folder}/{name}", f"{target.final_dir}/{figures['commit']}-{name}")
-        for name in names
-    ]
+    into = target.data_dir(day.tables.ensure(day.name, schema))
+    placed = [io.link(f"{folder}/{name}", f"{into}/{figures['commit']}-{name}") for name in names]
     return day.tables.stage_files(day.name, day.date, schema, placed, figures)
 
 
@@ -211,7 +209,23 @@ class ShardedWriter:
         self.report.interruptions = self.progress.interruptions
         self.io.mkdir(t.staging_dir)
         self._save_progress()
+        self._write_with_field_ids()
         return self.report
+
+    def _write_with_field_ids(self) -> None:
+        """Shard files are written with their tables' field ids, so the commit registers them
+        as they are (see inference.engine.tables.with_field_ids). The quarantine's columns are
+        known only from its rows: its files are written again through the table at the commit
+        (few rows)."""
+        tables = self.target.table.tables
+        side_schema = self.where.side_schema
+        if self.side is not None and self.side.table is not None and side_schema is not None:
+            side_schema = tables.file_schema(self.side.table.name, side_schema)
+        self.where = replace(
+            self.where,
+            schema=tables.file_schema(self.target.table.name, self.schema),
+            side_schema=side_schema,
+        )
 
     def done(self, shard: int) -> bool:
         return str(shard) in self.progress.shards
@@ -277,7 +291,7 @@ class ShardedWriter:
         t = self.target
         missing = [i for i in range(shards) if not self.done(i)]
         if missing:
-            raise RuntimeError(f"cannot commit {t.uri(t.final_dir)}: shards {missing} missing")
+            raise RuntimeError(f"cannot commit {t.uri(t.data_dir())}: shards {missing} missing")
         entries = [self.progress.shards[str(i)] for i in range(shards)]
         files = [str(e["file"]) for e in entries]
         rows = sum(int(e["rows_out"]) for e in entries)
@@ -319,15 +333,15 @@ class ShardedWriter:
                 figures,
                 report.rows_quarantined,
             )
-            report.quarantine_uri = self.quarantine.uri(self.quarantine.final_dir)
+            report.quarantine_uri = self.quarantine.uri(self.quarantine.data_dir())
         if self.side is not None:
             sides = [str(e["side_file"]) for e in entries if e.get("side_file")]
             self._stage(
                 staged, self.side, SIDE_DIR, sides, self.side_schema, figures, report.rows_side
             )
-            report.side_uri = self.side.uri(self.side.final_dir)
+            report.side_uri = self.side.uri(self.side.data_dir())
         self._stage(staged, t, "", files, self.schema, figures, rows)
-        report.shards, report.uri, report.rows_out = shards, t.uri(t.final_dir), rows
+        report.shards, report.uri, report.rows_out = shards, t.uri(t.data_dir()), rows
         if self.audit:
             # Staging stays until the day is published or rejected: a crash before then
             # leaves a retry every shard to resume, and it goes under the lease again.
@@ -383,7 +397,7 @@ class ShardedWriter:
     def _report_committed(self, committed: DaySnapshot) -> None:
         report = self.report
         report.already_committed = True
-        report.uri = self.target.uri(self.target.final_dir)
+        report.uri = self.target.uri(self.target.data_dir())
         report.rows_out = int(committed.value("rows", 0))
         report.rows_in = int(committed.value("rows_in", 0))
         report.rows_scored = int(committed.value("rows_scored", report.rows_in))
@@ -392,9 +406,9 @@ class ShardedWriter:
         report.rows_side = int(committed.value("rows_side", 0))
         report.commit = committed.commit
         if self.quarantine is not None:
-            report.quarantine_uri = self.quarantine.uri(self.quarantine.final_dir)
+            report.quarantine_uri = self.quarantine.uri(self.quarantine.data_dir())
         if self.side is not None:
-            report.side_uri = self.side.uri(self.side.final_dir)
+            report.side_uri = self.side.uri(self.side.data_dir())
 
     def discard_staging(self) -> None:
         """Removes what an uncommitted attempt left in staging (used when not checkpointing)."""

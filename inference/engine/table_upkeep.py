@@ -15,7 +15,13 @@ from dataclasses import dataclass, field
 
 import pyarrow.fs as pafs
 
-from inference.engine.tables import AUDIT_BRANCH, REJECTED_BRANCH, OutputTables, day_heads
+from inference.engine.tables import (
+    AUDIT_BRANCH,
+    REJECTED_BRANCH,
+    OutputTables,
+    bare_path,
+    day_heads,
+)
 
 
 @dataclass
@@ -27,6 +33,18 @@ class Upkeep:
     branches_removed: list[str] = field(default_factory=list)
     files_deleted: int = 0
     bytes_deleted: int = 0
+    # Why snapshots were left to the catalog: one that runs its own expiry refuses ours.
+    refused: str | None = None
+
+    def describe(self, days: int) -> str:
+        told = (
+            f"{self.table}: {self.snapshots_expired} snapshot(s) expired, "
+            f"{len(self.branches_removed)} branch(es) removed, {self.files_deleted} file(s) "
+            f"deleted ({self.bytes_deleted} bytes); retention {days} day(s)"
+        )
+        if self.refused:
+            told += f"; snapshots left to the catalog, which refused to expire them: {self.refused}"
+        return told
 
 
 def upkeep(
@@ -37,7 +55,13 @@ def upkeep(
     fs: pafs.FileSystem,
 ) -> Upkeep:
     """Expires ``name``'s snapshots and deletes its orphan files older than ``retention``
-    (``fs``: the filesystem of the table's location, paths without a URI scheme)."""
+    (``fs``: the filesystem of the table's location, paths without a URI scheme).
+
+    A catalog that expires snapshots itself refuses the commit (Lakana answers 403 and names
+    its own maintenance command): the refusal is reported in :attr:`Upkeep.refused`, and the
+    orphan files, which no snapshot references, are still deleted."""
+    from pyiceberg.exceptions import ForbiddenError
+
     done = Upkeep(tables.identifier(name))
     table = tables.load(name)
     if table is None:
@@ -49,25 +73,27 @@ def upkeep(
         if ref_name.startswith((AUDIT_BRANCH, REJECTED_BRANCH))
         and table.snapshot_by_id(ref.snapshot_id).timestamp_ms < cutoff_ms
     ]
-    if old_branches:
-        update = table.manage_snapshots()
-        for ref_name in old_branches:
-            update = update.remove_branch(ref_name)
-        update.commit()
-        done.branches_removed = old_branches
-        table = tables.load(name)
-    keep = {day.snapshot_id for day in day_heads(table).values()}
-    keep |= {ref.snapshot_id for ref in table.metadata.refs.values()}
-    expired = [
-        s.snapshot_id
-        for s in table.snapshots()
-        if s.timestamp_ms < cutoff_ms and s.snapshot_id not in keep
-    ]
-    if expired:
-        table.maintenance.expire_snapshots().by_ids(expired).commit()
-        done.snapshots_expired = len(expired)
-        table = tables.load(name)
-    _delete_orphans(table, cutoff_ms, done, fs)
+    try:
+        if old_branches:
+            update = table.manage_snapshots()
+            for ref_name in old_branches:
+                update = update.remove_branch(ref_name)
+            update.commit()
+            done.branches_removed = old_branches
+            table = tables.load(name)
+        keep = {day.snapshot_id for day in day_heads(table).values()}
+        keep |= {ref.snapshot_id for ref in table.metadata.refs.values()}
+        expired = [
+            s.snapshot_id
+            for s in table.snapshots()
+            if s.timestamp_ms < cutoff_ms and s.snapshot_id not in keep
+        ]
+        if expired:
+            table.maintenance.expire_snapshots().by_ids(expired).commit()
+            done.snapshots_expired = len(expired)
+    except ForbiddenError as exc:
+        done.refused = str(exc)
+    _delete_orphans(tables.load(name), cutoff_ms, done, fs)
     return done
 
 
@@ -81,15 +107,11 @@ def _referenced(table) -> set[str]:
             paths.add(manifest.manifest_path)
             for entry in manifest.fetch_manifest_entry(table.io, discard_deleted=False):
                 paths.add(entry.data_file.file_path)
-    return {_bare(p) for p in paths}
-
-
-def _bare(uri: str) -> str:
-    return uri.split("://", 1)[1] if "://" in uri else uri
+    return {bare_path(p) for p in paths}
 
 
 def _delete_orphans(table, cutoff_ms: int, done: Upkeep, fs: pafs.FileSystem) -> None:
-    location = _bare(table.location())
+    location = bare_path(table.location())
     referenced = _referenced(table)
     for folder in ("data", "metadata"):
         selector = pafs.FileSelector(f"{location}/{folder}", recursive=True, allow_not_found=True)

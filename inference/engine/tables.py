@@ -22,6 +22,7 @@ from __future__ import annotations
 
 import base64
 import datetime as dt
+import functools
 import itertools
 import json
 import warnings
@@ -30,6 +31,8 @@ from dataclasses import dataclass, field
 from typing import Any
 
 import pyarrow as pa
+
+from inference.engine.diskspace import writing
 
 NAMESPACE = "nightshift"
 DATE = "date"
@@ -128,10 +131,75 @@ def _day_number(date: str) -> int:
     return (dt.date.fromisoformat(date) - dt.date(1970, 1, 1)).days
 
 
+# Where parquet keeps a column's field id, as pyarrow reads and writes it in field metadata.
+FIELD_ID = b"PARQUET:field_id"
+
+
+def with_field_ids(schema: pa.Schema, columns) -> pa.Schema:
+    """``schema`` with each field, nested ones too, carrying the field id of its column in the
+    Iceberg schema ``columns`` (matched by name): a parquet file written in it is one of the
+    table's own data files, read by id as the spec has readers do (a strict catalog refuses a
+    file without ids; the table's name mapping serves only files written before)."""
+    from pyiceberg.types import ListType, MapType, StructType
+
+    def annotate(column: pa.Field, field_id: int, kind) -> pa.Field:
+        t = column.type
+        if pa.types.is_struct(t) and isinstance(kind, StructType):
+            t = pa.struct([_child(t.field(i), kind) for i in range(t.num_fields)])
+        elif isinstance(kind, ListType) and (
+            pa.types.is_list(t) or pa.types.is_large_list(t) or pa.types.is_fixed_size_list(t)
+        ):
+            item = annotate(t.value_field, kind.element_id, kind.element_type)
+            if pa.types.is_fixed_size_list(t):
+                t = pa.list_(item, t.list_size)
+            else:
+                t = pa.large_list(item) if pa.types.is_large_list(t) else pa.list_(item)
+        elif pa.types.is_map(t) and isinstance(kind, MapType):
+            key = annotate(t.key_field, kind.key_id, kind.key_type)
+            value = annotate(t.item_field, kind.value_id, kind.value_type)
+            t = pa.map_(key, value)
+        metadata = {**(column.metadata or {}), FIELD_ID: str(field_id).encode()}
+        return pa.field(column.name, t, column.nullable, metadata=metadata)
+
+    def _child(child: pa.Field, struct) -> pa.Field:
+        found = struct.field_by_name(child.name)
+        return annotate(child, found.field_id, found.field_type)
+
+    fields = []
+    for top in schema:
+        column = columns.find_field(top.name)
+        fields.append(annotate(top, column.field_id, column.field_type))
+    return pa.schema(fields, metadata=schema.metadata)
+
+
+def _field_ids(schema: pa.Schema) -> list[bytes | None]:
+    """Every field's parquet field id, nested ones too, in order (a list's item is named
+    ``element`` once written: ids, not names, say which column is which)."""
+    found: list[bytes | None] = []
+
+    def walk(column: pa.Field) -> None:
+        found.append((column.metadata or {}).get(FIELD_ID))
+        t = column.type
+        if pa.types.is_struct(t):
+            children = [t.field(i) for i in range(t.num_fields)]
+        elif pa.types.is_list(t) or pa.types.is_large_list(t) or pa.types.is_fixed_size_list(t):
+            children = [t.value_field]
+        elif pa.types.is_map(t):
+            children = [t.key_field, t.item_field]
+        else:
+            children = []
+        for child in children:
+            walk(child)
+
+    for top in schema:
+        walk(top)
+    return found
+
+
 def _registered(metadata, io, file: str, schema: pa.Schema, date: str, write_uuid, counter):
     """The data files that hold ``file`` in the table: the file itself, described from its
-    footer (columns are matched to the table's by name, see ``ensure``), when its columns are
-    ``schema``'s; otherwise its rows written again in the table's own files."""
+    footer, when its columns are ``schema``'s and carry the table's field ids
+    (:func:`with_field_ids`); otherwise its rows written again in the table's own files."""
     import pyarrow.parquet as pq
     from pyiceberg.conversions import to_bytes
     from pyiceberg.io.pyarrow import (
@@ -146,7 +214,9 @@ def _registered(metadata, io, file: str, schema: pa.Schema, date: str, write_uui
     source = io.new_input(file)
     with source.open() as stream:
         footer = pq.read_metadata(stream)
-    if not footer.schema.to_arrow_schema().equals(schema):
+    columns = metadata.schema()
+    found = footer.schema.to_arrow_schema()
+    if not found.equals(schema) or _field_ids(found) != _field_ids(with_field_ids(schema, columns)):
         with source.open() as stream:
             rows = pq.read_table(stream)
         try:
@@ -159,7 +229,6 @@ def _registered(metadata, io, file: str, schema: pa.Schema, date: str, write_uui
             metadata, dated, io, write_uuid=write_uuid, counter=counter
         )
         return
-    columns = metadata.schema()
     statistics = data_file_statistics_from_parquet_metadata(
         parquet_metadata=footer,
         stats_columns=compute_statistics_plan(columns, metadata.properties),
@@ -192,29 +261,73 @@ def _day_filter(date: str):
     return EqualTo(DATE, date)
 
 
+def bare_path(uri: str) -> str:
+    """A table file's URI as a path on its filesystem (``s3://b/k`` -> ``b/k``, as pyarrow's)."""
+    return uri.split("://", 1)[1] if "://" in uri else uri
+
+
+def day_folder(table, date: str) -> str:
+    """The folder of ``date``'s data files in ``table``, under the table's own location (which
+    a catalog may choose itself), as a path on its filesystem."""
+    return f"{bare_path(table.location()).rstrip('/')}/data/{DATE}={date}"
+
+
 class OutputTables:
     """The output tables of one catalog.
 
     Args:
         catalog: a pyiceberg catalog (SQL on SQLite by default, Glue, REST).
-        location: where a new table's files live, from its name (``<data_root>/outputs/<name>``).
+        location: where a new table's files live, from its name (``<data_root>/outputs/<name>``);
+            a catalog that assigns locations itself (some REST catalogs) is given none.
+        namespace: the catalog namespace of the tables (dotted for a nested one).
     """
 
-    def __init__(self, catalog, location: Callable[[str], str]):
+    def __init__(self, catalog, location: Callable[[str], str], namespace: str = NAMESPACE):
         self.catalog = catalog
         self.location = location
+        self.namespace = namespace
 
     def identifier(self, name: str) -> str:
-        return f"{NAMESPACE}.{name}"
+        return f"{self.namespace}.{name}"
+
+    def day_folder(self, name: str, date: str) -> str | None:
+        """:func:`day_folder` of the table ``name``, or None when it does not exist yet."""
+        table = self.load(name)
+        return None if table is None else day_folder(table, date)
+
+    def file_schema(self, name: str, schema: pa.Schema) -> pa.Schema:
+        """The schema to write the table's data files in: ``schema`` with the table's field
+        ids (:func:`with_field_ids`); the table is created or its schema merged first."""
+        return with_field_ids(schema, self.ensure(name, schema).schema())
 
     def load(self, name: str):
-        """The table, or None when nothing was ever written to it."""
-        from pyiceberg.exceptions import NoSuchNamespaceError, NoSuchTableError
+        """The table, or None when nothing was ever written to it.
+
+        Raises:
+            TableError: the catalog refused this client (no or a wrong token), naming the
+                catalog and where its credentials are set.
+        """
+        from pyiceberg.exceptions import (
+            AuthorizationExpiredError,
+            NoSuchNamespaceError,
+            NoSuchTableError,
+            OAuthError,
+            UnauthorizedError,
+        )
 
         try:
             return self.catalog.load_table(self.identifier(name))
         except (NoSuchTableError, NoSuchNamespaceError):
             return None
+        except (UnauthorizedError, OAuthError, AuthorizationExpiredError) as exc:
+            where = self.catalog.properties.get("uri", "")
+            raise TableError(
+                f"the catalog at {where} refused to load {self.identifier(name)}: {exc}. A REST "
+                "catalog's credentials are pyiceberg's settings of the catalog "
+                f"'{self.catalog.name}': PYICEBERG_CATALOG__{self.catalog.name.upper()}__TOKEN "
+                "(or __CREDENTIAL for OAuth2), in the environment of every process that runs "
+                "the pipelines, or in ~/.pyiceberg.yaml"
+            ) from exc
 
     def _committed(self, name: str, what: str, commit: Callable[[Any], Any], table=None):
         """Runs ``commit(table)`` on ``table`` (loaded when None) and, while another writer's
@@ -223,15 +336,21 @@ class OutputTables:
         import random
         import time
 
-        from pyiceberg.exceptions import CommitFailedException
+        from pyiceberg.exceptions import CommitFailedException, RESTError
 
         for attempt in range(COMMIT_TRIES):
             if table is None:
-                table = self.catalog.load_table(self.identifier(name))
+                table = self.load(name)
+                if table is None:
+                    raise TableError(f"{what}: table {self.identifier(name)} is gone")
             try:
-                return commit(table)
-            except (CommitFailedException, ValueError) as exc:
-                stale = isinstance(exc, ValueError) and "sequence number" in str(exc)
+                with self._writing_metadata(name, table.location()):
+                    return commit(table)
+            except (CommitFailedException, ValueError, RESTError) as exc:
+                # A commit built on metadata another writer has moved past is a conflict too,
+                # though told as a sequence number that is no longer the next: pyiceberg's
+                # ValueError (SQL catalog), a 422 from a REST server (Lakana).
+                stale = "sequence number" in str(exc)
                 if not (isinstance(exc, CommitFailedException) or stale):
                     raise
                 if attempt == COMMIT_TRIES - 1:
@@ -241,6 +360,16 @@ class OutputTables:
                 table = None
                 time.sleep(random.uniform(0.01, 0.05) * min(2**attempt, 20))
         raise AssertionError("unreachable")
+
+    def _writing_metadata(self, name: str, location: str):
+        """Around a commit: running out of space writing the table's metadata files names the
+        table, its metadata folder and the space left (see inference.engine.diskspace)."""
+        folder = f"{location.rstrip('/')}/metadata"
+        return writing(
+            f"{bare_path(folder)}/next.metadata.json",
+            f"table {self.identifier(name)}'s metadata at {folder}",
+            local="://" not in location or location.startswith("file:"),
+        )
 
     def schema(self, name: str) -> pa.Schema | None:
         """The output's own columns (without ``date``), or None when there is no table."""
@@ -267,11 +396,11 @@ class OutputTables:
         table = self.load(name)
         if table is None:
             try:
-                self.catalog.create_namespace_if_not_exists(NAMESPACE)
+                self.catalog.create_namespace_if_not_exists(self.namespace)
             except Exception:  # noqa: BLE001 - see below
                 # Created by another process in between: the SQL catalog then raises its
                 # database's unique-constraint error, not NamespaceAlreadyExistsError.
-                if not self.catalog.namespace_exists(NAMESPACE):
+                if not self.catalog.namespace_exists(self.namespace):
                     raise
             full = Catalog._convert_schema_if_needed(schema.append(pa.field(DATE, pa.date32())))
             day = PartitionField(
@@ -281,13 +410,8 @@ class OutputTables:
                 name=DATE,
             )
             try:
-                self.catalog.create_table(
-                    self.identifier(name),
-                    schema=full,
-                    location=self.location(name),
-                    partition_spec=PartitionSpec(day),
-                    properties={**TABLE_PROPERTIES, ARROW_SCHEMA: encoded},
-                )
+                with self._writing_metadata(name, self.location(name)):
+                    self._create(name, full, PartitionSpec(day), encoded)
             except TableAlreadyExistsError:
                 pass
 
@@ -314,6 +438,28 @@ class OutputTables:
             return table
 
         return self._committed(name, f"setting up {self.identifier(name)}", settle, table)
+
+    def _create(self, name: str, schema, spec, encoded: str) -> None:
+        """Creates the table at its location under the data root. A REST catalog that assigns
+        locations itself refuses one (Lakana with a 422 naming it), and the table is then
+        created where the catalog puts it; its days' files go there too (:func:`day_folder`)."""
+        from pyiceberg.exceptions import CommitStateUnknownException, RESTError
+
+        create = functools.partial(
+            self.catalog.create_table,
+            self.identifier(name),
+            schema=schema,
+            partition_spec=spec,
+            properties={**TABLE_PROPERTIES, ARROW_SCHEMA: encoded},
+        )
+        try:
+            create(location=self.location(name))
+        except RESTError as refused:
+            if isinstance(refused, CommitStateUnknownException):
+                raise
+            if "location" not in str(refused).lower():
+                raise
+            create()
 
     def stage(
         self,
