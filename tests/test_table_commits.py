@@ -484,3 +484,45 @@ def test_the_scheduled_upkeep_job_runs_on_every_output_table(tmp_path, monkeypat
     done = result.output_for_node("expire_output_snapshots")
     assert sorted(d["table"] for d in done) == ["nightshift.one", "nightshift.two"]
     assert {d["retention_days"] for d in done} == {7}
+
+
+def test_a_day_staged_earlier_never_replaces_one_staged_later(tmp_path) -> None:
+    """Two runs of one day (a manual re-run beside a scheduled one) stage, check and publish
+    under no common lock: the later-staged one published first is never replaced by the
+    earlier one, in any table of the day, and neither is a rollback made since."""
+    from inference.engine.tables import DayTable, StagedDay, SupersededError
+
+    store = DataStore(str(tmp_path / "data"))
+    tables = store.tables
+    schema = pa.schema([("id", pa.int64())])
+
+    def stage(commit: str, rows: int) -> StagedDay:
+        """A day staged in a companion and the output, as the engine's writer stages one."""
+        staged = StagedDay()
+        for name in ("kept_quarantine", "kept"):
+            figures = {"commit": commit, "rows": rows}
+            part = tables.stage(name, DAY, schema, [pa.table({"id": range(rows)})], figures)
+            staged.parts.append((DayTable(tables, name, DAY), part))
+        return staged
+
+    earlier, later = stage("earlier", 10), stage("later", 20)
+    later.publish()
+    with pytest.raises(SupersededError) as refused:
+        earlier.publish()
+    message = str(refused.value)
+    assert "commit earlier" in message and "main holds commit later" in message
+    assert "staged after it" in message and f"branch audit-{DAY}-earlier" in message
+    for name in ("kept_quarantine", "kept"):  # every table of the day still on the later run
+        assert store.output_commit(name, DAY) == "later"
+        assert store.read_output(name, DAY).num_rows == 20
+
+    # A person rolls the day back to the earlier commit: a run staged before that decision
+    # does not undo it, and one staged after it publishes as usual.
+    before_rollback = stage("before-rollback", 30)
+    tables.rollback("kept", DAY, "earlier")
+    with pytest.raises(SupersededError, match="rolled back to since"):
+        tables.publish("kept", DAY, before_rollback.parts[-1][1])
+    assert store.output_commit("kept", DAY) == "earlier"
+    stage("after-rollback", 40).publish()
+    assert store.output_commit("kept", DAY) == "after-rollback"
+    assert store.read_output("kept", DAY).num_rows == 40

@@ -62,6 +62,12 @@ class TableError(RuntimeError):
     """An output table cannot be read or written as asked (named in the message)."""
 
 
+class SupersededError(TableError):
+    """A staged day not published because main already holds work that came after it: a
+    commit of the day staged later (another run that finished first), or a rollback made
+    since; publishing it would put older work back."""
+
+
 @dataclass(frozen=True)
 class DaySnapshot:
     """A snapshot that wrote one day: its id, commit, kind (staged, published, rolled back)
@@ -545,6 +551,10 @@ class OutputTables:
         }
 
         def replace_day(table):
+            if kind == "published":
+                # On the table this commit is built on, so no other publish can slip in
+                # between the check and the commit (the catalog refuses a stale base).
+                self._refuse_if_superseded(table, name, date, staged)
             with table.transaction() as tx:
                 with warnings.catch_warnings():
                     # The day's first commit deletes nothing, and pyiceberg warns about it.
@@ -564,6 +574,32 @@ class OutputTables:
         snapshot = _day_snapshot(table.current_snapshot())
         assert snapshot is not None
         return snapshot
+
+    def _refuse_if_superseded(self, table, name: str, date: str, staged: DaySnapshot) -> None:
+        """Raises SupersededError when the day on main came after ``staged``: it was staged
+        later (two runs of one day, the later one published first), or it is a rollback made
+        since. Runs of a day stage and publish under no common lock (the lease covers the
+        writing only; checks run between), so the order they were staged in, which the
+        table's sequence numbers keep, decides; a publish never puts older work back."""
+        head = day_heads(table).get(date)
+        ours = table.snapshot_by_id(staged.snapshot_id)
+        if head is None or ours is None:
+            return
+        if head.kind == "published":
+            source = head.value("from_snapshot")
+            came = table.snapshot_by_id(int(source)) if source is not None else None
+        else:  # a rollback is a person's decision, made when it was made
+            came = table.snapshot_by_id(head.snapshot_id)
+        # An expired source was staged before the retention: older than anything staged now.
+        if came is None or came.sequence_number <= ours.sequence_number:
+            return
+        how = "rolled back to since" if head.kind != "published" else "staged after it"
+        raise SupersededError(
+            f"{self.identifier(name)} {date}: commit {staged.commit} (staged as snapshot "
+            f"{staged.snapshot_id}) is not published: main holds commit {head.commit} "
+            f"(snapshot {head.snapshot_id}), {how}, and publishing would put older work back; "
+            f"the staged day stays on branch {AUDIT_BRANCH}{date}-{staged.commit}"
+        )
 
     def reject(self, name: str, date: str, staged: DaySnapshot) -> str:
         """Keeps a staged snapshot that failed its checks under a branch named for it
@@ -802,7 +838,14 @@ class StagedDay:
 
     def publish(self, **figures: Any) -> DaySnapshot | None:
         """Publishes every part; ``figures`` (check results, model version) go into each
-        published snapshot's summary."""
+        published snapshot's summary.
+
+        Raises:
+            SupersededError: main already holds later work of the day (see
+                ``OutputTables.publish``). Parts are published in order and each is refused
+                alike, and the later run publishes every part of its own, so the tables end
+                on its commit together; this day's staging is left to that run's lease.
+        """
         for day, snapshot in self.parts:
             self.published = day.tables.publish(day.name, day.date, snapshot, **figures)
             self.published_ids[day.name] = self.published.snapshot_id
