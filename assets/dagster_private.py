@@ -19,6 +19,16 @@ Each is here because no public API of 1.13 gives the same result:
   step whose blocking check failed on some day raises it too, so that the run fails the way a
   public blocking check fails it, and the automation (orchestration/automation.py) and the
   operators read one error class for both. Dagster exports no such error.
+- The data version tags (``DATA_VERSION_TAG``, ``DATA_VERSION_IS_USER_PROVIDED_TAG``,
+  ``CODE_VERSION_TAG``, ``input_data_version_tag``, ``input_event_pointer_tag``,
+  ``NULL_EVENT_POINTER``, ``data_version_of``): Dagster writes them on the materialisations
+  of an asset's own outputs, and reads the UI's "Unsynced" badge from them. A day recorded as
+  its own ``AssetMaterialization`` (assets/days.py) gets none, and every day then read as
+  unsynced after any new materialisation of a parent; a promotion recorded on the model asset
+  (assets/model_asset.py) must carry its new data version the same way. The public
+  ``AssetMaterialization`` takes tags but exports none of these names.
+- ``stale_status_resolver``: what the UI computes a partition's badge and its causes with,
+  for tests that assert what a person would see without a browser.
 - ``LaunchRunContext``: what ``RunLauncher.launch_run`` receives. The deadline-aware ECS
   launcher (orchestration/deadline_launcher.py) subclasses the public ``EcsRunLauncher`` and
   hands the parent a context carrying the re-tagged run; Dagster exports the launcher but not
@@ -30,6 +40,22 @@ from __future__ import annotations
 from dagster._core.definitions.asset_checks.asset_check_evaluation import (
     AssetCheckEvaluationTargetMaterializationData,
 )
+from dagster._core.definitions.data_version import (
+    CODE_VERSION_TAG,
+    DATA_VERSION_IS_USER_PROVIDED_TAG,
+    DATA_VERSION_TAG,
+    NULL_EVENT_POINTER,
+    CachingStaleStatusResolver,
+)
+from dagster._core.definitions.data_version import (
+    extract_data_version_from_entry as data_version_of,
+)
+from dagster._core.definitions.data_version import (
+    get_input_data_version_tag as input_data_version_tag,
+)
+from dagster._core.definitions.data_version import (
+    get_input_event_pointer_tag as input_event_pointer_tag,
+)
 from dagster._core.definitions.source_asset import (
     SYSTEM_METADATA_KEY_SOURCE_ASSET_OBSERVATION as NO_ASSET_EVENTS,
 )
@@ -37,8 +63,27 @@ from dagster._core.errors import DagsterAssetCheckFailedError
 from dagster._core.launcher import LaunchRunContext
 
 __all__ = [
+    "CODE_VERSION_TAG",
+    "DATA_VERSION_IS_USER_PROVIDED_TAG",
+    "DATA_VERSION_TAG",
     "NO_ASSET_EVENTS",
+    "NULL_EVENT_POINTER",
     "AssetCheckEvaluationTargetMaterializationData",
     "DagsterAssetCheckFailedError",
     "LaunchRunContext",
+    "data_version_of",
+    "input_data_version_tag",
+    "input_event_pointer_tag",
+    "stale_status_resolver",
 ]
+
+
+def stale_status_resolver(instance, asset_graph) -> CachingStaleStatusResolver:
+    """The resolver the UI reads an asset partition's "Unsynced" badge and its causes from,
+    over ``asset_graph`` (``Definitions.resolve_asset_graph()``) at the current time."""
+    from dagster._core.asset_graph_view.asset_graph_view import AssetGraphView, TemporalContext
+    from dagster._time import get_current_datetime
+
+    now = TemporalContext(effective_dt=get_current_datetime(), last_event_id=None)
+    view = AssetGraphView(temporal_context=now, instance=instance, asset_graph=asset_graph)
+    return CachingStaleStatusResolver(instance, asset_graph, view)

@@ -33,9 +33,16 @@ from dagster import (
 )
 
 from assets.dagster_private import (
+    CODE_VERSION_TAG,
+    DATA_VERSION_IS_USER_PROVIDED_TAG,
+    DATA_VERSION_TAG,
     NO_ASSET_EVENTS,
+    NULL_EVENT_POINTER,
     AssetCheckEvaluationTargetMaterializationData,
     DagsterAssetCheckFailedError,
+    data_version_of,
+    input_data_version_tag,
+    input_event_pointer_tag,
 )
 from policy.partitions import backfill_policy, daily_partitions
 
@@ -89,7 +96,8 @@ class DayRecorder:
         why: str | None = None,
     ) -> Iterator[AssetMaterialization | AssetCheckEvaluation]:
         """Records the day; ``why`` says what a failed blocking check left published."""
-        yield AssetMaterialization(asset, partition=date, metadata=metadata)
+        tags = self._provenance(asset, metadata)
+        yield AssetMaterialization(asset, partition=date, metadata=metadata, tags=tags)
         # Stored by the time the generator resumes: the day's checks are evaluated against it.
         latest = latest_materialization(self.context, asset, date) if checks else None
         for result in checks:
@@ -98,6 +106,33 @@ class DayRecorder:
                 note = f" ({why})" if why else ""
                 self.failed.append(f"{asset} {date}: {evaluation.check_name}{note}")
             yield evaluation
+
+    def _provenance(self, asset: str, metadata: Mapping[str, Any]) -> dict[str, str]:
+        """What Dagster writes on the materialisations of an asset's own outputs, and a logged
+        one lacks: each parent as the day was made from it (its data version and latest
+        event), so the UI's "Unsynced" badge follows real changes (a promoted model, a day
+        landed or scored again) and not every materialisation of a parent (the model asset,
+        reused by every run). The day's own data version is its table commit where it has
+        one, so the days downstream of a re-scored day read as unsynced."""
+        key = AssetKey(asset)
+        graph = self.context.job_def.asset_layer.asset_graph
+        tags = {CODE_VERSION_TAG: graph.get(key).code_version or self.context.run_id}
+        instance = self.context.instance
+        for parent in sorted(graph.get(key).parent_keys):
+            node = graph.get(parent)
+            # The parent's latest event over all its partitions: any later one of the day's
+            # partitions is after it, which is what Dagster compares against.
+            record = instance.get_latest_data_version_record(parent, node.is_external or None)
+            version = data_version_of(record.event_log_entry) if record is not None else None
+            tags[input_data_version_tag(parent)] = version.value if version else "INITIAL"
+            tags[input_event_pointer_tag(parent)] = (
+                str(record.storage_id) if record is not None else NULL_EVENT_POINTER
+            )
+        commit = metadata.get("commit")
+        if commit:
+            tags[DATA_VERSION_TAG] = str(getattr(commit, "value", commit))
+            tags[DATA_VERSION_IS_USER_PROVIDED_TAG] = "true"
+        return tags
 
     def refused(self, checks: Sequence[AssetCheckResult]) -> list[str]:
         """The blocking checks among ``checks`` that failed with ERROR severity."""

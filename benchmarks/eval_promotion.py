@@ -152,7 +152,10 @@ def train(seed: int, history_days: int | None = None):
 
 
 def _materialization(result) -> dict:
-    [event] = [e for e in result.get_asset_materialization_events()]
+    """The model as its step trained it: a run whose gate promoted it materialises the model a
+    second time, as champion (assets/model_asset.py)."""
+    event, *promoted = result.get_asset_materialization_events()
+    assert len(promoted) <= 1, "one training run materialises its model once, or twice"
     metadata = event.event_specific_data.materialization.metadata
     return {k: v.value for k, v in metadata.items()}
 

@@ -12,7 +12,6 @@ from dagster import (
     AssetCheckExecutionContext,
     AssetCheckResult,
     AssetChecksDefinition,
-    AssetKey,
     Config,
     Failure,
     OpExecutionContext,
@@ -23,6 +22,7 @@ from dagster import (
 from pydantic import Field
 
 from assets.domains import TRAINING_JOBS
+from assets.model_asset import champion_materialization, materialized_in_run
 from assets.promotion import CannotJudgeError, Gate, Verdict, judge, parse_tolerances
 from inference.models.registry import (
     AliasChange,
@@ -95,7 +95,7 @@ def gate_check(gate: Gate) -> AssetChecksDefinition:
         (within the tolerance) on the most recent labelled days neither trained on."""
         store = storage.store()
         challenger = challenger_version(store.read_bytes, store.models_dir, gate.model)
-        if challenger is None or challenger != _trained_in_run(context, gate.model):
+        if challenger is None or challenger != materialized_in_run(context, gate.model):
             return _nothing_to_judge(store, gate.model, challenger)
         try:
             by = f"run {context.op_execution_context.run_id}"
@@ -113,19 +113,14 @@ def gate_check(gate: Gate) -> AssetChecksDefinition:
                 passed=False, description=str(exc), metadata={"challenger": challenger}
             )
         context.log.info(verdict.summary())
+        if verdict.change is not None:  # promoted: the scored days' model has changed
+            run_id = context.op_execution_context.run_id
+            context.op_execution_context.log_event(
+                champion_materialization(gate.model, verdict.change, run_id)
+            )
         return _result(verdict)
 
     return check
-
-
-def _trained_in_run(context: AssetCheckExecutionContext, model: str) -> str | None:
-    """The version this run's materialisation of the model recorded, if this run made one."""
-    event = context.instance.get_latest_materialization_event(AssetKey(model))
-    run_id = context.op_execution_context.run_id
-    if event is None or event.run_id != run_id or event.asset_materialization is None:
-        return None
-    version = event.asset_materialization.metadata.get("model_version")
-    return None if version is None else str(version.value)
 
 
 def _nothing_to_judge(store: DataStore, model: str, challenger: str | None) -> AssetCheckResult:
@@ -171,6 +166,7 @@ def promote_model(
     change = promote_by_hand(
         storage.store(), inference, config.model, config.version, config.force, config.reason, by
     )
+    context.log_event(champion_materialization(config.model, change, context.run_id))
     tags = promotion_tags(config.model, by, change.forced, config.reason)
     missing = {k: v for k, v in tags.items() if k not in context.run.tags}
     if missing:  # launched from the UI or by API rather than `nightshift promote`

@@ -63,6 +63,24 @@ def asset_metadata(result, asset: str | AssetKey, partition: str | None = None) 
     return {k: v.value for k, v in day_entries(materialization.metadata).items()}
 
 
+def trained_and_promoted(result, model: str) -> tuple[dict[str, Any], dict[str, Any]]:
+    """A training run that promoted what it trained materialises the model twice: as trained
+    (a challenger), then as the champion its gate made it (assets/model_asset.py). Both, in
+    that order, by figure name."""
+    key = AssetKey.from_user_string(model)
+    events = [e for e in result.get_asset_materialization_events() if e.asset_key == key]
+    assert len(events) == 2, (
+        f"{model}: {len(events)} materialisation(s), expected trained and promoted"
+    )
+    trained, promoted = (
+        {k: v.value for k, v in e.event_specific_data.materialization.metadata.items()}
+        for e in events
+    )
+    assert promoted["alias"] == "champion", promoted
+    assert promoted["model_version"] == trained["model_version"], (trained, promoted)
+    return trained, promoted
+
+
 def run_job(job: str, instance, config: dict | None = None, day: str | None = None):
     """A real job of the project's local definitions, run in this process on ``instance``
     (a failure is returned, not raised, so a test can read the failed check)."""

@@ -15,7 +15,7 @@ from pathlib import Path
 
 import pytest
 from dagster import DagsterInstance
-from helpers import asset_metadata
+from helpers import asset_metadata, trained_and_promoted
 
 from assets.fraud.demo_data import generate_day
 from assets.fraud.schemas import MODEL_NAME
@@ -111,7 +111,7 @@ def test_versions_and_aliases_show_in_mlflow(
     promoted = _retrain(instance)
 
     assert promoted.success
-    second = asset_metadata(promoted, MODEL_NAME)["model_version"]
+    second = trained_and_promoted(promoted, MODEL_NAME)[0]["model_version"]
     shown = _as_mlflow_shows(mlflow_server)
     assert {n: tags[VERSION_TAG] for n, tags in shown["versions"].items()} == {
         "1": first,

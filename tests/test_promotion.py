@@ -12,8 +12,8 @@ import numpy as np
 import pyarrow as pa
 import pyarrow.compute as pc
 import pytest
-from dagster import DagsterInstance, RunsFilter
-from helpers import asset_metadata, building_world, copy_world, run_job
+from dagster import AssetKey, DagsterInstance, RunsFilter
+from helpers import asset_metadata, building_world, copy_world, run_job, trained_and_promoted
 
 from assets.fraud.assets import MIN_VALIDATION_AUPRC
 from assets.fraud.demo_data import generate_day
@@ -157,7 +157,8 @@ def test_a_retrain_on_more_history_is_promoted_and_scores(store, instance) -> No
 
     assert result.success
     gate = _gate(result)
-    trained = asset_metadata(result, MODEL_NAME)
+    trained, promoted = trained_and_promoted(result, MODEL_NAME)
+    assert promoted["promoted_by"] == f"run {result.run_id}" and not promoted["forced"]
     assert gate["passed"] is True and gate["promoted"] is True
     assert gate["champion"] == champion and gate["challenger"] == trained["model_version"]
     assert gate["margin_auprc"] > 0 and trained["training_days"] == len(HISTORY)
@@ -234,3 +235,57 @@ def test_a_damaged_champion_is_replaced_by_hand_as_the_fix_says(champion, store,
     [gate] = [c for c in retrained.get_asset_check_evaluations() if c.check_name == GATE_CHECK]
     assert f"--version {challenger} --force" in gate.description
     assert champion_version(store.read_bytes, store.models_dir, MODEL_NAME) == champion
+
+
+def _status(instance: DagsterInstance, days: list[str]) -> list[tuple[str, list[str]]]:
+    """Each day's status of fraud_scores and the root causes, as the UI's badge reads them
+    (Dagster's own resolver over the project's asset graph)."""
+    from dagster import AssetKey
+
+    from assets.dagster_private import stale_status_resolver
+    from orchestration.definitions import build_definitions
+
+    resolver = stale_status_resolver(instance, build_definitions("local").resolve_asset_graph())
+    key = AssetKey("fraud_scores")
+    return [
+        (
+            resolver.get_status(key, day).value,
+            [
+                f"{c.key.asset_key.to_user_string()} {c.reason}"
+                for c in resolver.get_stale_root_causes(key, day)
+            ],
+        )
+        for day in days
+    ]
+
+
+def test_scored_days_stay_fresh_until_a_promotion_changes_their_model(
+    champion, store, instance
+) -> None:
+    """The model asset's data version is its champion (assets/model_asset.py): nightly runs
+    that reuse it and a retrain whose challenger waits leave the scored days fresh; a promotion
+    marks them unsynced, naming the model, and the model's latest materialisation says who is
+    champion."""
+    for day in NEW_DAYS:  # two nights, each materialising the model again (reused)
+        assert _scored_by(store, instance, day) == {champion}
+    assert _status(instance, NEW_DAYS) == [("FRESH", [])] * 2
+
+    _relabel(store, _noisy)
+    assert not _retrain(instance, history_days=1).success  # the gate keeps it challenger
+    challenger = challenger_version(store.read_bytes, store.models_dir, MODEL_NAME)
+    assert challenger and challenger != champion
+    assert _status(instance, NEW_DAYS) == [("FRESH", [])] * 2
+
+    reason = "labels re-exported"
+    config = {"model": MODEL_NAME, "force": True, "reason": reason, "by": "ana"}
+    assert run_job("promote_model_job", instance, {"ops": {"promote_model": {"config": config}}})
+    assert _status(instance, NEW_DAYS) == [("STALE", ["fraud_model has a new data version"])] * 2
+    latest = instance.get_latest_materialization_event(AssetKey(MODEL_NAME)).asset_materialization
+    shown = {k: v.value for k, v in latest.metadata.items()}
+    assert shown["model_version"] == challenger and shown["alias"] == CHAMPION
+    assert shown["promoted_by"] == "ana" and shown["reason"] == reason
+    assert _scored_by(store, instance, NEW_DAYS[-1]) == {challenger}
+    assert _status(instance, NEW_DAYS) == [
+        ("STALE", ["fraud_model has a new data version"]),
+        ("FRESH", []),
+    ]

@@ -8,7 +8,7 @@ from pathlib import Path
 import pyarrow.compute as pc
 import pytest
 from dagster import DagsterInstance
-from helpers import asset_metadata, run_job
+from helpers import asset_metadata, run_job, trained_and_promoted
 
 from assets.recommendations.demo_data import generate_day
 from assets.recommendations.schemas import RECOMMENDATION_MODEL, USER_RECOMMENDATIONS
@@ -87,7 +87,8 @@ def test_a_model_of_more_history_is_promoted(store, instance) -> None:
 
     assert result.success
     gate, _ = _gate(result)
-    trained = asset_metadata(result, RECOMMENDATION_MODEL)
+    trained, promoted = trained_and_promoted(result, RECOMMENDATION_MODEL)
+    assert promoted["promoted_by"] == f"run {result.run_id}"
     assert gate["promoted"] is True and gate["champion"] == first
     assert gate["margin_recall_at_10"] > 0 and gate["margin_precision_at_10"] > 0
     # Fitted on the history only: the gate's days were held out of training.

@@ -8,6 +8,7 @@ the assets that produce them (see ``assets/fraud/gates.py``).
 from typing import Any
 
 from dagster import (
+    AssetCheckExecutionContext,
     AssetCheckResult,
     AssetCheckSpec,
     AssetExecutionContext,
@@ -34,6 +35,7 @@ from assets.fraud.schemas import ALERTS, MODEL_NAME, SCREENS, TRANSACTIONS, TRAN
 from assets.fraud.scoring import FRAUD_SCORES, FraudQualityConfig
 from assets.handed import handed, read_at, snapshot_metadata
 from assets.landing import LandingSpec, deadline, land
+from assets.model_asset import champion_data_version, materialized_in_run
 from assets.partitions import partition_dates
 from assets.runner import score, scoring_asset
 from inference.models.modelstore import ModelNotFoundError, load_model
@@ -153,7 +155,10 @@ def fraud_model(
                     "challenger)"
                 )
                 metadata = model_metadata(stored.manifest, stored.version)
-                return MaterializeResult(metadata={**metadata, "reused": True})
+                return MaterializeResult(
+                    metadata={**metadata, "reused": True},
+                    data_version=champion_data_version(store, MODEL_NAME),
+                )
 
     train_config = TrainConfig(
         hidden=tuple(config.hidden),
@@ -179,15 +184,21 @@ def fraud_model(
             "reused": False,
             "alias": alias,
             "training_seconds": round(seconds, 2),
-        }
+        },
+        # A challenger waiting for the gate changes nothing downstream (assets/model_asset.py).
+        data_version=champion_data_version(store, MODEL_NAME),
     )
 
 
 @asset_check(asset=MODEL_NAME, blocking=True)
-def fraud_model_auprc_above_floor(storage: StorageResource) -> AssetCheckResult:
-    """The current fraud model's validation AUPRC reaches the floor before it scores anything."""
+def fraud_model_auprc_above_floor(
+    context: AssetCheckExecutionContext, storage: StorageResource
+) -> AssetCheckResult:
+    """The validation AUPRC of the model this run materialised (a challenger just trained, or
+    the champion reused) reaches the floor before it scores or is judged for promotion."""
     store = storage.store()
-    stored = load_model(store.read_bytes, store.models_dir, MODEL_NAME)
+    version = materialized_in_run(context, MODEL_NAME)
+    stored = load_model(store.read_bytes, store.models_dir, MODEL_NAME, version)
     auprc = stored.manifest["metrics"]["val_auprc"]
     return AssetCheckResult(
         passed=auprc >= MIN_VALIDATION_AUPRC,

@@ -16,6 +16,7 @@ from pydantic import Field
 from assets.days import daily_assets
 from assets.errors import fail_fast_on_bad_input
 from assets.landing import LandingSpec, deadline, land
+from assets.model_asset import champion_data_version
 from assets.recommendations.gates import (
     INTERACTION_SUITES,
     INTERACTIONS_GATE,
@@ -139,7 +140,10 @@ def recommendation_model(
             try:
                 trained = current_model(store)
                 context.log.info(f"reusing {RECOMMENDATION_MODEL} {trained.version}")
-                return MaterializeResult(metadata=trained.metadata(reused=True))
+                return MaterializeResult(
+                    metadata=trained.metadata(reused=True),
+                    data_version=champion_data_version(store, RECOMMENDATION_MODEL),
+                )
             except ModelNotFoundError:
                 context.log.info(f"no current {RECOMMENDATION_MODEL}: training one")
     dates = store.landing_dates(INTERACTIONS)
@@ -158,7 +162,11 @@ def recommendation_model(
         trained = train_and_save(store, dates, train, inference.runtime.device)
     metrics = trained.manifest["metrics"]
     context.log.info(f"trained {RECOMMENDATION_MODEL} {trained.version}: {metrics}")
-    return MaterializeResult(metadata=trained.metadata(reused=False))
+    # A challenger waiting for the gate changes nothing downstream (assets/model_asset.py).
+    return MaterializeResult(
+        metadata=trained.metadata(reused=False),
+        data_version=champion_data_version(store, RECOMMENDATION_MODEL),
+    )
 
 
 @scoring_asset(USER_RECOMMENDATIONS_SPEC, deps=[interactions, recommendation_model], group=GROUP)
