@@ -29,6 +29,8 @@ Each is here because no public API of 1.13 gives the same result:
   ``AssetMaterialization`` takes tags but exports none of these names.
 - ``stale_status_resolver``: what the UI computes a partition's badge and its causes with,
   for tests that assert what a person would see without a browser.
+- ``launchpad_defaults``: the config the Launchpad scaffolds for a job (every default), for
+  tests that the scaffold launches as it is.
 - ``LaunchRunContext``: what ``RunLauncher.launch_run`` receives. The deadline-aware ECS
   launcher (orchestration/deadline_launcher.py) subclasses the public ``EcsRunLauncher`` and
   hands the parent a context carrying the re-tagged run; Dagster exports the launcher but not
@@ -74,6 +76,7 @@ __all__ = [
     "data_version_of",
     "input_data_version_tag",
     "input_event_pointer_tag",
+    "launchpad_defaults",
     "stale_status_resolver",
 ]
 
@@ -87,3 +90,13 @@ def stale_status_resolver(instance, asset_graph) -> CachingStaleStatusResolver:
     now = TemporalContext(effective_dt=get_current_datetime(), last_event_id=None)
     view = AssetGraphView(temporal_context=now, instance=instance, asset_graph=asset_graph)
     return CachingStaleStatusResolver(instance, asset_graph, view)
+
+
+def launchpad_defaults(job) -> dict:
+    """The run config the Launchpad scaffolds for ``job``: every field at its default."""
+    from dagster._core.snap.snap_to_yaml import default_values_from_type_snap
+
+    snap = job.get_job_snapshot()
+    schema = snap.config_schema_snapshot
+    [mode] = snap.mode_def_snaps
+    return default_values_from_type_snap(schema.get_config_snap(mode.root_config_key), schema)

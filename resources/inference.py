@@ -47,8 +47,10 @@ class InferenceResource(ConfigurableResource):
         default=600.0, description="How long a partition's writer lease lasts between shards."
     )
     spot_notice: str = Field(
-        default="off",
-        description="Cloud interruption notices to poll: off (signals only) | aws | gcp | azure.",
+        # Not "off": the Launchpad reads an unquoted off as YAML 1.1's false and refuses it.
+        default="signals",
+        description="Cloud interruption notices to poll: signals (none: signals only; 'off' "
+        "too) | aws | gcp | azure.",
     )
     spot_endpoint: str | None = Field(
         default=None, description="Metadata endpoint override for the notice source."

@@ -244,3 +244,36 @@ def test_landing_sensor_asks_each_job_for_documents_it_has_not_read(
     assert requested() == [("daily_summaries_job", day)]
     assert materialize([documents, document_summaries], **run).success
     assert requested() == []
+
+
+def _plain_strings(value, path: str = ""):
+    if isinstance(value, dict):
+        for key, inner in value.items():
+            yield from _plain_strings(inner, f"{path}.{key}" if path else key)
+    elif isinstance(value, list):
+        for i, inner in enumerate(value):
+            yield from _plain_strings(inner, f"{path}[{i}]")
+    elif isinstance(value, str):
+        yield path, value
+
+
+@pytest.mark.parametrize("name", sorted(j.name for j in defs.jobs if not j.name.startswith("__")))
+def test_the_launchpad_scaffold_reads_back_as_written(name: str) -> None:
+    """The Launchpad fills every field with its default and reads what it shows as YAML: a
+    default that YAML 1.1 reads as another type (``off`` as false, a date, a number) makes the
+    scaffold invalid and Materialize stays disabled."""
+    import yaml
+    from dagster import validate_run_config
+
+    from assets.dagster_private import launchpad_defaults
+
+    job = defs.resolve_job_def(name)
+    defaults = launchpad_defaults(job)
+    misread = {
+        path: yaml.safe_load(text)
+        for path, text in _plain_strings(defaults)
+        if text and yaml.safe_load(text) != text
+    }
+    assert misread == {}, f"{name}: defaults YAML reads as another type: {misread}"
+    if name in {"fraud_training_job", "fraud_scoring_job", *PIPELINES}:
+        validate_run_config(job, defaults)  # raises naming the field when invalid

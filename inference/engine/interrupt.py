@@ -145,11 +145,11 @@ SOURCES = {"aws": AwsSpotNotice, "gcp": GcpPreemption, "azure": AzureScheduledEv
 
 
 def notice_source(kind: str, endpoint: str | None = None) -> NoticeSource | None:
-    """The notice source for ``aws|gcp|azure`` (``off`` or ``signals``: none, signals only)."""
+    """The notice source for ``aws|gcp|azure`` (``signals`` or ``off``: none, signals only)."""
     if kind in ("off", "signals", ""):
         return None
     if kind not in SOURCES:
-        raise ValueError(f"unknown spot notice source '{kind}': expected off, aws, gcp or azure")
+        raise ValueError(f"unknown spot notice source '{kind}': expected signals, aws, gcp or azure")
     return SOURCES[kind](endpoint) if endpoint else SOURCES[kind]()
 
 
