@@ -246,3 +246,31 @@ def test_a_document_of_only_zero_width_text_is_quarantined_as_empty(
         run_config={"ops": {"documents": {"config": {"max_quarantine_rate": 0.3}}}},
     )
     assert asset_metadata(result, "documents")["quarantine_reasons"] == {"empty_text": 1}
+
+
+def test_demo_days_land_on_time_however_late_they_were_generated(
+    store: DataStore, resources: dict, instance: DagsterInstance
+) -> None:
+    """Generated days are dated as an export that landed on time (the demo in the UI showed
+    every recent day late: generated hours after it ended), and pass their deadline check."""
+    import datetime as dt
+
+    from assets.gates import landed_hours_after_day_end
+
+    today = dt.datetime.now(dt.UTC).date()
+    days = [str(today - dt.timedelta(days=n)) for n in (3, 1)]
+    for day in days:
+        generate_day(store, day, scale=0.01)
+        assert landed_hours_after_day_end(store, TRANSACTIONS, day) == pytest.approx(0.5, abs=1e-3)
+    result = materialize(
+        [transactions], partition_key=days[0], resources=resources, instance=instance
+    )
+    [on_time] = [
+        c
+        for c in result.get_asset_check_evaluations()
+        if c.check_name == "transactions_landed_on_time"
+    ]
+    assert on_time.passed, on_time.metadata
+    # Today's day is not over: it is dated now, and counts as landed before its end.
+    generate_day(store, str(today), scale=0.01)
+    assert landed_hours_after_day_end(store, TRANSACTIONS, str(today)) < 0

@@ -236,6 +236,6 @@ def generate_day(store: DataStore, date: str, scale: float = 1.0, seed: int = 0)
         schema=TRANSACTIONS_SCHEMA,
     )
     labelled = table.append_column(LABELLED_SCHEMA.field("is_fraud"), pa.array(label[order]))
-    store.write_landing(TRANSACTIONS, date, table)
-    store.write_landing(TRANSACTIONS_LABELLED, date, labelled)
+    store.write_landing(TRANSACTIONS, date, table, on_time=True)
+    store.write_landing(TRANSACTIONS_LABELLED, date, labelled, on_time=True)
     return {TRANSACTIONS: table.num_rows, TRANSACTIONS_LABELLED: labelled.num_rows}

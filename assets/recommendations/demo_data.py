@@ -120,5 +120,5 @@ def generate_day(store: DataStore, date: str, scale: float = 1.0, seed: int = 0)
     At scale 1: 20k users, 5k items, about 40k events a day from about 5.7k active users.
     """
     table = generate_interactions(make_world(scale, seed), date, seed)
-    store.write_landing(INTERACTIONS, date, table)
+    store.write_landing(INTERACTIONS, date, table, on_time=True)
     return {INTERACTIONS: table.num_rows}

@@ -55,7 +55,7 @@ def generate_day(store: DataStore, date: str, scale: float = 1.0, seed: int = 0)
         },
         schema=DOCUMENTS_SCHEMA,
     )
-    store.write_landing(DATASET, date, table)
+    store.write_landing(DATASET, date, table, on_time=True)
     return {"documents": table.num_rows}
 
 

@@ -149,7 +149,9 @@ def notice_source(kind: str, endpoint: str | None = None) -> NoticeSource | None
     if kind in ("off", "signals", ""):
         return None
     if kind not in SOURCES:
-        raise ValueError(f"unknown spot notice source '{kind}': expected signals, aws, gcp or azure")
+        raise ValueError(
+            f"unknown spot notice source '{kind}': expected signals, aws, gcp or azure"
+        )
     return SOURCES[kind](endpoint) if endpoint else SOURCES[kind]()
 
 
