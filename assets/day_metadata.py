@@ -54,6 +54,7 @@ HEADLINE = (
     "model_version_changed",
     "rows_per_second",
     "seconds",
+    "cost",
     "cost_usd",
     "interruptions",
     "rows_redone",
@@ -78,6 +79,8 @@ def day_metadata(figures: Mapping[str, Any]) -> dict[str, Any]:
     A number outside :data:`PLOTTED` is never a top-level entry, so the Plots tab shows only
     the series an operator reads.
     """
+    if "cost_usd" in figures and "cost" not in figures:
+        figures = {**figures, "cost": MetadataValue.text(cost_text(figures))}
     headline = {key: figures[key] for key in HEADLINE if key in figures}
     detail: list[TableRecord] = []
     structured: dict[str, Any] = {}
@@ -94,6 +97,14 @@ def day_metadata(figures: Mapping[str, Any]) -> dict[str, Any]:
         DETAIL: MetadataValue.table(records=detail, schema=DETAIL_SCHEMA),
         **structured,
     }
+
+
+def cost_text(figures: Mapping[str, Any]) -> str:
+    """The day's cost with its unit and basis, as a person reads it: the UI shows a number
+    with its key only (``cost_usd 0.000979``), and plots that one."""
+    usd = float(getattr(figures["cost_usd"], "value", figures["cost_usd"]))
+    basis = getattr(figures.get("cost_basis"), "value", figures.get("cost_basis"))
+    return f"${usd:,.6f} (USD{f', {basis}' if basis else ''})"
 
 
 def day_entries(metadata: Mapping[str, Any]) -> dict[str, Any]:

@@ -73,6 +73,10 @@ def test_overview_shows_throughput_metadata(page, ui_stack: DagsterStack) -> Non
     cells = row.first.locator("td").all_inner_texts()
     assert cells[0] == "rows_per_second", cells
     assert float(cells[-1].replace(",", "")) > 0, cells
+    # The cost with its unit, above the plotted number (issue 44: a bare cost_usd 0.000979).
+    cost = page.locator("tr", has=page.get_by_text("cost", exact=True)).first
+    shown = cost.locator("td").all_inner_texts()
+    assert re.fullmatch(r"\$\d[\d,]*\.\d{6} \(USD.*\)", shown[-1]), shown
     assert page.get_by_text("Freshness policy").first.is_visible()
     page.screenshot(path=str(ARTIFACTS / "fraud_scores_overview.png"), full_page=True)
 
