@@ -12,9 +12,15 @@ Freezing the heap in the last exit handler skips that collection: registered bef
 it runs after all of them (log flushes, temporary-file clean-up, Dagster's own), and objects
 freed by reference count are still finalised as usual; only garbage held in reference cycles
 is left to the operating system.
+
+It also silences one warning: Dagster 1.13 marks ``dagster dev`` superseded by ``dg dev`` (from
+dagster-dg-cli, which nightshift does not use) and prints so at every ``nightshift ui``, which
+reads as something to fix.
 """
 
 import atexit
 import gc
+import warnings
 
 atexit.register(gc.freeze)
+warnings.filterwarnings("ignore", message="Function `dev_command` is superseded")
