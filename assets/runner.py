@@ -26,6 +26,7 @@ from typing import Any, Generic, TypeVar
 from dagster import (
     AssetCheckEvaluation,
     AssetCheckResult,
+    AssetCheckSpec,
     AssetExecutionContext,
     AssetKey,
     AssetMaterialization,
@@ -113,6 +114,7 @@ class ScoringSpec(Generic[ConfigT]):
         load: ``(store, inference, config) -> Model``; a missing or unusable model fails the
             step at once, before any input is read.
         day: ``(run, date, model, config, max_quarantine_rate) -> Day``.
+        checks: the output's checks beside its suites, evaluated per day by ``Day.checks``.
     """
 
     asset: str
@@ -120,6 +122,7 @@ class ScoringSpec(Generic[ConfigT]):
     suites: Mapping[str, CheckSuite]
     load: Callable[[DataStore, InferenceResource, ConfigT], Model]
     day: Callable[[SpotSafeRun, str, Model, ConfigT, float], Day]
+    checks: Sequence[AssetCheckSpec] = ()
 
 
 def scoring_asset(
@@ -144,7 +147,7 @@ def scoring_asset(
             kinds=kinds or {"pytorch", "parquet"},
             freshness_policy=scored_by_0700_utc,
         )
-        checks = [suite.spec() for suite in spec.suites.values()]
+        checks = [*(suite.spec() for suite in spec.suites.values()), *spec.checks]
         return daily_assets(output, checks=checks, pool=GPU_POOL)(fn)
 
     return decorate

@@ -8,14 +8,14 @@ import pyarrow.compute as pc
 import pyarrow.parquet as pq
 import pytest
 import torch
-from dagster import AssetSelection, DagsterInstance, RunConfig, materialize
+from dagster import DagsterInstance, RunConfig, materialize
 from helpers import asset_metadata
 
 from assets.recommendations import interactions, recommendation_model, user_recommendations
 from assets.recommendations.assets import RecommendationModelConfig, UserRecommendationsConfig
-from assets.recommendations.checks import RECOMMENDATION_CHECKS
 from assets.recommendations.demo_data import generate_day, generate_interactions, make_world
 from assets.recommendations.history import read_interactions
+from assets.recommendations.list_checks import LIST_CHECKS, list_check_results
 from assets.recommendations.schemas import (
     INTERACTIONS,
     INTERACTIONS_SCHEMA,
@@ -36,7 +36,7 @@ from resources.storage import DataStore, LandingDataError
 DAYS = ["2026-03-01", "2026-03-02", "2026-03-03"]
 NEXT_DAY = "2026-03-04"
 SCALE = 0.05  # 1,000 users x 250 items, ~2,000 events a day
-ALL_ASSETS = [interactions, recommendation_model, user_recommendations, *RECOMMENDATION_CHECKS]
+ALL_ASSETS = [interactions, recommendation_model, user_recommendations]
 CPU = torch.device("cpu")
 
 
@@ -326,6 +326,11 @@ def test_rerun_replaces_partitions_and_a_range_loads_the_model_once(
         assert out.groupby("user_id").size().eq(5).all()
         # Replaced, not appended: the day on main is one data file.
         assert len(landed.output_files(USER_RECOMMENDATIONS, date)) == 1
+    # Every check of the lists has one result per day of the range, with its day (the UI
+    # showed one undated result for the range and the other days "Skipped").
+    for name in LIST_CHECKS:
+        days = [e.partition for e in rerun.get_asset_check_evaluations() if e.check_name == name]
+        assert sorted(days) == DAYS[1:], (name, days)
 
 
 # -- the checks -------------------------------------------------------------------------------
@@ -374,7 +379,15 @@ def test_null_ids_fail_naming_the_column_instead_of_matching_nothing(store) -> N
 
 def test_checks_catch_seen_items_and_broken_ranks(landed, resources, instance) -> None:
     assert _run(resources, instance, [recommendation_model]).success
-    assert _run(resources, instance, [user_recommendations], partition_key=DAYS[-1]).success
+    scored = _run(resources, instance, [user_recommendations], partition_key=DAYS[-1])
+    assert scored.success
+    # The list checks ran in the step, on the day as staged: one passing result for the day.
+    evaluated = {
+        e.check_name: (e.passed, e.partition)
+        for e in scored.get_asset_check_evaluations()
+        if e.check_name in LIST_CHECKS
+    }
+    assert evaluated == {name: (True, DAYS[-1]) for name in LIST_CHECKS}
     out = landed.read_output(USER_RECOMMENDATIONS, DAYS[-1])
     # The first listed user may not have been active on the day itself: any day up to it.
     day = pa.concat_tables(
@@ -389,17 +402,7 @@ def test_checks_catch_seen_items_and_broken_ranks(landed, resources, instance) -
     # A bad day published by another writer of the table, past the scoring asset's checks.
     landed.publish(USER_RECOMMENDATIONS, DAYS[-1], [out], out.schema)
 
-    # Checks run on their own are unpartitioned: they then check the latest published day.
-    result = materialize(
-        [user_recommendations, *RECOMMENDATION_CHECKS],
-        # The checks defined apart from the asset (its in-asset suites run with it).
-        selection=AssetSelection.checks(*RECOMMENDATION_CHECKS),
-        resources=resources,
-        instance=instance,
-        raise_on_error=False,
-    )
-
-    verdicts = {e.check_name: e for e in result.get_asset_check_evaluations()}
+    verdicts = {r.check_name: r for r in list_check_results(landed, DAYS[-1])}
     assert not verdicts["no_seen_items_recommended"].passed
     assert verdicts["no_seen_items_recommended"].metadata["seen_items_recommended"].value == 1
     assert not verdicts["recommendation_lists_are_ranked"].passed

@@ -4,14 +4,12 @@ challenger's user_recommendations_shadow when shadow scoring is on."""
 import dagster
 
 from assets.recommendations.assets import interactions, recommendation_model, user_recommendations
-from assets.recommendations.checks import RECOMMENDATION_CHECKS
 from assets.recommendations.shadow import user_recommendations_shadow
 from assets.recommendations.training import RECOMMENDATION_GATE
 from assets.wiring import DomainWiring, Pipeline, TrainingJob
 
 defs = dagster.Definitions(
     assets=[interactions, recommendation_model, user_recommendations, user_recommendations_shadow],
-    asset_checks=RECOMMENDATION_CHECKS,
 )
 
 # 03:00 UTC: after fraud, so the GPU node serves one pipeline at a time.

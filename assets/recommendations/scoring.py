@@ -22,6 +22,7 @@ from assets.recommendations.audience import (
 )
 from assets.recommendations.gates import RECOMMENDATION_SUITES, recommendation_check_results
 from assets.recommendations.history import read_day, read_interactions
+from assets.recommendations.list_checks import list_check_results, list_check_specs
 from assets.recommendations.quality import eligible_items, user_plan
 from assets.recommendations.schemas import (
     INTERACTIONS,
@@ -125,7 +126,7 @@ def day(
     work.input.files = [f for d in history for f in store.landing_files(INTERACTIONS, d)]
 
     def checks(report: PartitionReport):
-        return recommendation_check_results(
+        suites = recommendation_check_results(
             store,
             [report],
             {date: len(users)},
@@ -136,6 +137,7 @@ def day(
             sample_rows=config.check_sample_rows,
             seed=config.check_seed,
         )
+        return [*suites, *list_check_results(store, date)]
 
     def metadata(report: PartitionReport) -> dict:
         # The ranking's own figures came back with the shards, wherever they ran.
@@ -180,5 +182,5 @@ def _program(run: SpotSafeRun, model: Model, config: UserRecommendationsConfig) 
 
 
 USER_RECOMMENDATIONS_SPEC = ScoringSpec(
-    USER_RECOMMENDATIONS, INTERACTIONS, RECOMMENDATION_SUITES, load, day
+    USER_RECOMMENDATIONS, INTERACTIONS, RECOMMENDATION_SUITES, load, day, list_check_specs()
 )
