@@ -226,6 +226,17 @@ def aws_instance(aws_home: Path) -> Iterator[DagsterInstance]:
         yield instance
 
 
+def stop_process_group(process: subprocess.Popen, timeout: float = 30) -> None:
+    """Stops a server started as the leader of its own process group: SIGTERM to the group,
+    SIGKILL to it if it is still there ``timeout`` seconds later."""
+    os.killpg(process.pid, signal.SIGTERM)
+    try:
+        process.wait(timeout=timeout)
+    except subprocess.TimeoutExpired:
+        os.killpg(process.pid, signal.SIGKILL)
+        process.wait()
+
+
 def wait_for(
     probe: Callable[[], T | None],
     timeout: float,
@@ -303,9 +314,4 @@ def dagster_daemon(env: dict[str, str], log: Path) -> Iterator[None]:
     try:
         yield
     finally:
-        os.killpg(process.pid, signal.SIGTERM)
-        try:
-            process.wait(timeout=30)
-        except subprocess.TimeoutExpired:
-            os.killpg(process.pid, signal.SIGKILL)
-            process.wait()
+        stop_process_group(process)

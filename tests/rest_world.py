@@ -11,7 +11,6 @@ from __future__ import annotations
 
 import json
 import os
-import signal
 import subprocess
 import urllib.request
 from collections.abc import Iterator
@@ -19,7 +18,7 @@ from dataclasses import dataclass
 from pathlib import Path
 
 import pytest
-from aws_world import wait_for
+from aws_world import stop_process_group, wait_for
 from ui_stack import free_port
 
 from resources.storage import REPO_ROOT
@@ -103,12 +102,7 @@ def rest_catalog(tmp_path_factory) -> Iterator[RestCatalog]:
             assert answer.status in (200, 201), answer.read()
         yield RestCatalog(uri, warehouse)
     finally:
-        os.killpg(server.pid, signal.SIGTERM)
-        try:
-            server.wait(timeout=20)
-        except subprocess.TimeoutExpired:
-            os.killpg(server.pid, signal.SIGKILL)
-            server.wait()
+        stop_process_group(server, timeout=20)
 
 
 @pytest.fixture
