@@ -99,7 +99,8 @@ class Verdict:
         outcome = (
             f"{self.challenger} promoted to champion"
             if self.promoted
-            else f"{self.challenger} stays challenger, champion {self.champion} keeps scoring"
+            else f"{self.challenger} stays challenger, champion {self.champion} keeps scoring "
+            f"({promote_anyway(self.model, self.challenger)})"
         )
         head = f"{self.model} {self.challenger} against {self.champion} on {where}"
         nights = f": {self.nights.summary()}" if self.nights is not None else ""
@@ -216,16 +217,15 @@ def judge(
     except ModelUnusableError as exc:
         raise CannotJudgeError(
             f"{name}: cannot compare challenger {challenger} with champion {champion}: {exc}. "
-            f"If the challenger should score, run `nightshift promote {name} --version "
-            f'{challenger} --force --reason "..."`'
+            f"If the challenger should score: {promote_anyway(name, challenger)}"
         ) from exc
     days = evaluation_days(gate.labelled_days(store), windows, gate.eval_days)
     if not days:
         raise CannotJudgeError(
             f"{name}: no labelled day that neither challenger {challenger} (trained on "
             f"{_span(windows[0])}) nor champion {champion} (trained on {_span(windows[1])}) "
-            "trained on: land newer labels and run `nightshift promote "
-            f'{name}`, or promote by hand with --force --reason "..."'
+            f"trained on: land newer labels and run `nightshift promote {name}` (or "
+            f"promote_model_job with model {name}), or {promote_anyway(name, challenger)}"
         )
     ours, theirs = (_measure(store, gate, v, days, runtime) for v in (challenger, champion))
     passed = all(ours[k] >= theirs[k] - tolerance[k] for k in gate.metrics)
@@ -248,6 +248,16 @@ def judge(
         cas=store.cas(),
     )
     return replace(verdict, change=change)
+
+
+def promote_anyway(name: str, version: str) -> str:
+    """How a person promotes ``version`` past the gate, from the command line or the UI."""
+    return (
+        f'to promote it anyway, run `nightshift promote {name} --version {version} --force '
+        f'--reason "..."`, or in the UI launch promote_model_job (Jobs, promote_model_job, '
+        f"Launchpad) with ops: promote_model: config: {{model: {name}, version: {version}, "
+        'force: true, reason: "..."}'
+    )
 
 
 def pending_challenger(store: DataStore, name: str) -> str | None:

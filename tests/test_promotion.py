@@ -234,6 +234,9 @@ def test_a_damaged_champion_is_replaced_by_hand_as_the_fix_says(champion, store,
     assert not retrained.success and _gate(retrained)["passed"] is False
     [gate] = [c for c in retrained.get_asset_check_evaluations() if c.check_name == GATE_CHECK]
     assert f"--version {challenger} --force" in gate.description
+    # And the same fix for a person in the UI (issue 44: the fix was given for the CLI only).
+    assert "launch promote_model_job" in gate.description
+    assert f"{{model: fraud_model, version: {challenger}, force: true" in gate.description
     assert champion_version(store.read_bytes, store.models_dir, MODEL_NAME) == champion
 
 
