@@ -61,6 +61,10 @@ HEADLINE = (
     "summary",
 )
 
+# The detail table's first rows: where the day's rows went (the table runs to some fifty rows,
+# and rows_quarantined sat at its bottom).
+DETAIL_FIRST = ("rows_in", "rows_out", "rows_quarantined", "rows_scored", "commit")
+
 DETAIL_SCHEMA = TableSchema(
     columns=[
         TableColumn("figure", "string", description="the metadata key"),
@@ -73,8 +77,9 @@ Scalar = str | int | float | bool
 
 def day_metadata(figures: Mapping[str, Any]) -> dict[str, Any]:
     """A scored day's figures laid out for the UI: the headline in :data:`HEADLINE` order,
-    then one ``detail`` table of every other scalar figure (numbers and texts, in the order
-    given), then the remaining tables and structured values (never plotted).
+    then one ``detail`` table of every other scalar figure (numbers and texts; those of
+    :data:`DETAIL_FIRST` first, the rest in the order given), then the remaining tables and
+    structured values (never plotted).
 
     A number outside :data:`PLOTTED` is never a top-level entry, so the Plots tab shows only
     the series an operator reads.
@@ -84,7 +89,9 @@ def day_metadata(figures: Mapping[str, Any]) -> dict[str, Any]:
     headline = {key: figures[key] for key in HEADLINE if key in figures}
     detail: list[TableRecord] = []
     structured: dict[str, Any] = {}
-    for key, value in figures.items():
+    first = [key for key in DETAIL_FIRST if key in figures]
+    for key in [*first, *(k for k in figures if k not in first)]:
+        value = figures[key]
         if key in headline:
             continue
         scalar = _scalar(value)

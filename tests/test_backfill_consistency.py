@@ -156,6 +156,9 @@ def test_a_scored_day_shows_the_headline_first_and_plots_eight_series(fraud: dic
     numeric = [k for k, v in metadata.items() if isinstance(v.value, int | float)]
     assert set(numeric) <= set(PLOTTED) and 6 <= len(numeric) <= 8, numeric
     assert keys.index(DETAIL) == len([k for k in HEADLINE if k in metadata])
+    # Where the day's rows went opens the detail table (rows_quarantined sat at its bottom).
+    detail = [r.data["figure"] for r in metadata[DETAIL].value.records]
+    assert detail[:3] == ["rows_in", "rows_out", "rows_quarantined"], detail
     # Nothing is lost: the detail table holds every other figure, read back by name.
     figures = day_figures(metadata)
     rows = store.read_output("fraud_scores", DAYS[0]).num_rows
