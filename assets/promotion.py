@@ -253,7 +253,7 @@ def judge(
 def promote_anyway(name: str, version: str) -> str:
     """How a person promotes ``version`` past the gate, from the command line or the UI."""
     return (
-        f'to promote it anyway, run `nightshift promote {name} --version {version} --force '
+        f"to promote it anyway, run `nightshift promote {name} --version {version} --force "
         f'--reason "..."`, or in the UI launch promote_model_job (Jobs, promote_model_job, '
         f"Launchpad) with ops: promote_model: config: {{model: {name}, version: {version}, "
         'force: true, reason: "..."}'
