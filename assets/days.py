@@ -119,10 +119,11 @@ class DayRecorder:
         tags = {CODE_VERSION_TAG: graph.get(key).code_version or self.context.run_id}
         instance = self.context.instance
         for parent in sorted(graph.get(key).parent_keys):
-            node = graph.get(parent)
             # The parent's latest event over all its partitions: any later one of the day's
-            # partitions is after it, which is what Dagster compares against.
-            record = instance.get_latest_data_version_record(parent, node.is_external or None)
+            # partitions is after it, which is what Dagster compares against. Its latest
+            # materialisation, else observation: in a run that does not materialise the parent
+            # (a backfill of the scores alone) the job's graph shows it as external.
+            record = instance.get_latest_data_version_record(parent, None)
             version = data_version_of(record.event_log_entry) if record is not None else None
             tags[input_data_version_tag(parent)] = version.value if version else "INITIAL"
             tags[input_event_pointer_tag(parent)] = (
