@@ -27,7 +27,7 @@ import pyarrow.parquet as pq
 from inference.engine.diskspace import writing
 from inference.engine.invariants import StreamStats
 from inference.engine.leases import CasStore
-from inference.engine.tables import DayTable, StagedDay, TableError, day_folder
+from inference.engine.tables import DayTable, StagedDay, TableError, day_folder, local_location
 
 PROGRESS = "_progress.json"
 # Underscore folders are skipped by Hive-style readers (pyarrow, Spark, Athena) of a partition.
@@ -65,8 +65,7 @@ class PartitionTarget:
         if table is None:
             return self.final_dir
         location = table.location()
-        scheme = location.split("://", 1)[0] if "://" in location else "file"
-        if (scheme == "file") != self.local:
+        if local_location(location) != self.local:
             raise TableError(
                 f"table {day.tables.identifier(day.name)} is at {location}, not on the data "
                 f"root's filesystem ({self.uri(self.final_dir)}): give its catalog a "

@@ -128,9 +128,10 @@ def stage_shard_files(
     leaves the table's links, and a day interrupted before its commit still finds its shards.
     """
     day = target.table
-    into = target.data_dir(day.tables.ensure(day.name, schema))
+    table = day.tables.ensure(day.name, schema)
+    into = target.data_dir(table)
     placed = [io.link(f"{folder}/{name}", f"{into}/{figures['commit']}-{name}") for name in names]
-    return day.tables.stage_files(day.name, day.date, schema, placed, figures)
+    return day.tables.stage_files(day.name, day.date, schema, placed, figures, table)
 
 
 class ShardedWriter:

@@ -272,6 +272,11 @@ def bare_path(uri: str) -> str:
     return uri.split("://", 1)[1] if "://" in uri else uri
 
 
+def local_location(uri: str) -> bool:
+    """Whether a table location is a local path (``file://``, or no scheme at all)."""
+    return "://" not in uri or uri.startswith("file:")
+
+
 def day_folder(table, date: str) -> str:
     """The folder of ``date``'s data files in ``table``, under the table's own location (which
     a catalog may choose itself), as a path on its filesystem."""
@@ -295,11 +300,6 @@ class OutputTables:
 
     def identifier(self, name: str) -> str:
         return f"{self.namespace}.{name}"
-
-    def day_folder(self, name: str, date: str) -> str | None:
-        """:func:`day_folder` of the table ``name``, or None when it does not exist yet."""
-        table = self.load(name)
-        return None if table is None else day_folder(table, date)
 
     def file_schema(self, name: str, schema: pa.Schema) -> pa.Schema:
         """The schema to write the table's data files in: ``schema`` with the table's field
@@ -374,7 +374,7 @@ class OutputTables:
         return writing(
             f"{bare_path(folder)}/next.metadata.json",
             f"table {self.identifier(name)}'s metadata at {folder}",
-            local="://" not in location or location.startswith("file:"),
+            local=local_location(location),
         )
 
     def schema(self, name: str) -> pa.Schema | None:
@@ -498,7 +498,13 @@ class OutputTables:
         return self._stage(name, date, schema, figures, add)
 
     def stage_files(
-        self, name: str, date: str, schema: pa.Schema, files: list[str], figures: dict[str, Any]
+        self,
+        name: str,
+        date: str,
+        schema: pa.Schema,
+        files: list[str],
+        figures: dict[str, Any],
+        table=None,
     ) -> DaySnapshot:
         """Stages the day from parquet files already placed in the table's folder (the
         engine's shard files, linked there): each is registered as it is, from its footer, so
@@ -506,7 +512,7 @@ class OutputTables:
         record, as in a table migrated from Hive folders (the Iceberg spec has readers take an
         identity partition's value from there). A file whose columns are not ``schema``'s is
         rewritten through the table instead. One snapshot on the audit branch; main is
-        untouched."""
+        untouched. ``table``: the table as :meth:`ensure` returned it, when the caller has it."""
 
         def add(table, tx, append) -> None:
             counter = itertools.count()
@@ -516,9 +522,11 @@ class OutputTables:
                 ):
                     append.append_data_file(data_file)
 
-        return self._stage(name, date, schema, figures, add)
+        return self._stage(name, date, schema, figures, add, table)
 
-    def _stage(self, name: str, date: str, schema: pa.Schema, figures: dict[str, Any], add):
+    def _stage(
+        self, name: str, date: str, schema: pa.Schema, figures: dict[str, Any], add, table=None
+    ):
         """One snapshot on the day's audit branch holding the data files ``add`` appends (none:
         an empty day, which is still a day), redone whole on a commit conflict."""
         branch = f"{AUDIT_BRANCH}{date}-{figures['commit']}"
@@ -532,7 +540,8 @@ class OutputTables:
             return table  # the commit left it at its new metadata
 
         what = f"staging {self.identifier(name)} {date}"
-        table = self._committed(name, what, write, self.ensure(name, schema))
+        table = table if table is not None else self.ensure(name, schema)
+        table = self._committed(name, what, write, table)
         snapshot = _day_snapshot(table.snapshot_by_name(branch))
         assert snapshot is not None
         return snapshot
