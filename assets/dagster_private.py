@@ -21,8 +21,9 @@ Each is here because no public API of 1.13 gives the same result:
   operators read one error class for both. Dagster exports no such error.
 - The data version tags (``DATA_VERSION_TAG``, ``DATA_VERSION_IS_USER_PROVIDED_TAG``,
   ``CODE_VERSION_TAG``, ``input_data_version_tag``, ``input_event_pointer_tag``,
-  ``NULL_EVENT_POINTER``, ``data_version_of``): Dagster writes them on the materialisations
-  of an asset's own outputs, and reads the UI's "Unsynced" badge from them. A day recorded as
+  ``NULL_EVENT_POINTER``, ``DEFAULT_DATA_VERSION``, ``data_version_of``): Dagster writes
+  them on the materialisations of an asset's own outputs, and reads the UI's "Unsynced"
+  badge from them. A day recorded as
   its own ``AssetMaterialization`` (assets/days.py) gets none, and every day then read as
   unsynced after any new materialisation of a parent; a promotion recorded on the model asset
   (assets/model_asset.py) must carry its new data version the same way. The public
@@ -46,6 +47,7 @@ from dagster._core.definitions.data_version import (
     CODE_VERSION_TAG,
     DATA_VERSION_IS_USER_PROVIDED_TAG,
     DATA_VERSION_TAG,
+    DEFAULT_DATA_VERSION,
     NULL_EVENT_POINTER,
     CachingStaleStatusResolver,
 )
@@ -68,6 +70,7 @@ __all__ = [
     "CODE_VERSION_TAG",
     "DATA_VERSION_IS_USER_PROVIDED_TAG",
     "DATA_VERSION_TAG",
+    "DEFAULT_DATA_VERSION",
     "NO_ASSET_EVENTS",
     "NULL_EVENT_POINTER",
     "AssetCheckEvaluationTargetMaterializationData",

@@ -36,6 +36,7 @@ from assets.dagster_private import (
     CODE_VERSION_TAG,
     DATA_VERSION_IS_USER_PROVIDED_TAG,
     DATA_VERSION_TAG,
+    DEFAULT_DATA_VERSION,
     NO_ASSET_EVENTS,
     NULL_EVENT_POINTER,
     AssetCheckEvaluationTargetMaterializationData,
@@ -125,7 +126,8 @@ class DayRecorder:
             # (a backfill of the scores alone) the job's graph shows it as external.
             record = instance.get_latest_data_version_record(parent, None)
             version = data_version_of(record.event_log_entry) if record is not None else None
-            tags[input_data_version_tag(parent)] = version.value if version else "INITIAL"
+            # A parent without a data version: the default Dagster records for one itself.
+            tags[input_data_version_tag(parent)] = (version or DEFAULT_DATA_VERSION).value
             tags[input_event_pointer_tag(parent)] = (
                 str(record.storage_id) if record is not None else NULL_EVENT_POINTER
             )

@@ -24,10 +24,17 @@ from dagster import (
 from dagster_aws.ecs import EcsRunLauncher
 
 from assets.dagster_private import (
+    CODE_VERSION_TAG,
+    DATA_VERSION_IS_USER_PROVIDED_TAG,
+    DATA_VERSION_TAG,
+    DEFAULT_DATA_VERSION,
     NO_ASSET_EVENTS,
+    NULL_EVENT_POINTER,
     AssetCheckEvaluationTargetMaterializationData,
     DagsterAssetCheckFailedError,
     LaunchRunContext,
+    input_data_version_tag,
+    input_event_pointer_tag,
 )
 from orchestration.automation import CHECK_FAILED_ERROR
 
@@ -54,6 +61,21 @@ def test_the_installed_dagster_is_the_pinned_one() -> None:
         f"dagster {version('dagster')} is installed, pyproject pins {pinned}: "
         "re-check assets/dagster_private.py before moving the pin"
     )
+
+
+def test_the_data_version_tags_are_the_ones_dagster_writes_and_reads() -> None:
+    """A day recorded on its own and a promotion carry these (assets/days.py,
+    assets/model_asset.py); tests/test_promotion.py reads them back through the resolver."""
+    names = (DATA_VERSION_TAG, DATA_VERSION_IS_USER_PROVIDED_TAG, CODE_VERSION_TAG)
+    assert names == (
+        "dagster/data_version",
+        "dagster/data_version_is_user_provided",
+        "dagster/code_version",
+    ), _changed("the data version tags")
+    model = AssetKey("fraud_model")
+    assert input_data_version_tag(model) == "dagster/input_data_version/fraud_model"
+    assert input_event_pointer_tag(model) == "dagster/input_event_pointer/fraud_model"
+    assert (NULL_EVENT_POINTER, DEFAULT_DATA_VERSION.value) == ("NULL", "INITIAL")
 
 
 def test_no_asset_events_key_suppresses_an_outputs_asset_events() -> None:
