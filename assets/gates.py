@@ -19,6 +19,7 @@ from dagster import AssetCheckResult
 from assets.checkpointing import quarantine_asset
 from inference.engine.output_partition import ShardReport
 from inference.engine.quarantine import QuarantineLimit, QuarantinePlan
+from policy.partitions import day_end
 from resources.quality import (
     CheckSuite,
     Evidence,
@@ -39,8 +40,7 @@ def landed_hours_after_day_end(store: DataStore, dataset: str, date: str) -> flo
     (negative when it landed before the day was over)."""
     files = store.landing_files(dataset, date)
     latest = max(info.mtime.timestamp() for info in store.fs.get_file_info(files) if info.mtime)
-    day_end = datetime.fromisoformat(date).replace(tzinfo=UTC) + timedelta(days=1)
-    return round((latest - day_end.timestamp()) / 3600.0, 3)
+    return round((latest - day_end(date).timestamp()) / 3600.0, 3)
 
 
 class Screen(Protocol):
@@ -216,8 +216,7 @@ class LandingGate:
 def _recent(date: str) -> bool:
     """Whether a partition's landing time says anything about the nightly delivery: a day
     replayed or backfilled long after it ended was never due by its deadline."""
-    day_end = datetime.fromisoformat(date).replace(tzinfo=UTC) + timedelta(days=1)
-    return datetime.now(UTC) - day_end <= FRESHNESS_HORIZON
+    return datetime.now(UTC) - day_end(date) <= FRESHNESS_HORIZON
 
 
 def _verdict(counts: dict[str, int], shared: dict, limit: QuarantineLimit, within: bool) -> str:

@@ -19,6 +19,11 @@ START_DATE = os.environ.get("NIGHTSHIFT_START_DATE", DEFAULT_START_DATE)
 daily_partitions = DailyPartitionsDefinition(start_date=START_DATE, timezone="UTC")
 
 
+def day_end(key: str) -> dt.datetime:
+    """When a daily partition's UTC day ends: the next midnight, UTC."""
+    return dt.datetime.fromisoformat(key).replace(tzinfo=dt.UTC) + dt.timedelta(days=1)
+
+
 def partition_key_error(key: str) -> str | None:
     """Why ``key`` is not one of the daily partitions, in one line; None when it is one.
 

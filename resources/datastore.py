@@ -25,6 +25,7 @@ from inference.engine.streaming import (
     exact_name,
     iter_parquet_files,
 )
+from policy.partitions import day_end
 from resources.filestore import is_data
 from resources.landing_cache import REMOTE_READ_THREADS, Checked, CheckedFiles, DecodedPartitions
 from resources.landing_files import (
@@ -340,8 +341,7 @@ class DataStore(OutputStore):
         file = f"{path}/part-00000.parquet"
         pq.write_table(table, file, filesystem=self.fs)
         if on_time and isinstance(self.fs, pafs.LocalFileSystem):
-            day_end = dt.datetime.fromisoformat(date).replace(tzinfo=dt.UTC) + dt.timedelta(1)
-            landed = min(time.time(), (day_end + DEMO_LANDED_AFTER).timestamp())
+            landed = min(time.time(), (day_end(date) + DEMO_LANDED_AFTER).timestamp())
             # The write's own sub-second part kept: a file's (size, mtime) is its identity to
             # the landing caches, and a day written again must not look unchanged.
             landed = int(landed) + (time.time_ns() % 10**9) / 1e9
