@@ -235,8 +235,9 @@ def small_disk(fraud):
         subprocess.run(["umount", "-l", str(folder)], check=True)
 
 
-# One page left: the progress file cannot be written; four: the new table's first metadata
-# cannot (the writer creates the table before its first shard, to write in its field ids).
+# One page left: the new table's first metadata cannot be written (the writer creates the
+# table before anything else, to write its shards in the table's field ids); four: the
+# progress file cannot.
 @pytest.mark.parametrize("left", [4096, 16384])
 def test_a_full_disk_names_the_file_and_a_rerun_publishes_the_day_whole(
     fraud, small_disk, left: int
@@ -250,7 +251,7 @@ def test_a_full_disk_names_the_file_and_a_rerun_publishes_the_day_whole(
     assert not failed.success
     (failure,) = failed.get_step_failure_events()
     message = failure.step_failure_data.error.to_string()
-    if left == 4096:
+    if left == 16384:
         assert f"no space left on device writing {small_disk}/_staging/date={date}/" in message
         assert f"free of 2.0 MiB on {small_disk}/_staging/date={date}" in message
     else:
@@ -278,6 +279,12 @@ def test_the_side_output_is_committed_with_the_scores(fraud) -> None:
     store, date = fraud["store"], _day(fraud)
     assert _run(fraud, [transactions, fraud_scores], date).success
     assert store.output_commit("fraud_scores", date) == store.output_commit(FLAGGED, date)
+    # The scoring step's shard files are the day's data files, registered as they are (written
+    # in the tables' field ids), not written again through the table.
+    commit = store.output_commit("fraud_scores", date)
+    for table in ("fraud_scores", FLAGGED):
+        names = [Path(f).name for f in store.output_files(table, date)]
+        assert names and all(n.startswith(f"{commit}-shard-") for n in names), (table, names)
     flagged = store.read_output(FLAGGED, date)
     scores = store.read_output("fraud_scores", date)
     assert flagged.num_rows == scores.filter(pc.field("flagged")).num_rows

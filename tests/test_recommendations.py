@@ -324,8 +324,11 @@ def test_rerun_replaces_partitions_and_a_range_loads_the_model_once(
     for date in DAYS[1:]:
         out = landed.read_output(USER_RECOMMENDATIONS, date).to_pandas()
         assert out.groupby("user_id").size().eq(5).all()
-        # Replaced, not appended: the day on main is one data file.
-        assert len(landed.output_files(USER_RECOMMENDATIONS, date)) == 1
+        # Replaced, not appended: the day on main is one data file, the scoring step's shard
+        # file registered as it is (written in the table's field ids), not written again.
+        [file] = landed.output_files(USER_RECOMMENDATIONS, date)
+        commit = landed.output_commit(USER_RECOMMENDATIONS, date)
+        assert file.rsplit("/", 1)[1].startswith(f"{commit}-shard-"), file
     # Every check of the lists has one result per day of the range, with its day (the UI
     # showed one undated result for the range and the other days "Skipped").
     for name in LIST_CHECKS:

@@ -179,6 +179,7 @@ class ShardedWriter:
         self.report = ShardReport()
         self._lease: Lease | None = None
         self.io = PartitionIO(where.target)
+        self._where_with_ids: ShardFileTargets | None = None
 
     def begin(self) -> ShardReport:
         """Takes the lease and loads (or resets) progress; returns what was already done."""
@@ -210,23 +211,25 @@ class ShardedWriter:
         self.report.interruptions = self.progress.interruptions
         self.io.mkdir(t.staging_dir)
         self._save_progress()
-        self._write_with_field_ids()
         return self.report
 
-    def _write_with_field_ids(self) -> None:
-        """Shard files are written with their tables' field ids, so the commit registers them
-        as they are (see inference.engine.tables.with_field_ids). The quarantine's columns are
-        known only from its rows: its files are written again through the table at the commit
-        (few rows)."""
-        tables = self.target.table.tables
-        side_schema = self.where.side_schema
-        if self.side is not None and self.side.table is not None and side_schema is not None:
-            side_schema = tables.file_schema(self.side.table.name, side_schema)
-        self.where = replace(
-            self.where,
-            schema=tables.file_schema(self.target.table.name, self.schema),
-            side_schema=side_schema,
-        )
+    def _with_field_ids(self) -> ShardFileTargets:
+        """Where shard files go, with the schemas they are written in: the tables' own field
+        ids, so the commit registers the files as they are (see
+        inference.engine.tables.with_field_ids); found once, on the first call (the tables are
+        created then if new). The quarantine's columns are known only from its rows: its files
+        are written again through the table at the commit (few rows)."""
+        if self._where_with_ids is None:
+            tables = self.target.table.tables
+            side_schema = self.where.side_schema
+            if self.side is not None and self.side.table is not None and side_schema:
+                side_schema = tables.file_schema(self.side.table.name, side_schema)
+            self._where_with_ids = replace(
+                self.where,
+                schema=tables.file_schema(self.target.table.name, self.schema),
+                side_schema=side_schema,
+            )
+        return self._where_with_ids
 
     def done(self, shard: int) -> bool:
         return str(shard) in self.progress.shards
@@ -246,7 +249,7 @@ class ShardedWriter:
             return replace(target, cas=None, table=None) if target is not None else None
 
         return replace(
-            self.where,
+            self._with_field_ids(),
             target=files_only(self.target),
             quarantine=files_only(self.quarantine),
             side=files_only(self.side),
