@@ -32,7 +32,14 @@ from dagster import AssetExecutionContext, Failure, RetryRequested
 from assets.observability import GpuMonitor
 from assets.partitions import PartitionReport
 from inference.engine.interrupt import InterruptionWatcher
-from inference.engine.ledger import Attempt, LedgerBook, PartitionLedger, recent_rate, sum_figures
+from inference.engine.ledger import (
+    Attempt,
+    LedgerBook,
+    PartitionLedger,
+    StartupShares,
+    recent_rate,
+    sum_figures,
+)
 from inference.engine.local_pool import LocalPool
 from inference.engine.metrics import BatchMetrics
 from inference.engine.output_partition import ShardReport, fingerprint, input_fingerprint
@@ -267,9 +274,11 @@ class SpotSafeRun:
         self._pool: ShardPool | None = None
         self._resources = ExitStack()  # the Ray session and its actors, for this step
         self.prices = inference.node_prices()
-        # The node's time before the first partition is that partition's restart overhead; a
-        # step retried in place runs on the same node, whose time the first try already counted.
-        self._launched = _run_started(context) if context.retry_number == 0 else None
+        # The node's time before the first partition is that partition's restart overhead,
+        # priced in shares to the run's days; a step retried in place runs on the same node,
+        # whose time the first try already counted.
+        self.startup = StartupShares(_run_started(context) if context.retry_number == 0 else None)
+        self._dates = list(context.partition_keys) if context.has_partition_key_range else []
         self.open_day: OpenDay | None = None
         self.days: dict[str, dict] = {}  # each committed day's ledger figures
 
@@ -377,8 +386,10 @@ class SpotSafeRun:
                 shards = run_partition(
                     writer, self._shards(work, writer), self._job(work, writer, sample), pool, watch
                 )
-        except Interrupted:
-            day.attempt.interrupted = True
+        except BaseException as exc:
+            # The run leaves on this day: its later days will not take their start-up shares.
+            day.attempt.startup_share_s = (day.attempt.startup_share_s or 0.0) + self.startup.rest()
+            day.attempt.interrupted = isinstance(exc, Interrupted)
             raise
         finally:
             day.save()
@@ -463,11 +474,9 @@ class SpotSafeRun:
         book = LedgerBook(writer.target, asset, date)
         ledger = book.open()
         now = time.time()
-        started = self._launched if self._launched is not None else now
-        self._launched = None
-        attempt = Attempt(
-            self.context.run_id, capacity_of(self.context.run.tags), started, now, now
-        )
+        started, share = self.startup.open(now, self._days_left(date))
+        capacity = capacity_of(self.context.run.tags)
+        attempt = Attempt(self.context.run_id, capacity, started, now, now, startup_share_s=share)
         ledger.attempts.append(attempt)
         if rows is not None:
             ledger.rows_total = rows
@@ -478,6 +487,11 @@ class SpotSafeRun:
             self._at_launch(day)
         return day
 
+    def _days_left(self, date: str) -> int:
+        """This day and the run's days after it: the days what is left of the start-up is
+        shared among (the runner scores a range's days in order)."""
+        return len(self._dates) - self._dates.index(date) if date in self._dates else 1
+
     def _close(self, day: OpenDay, shards: ShardReport) -> None:
         """Closes the day's ledger at its commit and keeps its figures for the metadata."""
         ledger = day.ledger
@@ -485,6 +499,7 @@ class SpotSafeRun:
             # Committed and recorded by an earlier attempt: that attempt's ledger holds the day.
             stored = day.book.io.read_json(day.book.path)
             ledger = PartitionLedger.from_json(stored) if stored else ledger
+            self.startup.give_back(day.attempt.startup_share_s or 0.0)
         else:
             ledger.rows_total, ledger.committed = shards.rows_in, True
             day.book.save(ledger)

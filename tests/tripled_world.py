@@ -27,6 +27,8 @@ ROWS, SHARD_ROWS, BATCH = 1000, 200, 100
 # The first attempt is told to stop in the first batch of its third shard; it stops before
 # the second, with one batch of that shard to redo.
 KILL_AT = 400
+# ``kill``: True, or the one day to stop in; ``load_s``: seconds of a model load before the
+# first day, through the inference resource as the runner's.
 PLAN: dict = {}
 
 
@@ -37,20 +39,24 @@ def tripled(
     """Triples 1,000 ids in shards of 200, each model call taking a few milliseconds."""
     store = storage.store()
     batches = [pa.record_batch({"id": np.arange(ROWS)})]
+    if "load_s" in PLAN:
+        inference.model("tripled", lambda runtime: time.sleep(PLAN["load_s"]))
 
-    def transform(batch: pa.RecordBatch, prepared) -> pa.Table:
-        if batch["id"][0].as_py() == KILL_AT and PLAN.get("kill"):
-            PLAN["kill"] = False
-            os.kill(os.getpid(), signal.SIGTERM)
-        time.sleep(0.02)
-        ids = batch["id"].to_numpy()
-        return pa.table({"id": ids, "y": ids * 3.0})
+    def tripler(date: str):
+        def transform(batch: pa.RecordBatch, prepared) -> pa.Table:
+            if batch["id"][0].as_py() == KILL_AT and PLAN.get("kill") in (True, date):
+                PLAN["kill"] = False
+                os.kill(os.getpid(), signal.SIGTERM)
+            time.sleep(0.02)
+            ids = batch["id"].to_numpy()
+            return pa.table({"id": ids, "y": ids * 3.0})
+
+        return transform
 
     with spot_safe(context, store, inference) as run:
         for date in partition_dates(context):
-            work = Work(
-                Input(batches, files=[]), ModelStep(transform), Output(SCHEMA), "v1", Sizes(BATCH)
-            )
+            step = ModelStep(tripler(date))
+            work = Work(Input(batches, files=[]), step, Output(SCHEMA), "v1", Sizes(BATCH))
             report = run.partition("tripled", date, work)
             metadata = scoring_metadata(report, model_version="v1", device="cpu", model_loads=0)
     return MaterializeResult(metadata=day_metadata({**metadata, **run.metadata()}))

@@ -4,16 +4,22 @@ Every attempt at a partition (a run, or a run's retry after an interruption, on 
 capacity it was launched) adds one entry to ``outputs/<asset>/_ledger/date=D.json``, beside the
 partition's lease: when its node started (the run's launch, for the first partition a run
 scores), when scoring began, when it ended, the rows it read, the rows it redid, and its
-capacity. The entry is saved when the attempt starts, after each shard and when it ends, so an
-attempt killed without notice still counts up to its last shard. The day's commit closes the
-ledger; the next scoring of the same day (a new model, new landing files) opens a new one.
+capacity, and its share of its run's start-up. The entry is saved when the attempt starts, after
+each shard and when it ends, so an attempt killed without notice still counts up to its last
+shard. The day's commit closes the ledger; the next scoring of the same day (a new model, new
+landing files) opens a new one.
+
+A run's start-up (launch to the first shard of the first day it scores: process start, model
+load) is that day's restart overhead, the figure the capacity policy reads. Its cost is shared:
+each day the run scores is priced at an even share of it (:class:`StartupShares`), so a range
+backfill's first day does not carry the whole start-up, and the range's total is unchanged.
 
 From the entries, priced at a node type's spot and on-demand rates (``policy.prices``):
 
-- node-seconds on spot and on on-demand;
+- node-seconds on spot and on on-demand: each attempt's scoring plus its start-up share;
 - rework: seconds spent on rows redone after an interruption (the rows an attempt redid, at
-  that attempt's own rate), plus the restart overhead (launch to first shard) of every attempt
-  after the first;
+  that attempt's own rate), plus the start-up share of every attempt after the first (the
+  restart an interruption caused);
 - $ spent, $ had every attempt run on on-demand, $ lost to rework, and the saving in %.
 
 The ledger of the asset's recent committed days also gives the rate (rows per node-second of
@@ -41,7 +47,12 @@ RECENT_DAYS = 7
 
 @dataclass
 class Attempt:
-    """One attempt's node time at a partition (epoch seconds)."""
+    """One attempt's node time at a partition (epoch seconds).
+
+    ``started`` is the run's launch for the first day the run scores, else when the day opened;
+    ``startup_share_s`` is the part of the run's start-up this day is priced at. None in
+    ledgers written before start-ups were shared: the attempt is priced at its own overhead.
+    """
 
     run_id: str
     capacity: str
@@ -51,6 +62,7 @@ class Attempt:
     rows: int = 0
     rows_redone: int = 0
     interrupted: bool = False
+    startup_share_s: float | None = None
 
     @property
     def node_s(self) -> float:
@@ -58,8 +70,19 @@ class Attempt:
 
     @property
     def overhead_s(self) -> float:
-        """Launch to first shard: the node was paid for, nothing was scored yet."""
+        """Launch to first shard: the node was paid for, nothing was scored yet. The whole
+        start-up, on the first day a run scores: what the capacity policy reads."""
         return max(self.work_started - self.started, 0.0)
+
+    @property
+    def startup_priced_s(self) -> float:
+        """The start-up node-seconds this day is priced at."""
+        return self.overhead_s if self.startup_share_s is None else self.startup_share_s
+
+    @property
+    def priced_s(self) -> float:
+        """The node-seconds this day is priced at: its scoring and its start-up share."""
+        return self.work_s + self.startup_priced_s
 
     @property
     def work_s(self) -> float:
@@ -85,11 +108,12 @@ class PartitionLedger:
 
     @property
     def rework_s(self) -> float:
-        restarts = sum(a.overhead_s for a in self.attempts[1:])
+        restarts = sum(a.startup_priced_s for a in self.attempts[1:])
         return sum(a.redo_s for a in self.attempts) + restarts
 
     def node_s(self, capacity: str) -> float:
-        return sum(a.node_s for a in self.attempts if a.capacity == capacity)
+        """The node-seconds the day is priced at on ``capacity``, start-up shares included."""
+        return sum(a.priced_s for a in self.attempts if a.capacity == capacity)
 
     def rows_per_second(self) -> float | None:
         """Rows read per second of scoring over the attempts, or None before any shard."""
@@ -110,7 +134,7 @@ class PartitionLedger:
         cost = spot_s * rate[SPOT] + on_demand_s * rate[ON_DEMAND]
         all_on_demand = (spot_s + on_demand_s) * rate[ON_DEMAND]
         lost = sum(a.redo_s * rate[a.capacity] for a in self.attempts)
-        lost += sum(a.overhead_s * rate[a.capacity] for a in self.attempts[1:])
+        lost += sum(a.startup_priced_s * rate[a.capacity] for a in self.attempts[1:])
         saving = 100 * (all_on_demand - cost) / all_on_demand if all_on_demand > 0 else 0.0
         return {
             "cost_usd": round(cost, 6),
@@ -131,6 +155,51 @@ class PartitionLedger:
     def from_json(cls, data: dict) -> PartitionLedger:
         attempts = [Attempt(**a) for a in data.get("attempts", [])]
         return cls(data["asset"], data["date"], attempts, data.get("rows_total"), data["committed"])
+
+
+@dataclass
+class StartupShares:
+    """A run's start-up, priced in even shares to the days the run scores.
+
+    The start-up is known when the first day opens (launch to that day's first work). Each
+    day that opens takes an even share of what is left among the run's days left, itself
+    included; the day the run leaves on early (an interruption, an error) takes all that is
+    left. The shares of the days a run records therefore add up to its start-up.
+    """
+
+    launched: float | None  # None: no start-up to price (a step retried on the same node)
+    seconds: float | None = None
+    charged: float = 0.0
+    days: int = 0
+
+    def open(self, now: float, days_left: int) -> tuple[float, float]:
+        """The opening day's node start and start-up share: the launch for the first day the
+        run scores, else ``now``; ``days_left`` counts this day and the run's days after it."""
+        if self.launched is None:
+            return now, 0.0
+        started = now
+        if self.days == 0:
+            started, self.seconds, self.charged = self.launched, max(now - self.launched, 0.0), 0.0
+        share = (self.seconds - self.charged) / max(days_left, 1)
+        self.charged += share
+        self.days += 1
+        return started, share
+
+    def rest(self) -> float:
+        """What is left of the start-up, taken by the day the run leaves on."""
+        if self.seconds is None:
+            return 0.0
+        left, self.charged = self.seconds - self.charged, self.seconds
+        return left
+
+    def give_back(self, share: float) -> None:
+        """A day that records nothing (an earlier attempt of the run's lineage committed it)
+        returns its share to the days after it; with no day recorded yet, the start-up runs
+        on to the next day's first work."""
+        if self.launched is None:
+            return
+        self.charged -= share
+        self.days -= 1
 
 
 def ledger_path(target: PartitionTarget) -> str:
