@@ -274,3 +274,33 @@ def test_demo_days_land_on_time_however_late_they_were_generated(
     # Today's day is not over: it is dated now, and counts as landed before its end.
     generate_day(store, str(today), scale=0.01)
     assert landed_hours_after_day_end(store, TRANSACTIONS, str(today)) < 0
+
+
+def test_a_late_day_says_how_late_in_its_check_description(
+    store: DataStore, resources: dict, instance: DagsterInstance
+) -> None:
+    """The on-time check's page says why it failed in a sentence (issue 44: the reason was only
+    a raw expectation table behind "[Show Markdown]")."""
+    import datetime as dt
+    import os
+
+    from assets.gates import landed_hours_after_day_end
+    from policy.partitions import day_end
+
+    day = str(dt.datetime.now(dt.UTC).date() - dt.timedelta(days=2))
+    generate_day(store, day, scale=0.01)
+    landed = day_end(day).timestamp() + 18.4 * 3600
+    for path in store.landing_files(TRANSACTIONS, day):
+        os.utime(path, (landed, landed))
+    assert landed_hours_after_day_end(store, TRANSACTIONS, day) == pytest.approx(18.4)
+
+    result = materialize([transactions], partition_key=day, resources=resources, instance=instance)
+    [on_time] = [
+        c
+        for c in result.get_asset_check_evaluations()
+        if c.check_name == "transactions_landed_on_time"
+    ]
+    assert not on_time.passed
+    reason = f"{day}: hours_after_day_end is [18.4], allowed max_value=2.0"
+    assert on_time.description.startswith(f"Failed: {reason}"), on_time.description
+    assert on_time.metadata["failed_because"].value.startswith(reason)

@@ -99,7 +99,8 @@ def check_result(
     size and seed, the statistics behind it).
     """
     failures = [{**f, "partition": e.partition} for e in evidence for f in e.failures]
-    meta: dict[str, Any] = {
+    meta: dict[str, Any] = {"failed_because": failure_reason(failures)} if failures else {}
+    meta |= {
         "expectations_evaluated": sum(e.evaluated for e in evidence),
         "expectations_failed": len(failures),
         "partitions_failed": sum(1 for e in evidence if not e.passed),
@@ -123,8 +124,38 @@ def check_result(
         passed=not failures,
         severity=SEVERITIES[severity or suite.severity],
         metadata=meta,
-        description=description or suite.description or None,
+        # A caller's own description already says why (the contract checks' verdicts).
+        description=description or _described(suite.description, failures),
     )
+
+
+def failure_reason(failures: Sequence[dict[str, Any]]) -> str:
+    """The first failure in a sentence, so that the check's page says why it failed without
+    opening the failures table: "<day>: hours_after_day_end is [18.4], allowed max_value=2.0
+    (expect_column_values_to_be_between); and 1 more" (bounds as validated: run parameters
+    already stand in them)."""
+    first = failures[0]
+    column = first["kwargs"].get("column")
+    bounds = ", ".join(
+        f"{k}={json.dumps(v)[:80]}"
+        for k, v in first["kwargs"].items()
+        if k not in ("column", "mostly")
+    )
+    found = first["examples"] or first["observed"]
+    said = f"{first['partition']}: {column or 'the day'}"
+    if first["error"]:
+        said += f" could not be checked: {first['error']}"
+    else:
+        said += f" is {json.dumps(found)[:120]}" if found not in (None, [], "") else " failed"
+        said += f", allowed {bounds}" if bounds else ""
+    said += f" ({first['expectation']})"
+    return said + (f"; and {len(failures) - 1} more" if len(failures) > 1 else "")
+
+
+def _described(description: str | None, failures: Sequence[dict[str, Any]]) -> str | None:
+    if not failures:
+        return description or None
+    return f"Failed: {failure_reason(failures)}. {description or ''}".strip()
 
 
 def _number(value: Any) -> bool:
