@@ -134,7 +134,8 @@ class DataStore(OutputStore):
         if not listing.files:
             raise LandingDataError(
                 f"landing partition missing: dataset '{dataset}', date {date}: "
-                f"no parquet files under {self.uri(path)}{self._skipped_note(path, listing)}"
+                f"no parquet files under {self.uri(path)}{self._skipped_note(path, listing)}. "
+                "To fix it, land the day's parquet files there, then run this day again"
             )
         return listing.files
 

@@ -203,6 +203,28 @@ def ui_stack(tmp_path_factory: pytest.TempPathFactory) -> Iterator:
 _STOP_UI: list[Callable[[], None]] = []
 
 
+CHROMIUM = Path("/usr/bin/chromium")
+
+
+@pytest.fixture(scope="module")
+def browser() -> Iterator:
+    """Debian's Chromium driven by Playwright, for the UI modules; nothing is downloaded or
+    installed here."""
+    if not CHROMIUM.exists():
+        pytest.fail(
+            f"Chromium is missing at {CHROMIUM}: install Debian's package "
+            "(`make test` installs it: `bash deploy/local/install-browser.sh`); this test installs nothing"
+        )
+    from playwright.sync_api import sync_playwright
+
+    with sync_playwright() as playwright:
+        chromium = playwright.chromium.launch(executable_path=str(CHROMIUM), headless=True)
+        try:
+            yield chromium
+        finally:
+            chromium.close()
+
+
 @pytest.hookimpl(wrapper=True)
 def pytest_runtest_teardown(item: pytest.Item, nextitem: pytest.Item | None):
     """Stops the UI stack once its last user is torn down, not at the end of the session: its

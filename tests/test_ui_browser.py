@@ -9,26 +9,7 @@ from pathlib import Path
 import pytest
 from ui_stack import DagsterStack, wait_for_backfill
 
-CHROMIUM = Path("/usr/bin/chromium")
 ARTIFACTS = Path(__file__).parent / "artifacts"
-
-
-@pytest.fixture(scope="module")
-def browser() -> Iterator:
-    """Debian's Chromium driven by Playwright; nothing is downloaded or installed here."""
-    if not CHROMIUM.exists():
-        pytest.fail(
-            f"Chromium is missing at {CHROMIUM}: install Debian's package "
-            "(`make test` installs it: `bash deploy/local/install-browser.sh`); this test installs nothing"
-        )
-    from playwright.sync_api import sync_playwright
-
-    with sync_playwright() as playwright:
-        chromium = playwright.chromium.launch(executable_path=str(CHROMIUM), headless=True)
-        try:
-            yield chromium
-        finally:
-            chromium.close()
 
 
 @pytest.fixture(scope="module")

@@ -321,3 +321,25 @@ def start_operating(stack: DagsterStack) -> None:
     result = stack.graphql(START_SENSOR, selector=stack.selector("sensor", "landing_sensor"))
     assert result["startSensor"]["sensorState"]["status"] == "RUNNING", result
     stack.facts.update(landed=landed, cursor_before_landing=seen)
+
+
+RUN = """
+query Run($id: ID!) {
+  runOrError(runId: $id) { ... on Run { status jobName tags { key value } } }
+}
+"""
+
+FINISHED = {"SUCCESS", "FAILURE", "CANCELED"}
+
+
+def wait_for_run(stack: DagsterStack, run_id: str, timeout: float = 300) -> dict:
+    """Waits for a run (queued behind others in the GPU pool, perhaps) to finish; returns it."""
+
+    def finished() -> dict | None:
+        run = stack.graphql(RUN, id=run_id)["runOrError"]
+        return run if run.get("status") in FINISHED else None
+
+    try:
+        return wait_for(finished, timeout, f"run {run_id}", every=2)
+    except AssertionError as exc:
+        raise AssertionError(f"{exc}\n{stack.log_tail()}") from None

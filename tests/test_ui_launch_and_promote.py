@@ -1,0 +1,204 @@
+"""What a person does next in the UI, clicked in a real headless Chromium against the shared
+`dagster dev` (after the backfill and the landing sensor's run of tests/test_ui_graphql.py):
+launch jobs from the Launchpad with their defaults, read the per-day checks, promote a model,
+and find out why a day failed (issue 44's points 1, 2, 4, 5 and 6).
+
+The tests run in file order and build on each other: the promotion comes after every test that
+needs the scored days in sync, the failed day after the landing checks' history is read.
+Screenshots go to tests/artifacts/ (docs/operating.md shows them).
+"""
+
+from __future__ import annotations
+
+import re
+from collections.abc import Iterator
+from pathlib import Path
+
+import pytest
+from ui_stack import (
+    DagsterStack,
+    completed_days,
+    launch_asset_backfill,
+    wait_for_backfill,
+    wait_for_run,
+)
+
+ARTIFACTS = Path(__file__).parent / "artifacts"
+RUN_URL = re.compile(r"/runs/([0-9a-f-]{36})$")
+# A retrain that differs from the champion (another seed), and a gate told to accept it: the
+# promotion is the gate's own, in a training run, as a person would launch it.
+PROMOTING_CONFIG = (
+    "ops: {fraud_model: {config: {retrain: true, seed: 1}}, "
+    "fraud_model_challenger_not_worse_than_champion: {config: "
+    "{tolerances: {auprc: 1.0, recall_at_champion_alerts: 1.0}, clean_nights: 0}}}"
+)
+LIST_CHECKS = (
+    "every_audience_user_has_recommendations",
+    "recommendation_lists_are_ranked",
+    "no_seen_items_recommended",
+)
+
+
+@pytest.fixture(scope="module")
+def page(browser, ui_stack: DagsterStack) -> Iterator:
+    wait_for_backfill(ui_stack, ui_stack.facts["backfill_id"], runs_only=True)
+    context = browser.new_context(viewport={"width": 1400, "height": 1000})
+    page = context.new_page()
+    page.set_default_timeout(30_000)
+    ARTIFACTS.mkdir(exist_ok=True)
+    yield page
+    context.close()
+
+
+def shot(page, name: str) -> None:
+    """The page as a person sees it, for docs/operating.md (JPEG keeps the docs small)."""
+    page.screenshot(path=str(ARTIFACTS / f"{name}.jpg"), quality=80)
+
+
+def launchpad(page, stack: DagsterStack, job: str) -> None:
+    page.goto(f"{stack.url}/locations/{stack.repository}@{stack.location}/jobs/{job}/playground")
+    page.get_by_role("button", name="Launch Run").wait_for()
+
+
+def launch(page, partition: str | None = None, config: str | None = None) -> str:
+    """Picks the partition and, if given, replaces the scaffolded config as a person types it;
+    presses Launch Run and returns the run's id from the page it opens."""
+    if partition:
+        box = page.get_by_placeholder("Partition")
+        box.click()
+        box.fill(partition)
+        page.get_by_text(partition, exact=True).last.click()
+    if config:
+        page.locator(".CodeMirror").first.click()
+        page.keyboard.press("Control+A")
+        page.keyboard.press("Delete")
+        page.keyboard.type(config)
+    page.get_by_text("No errors", exact=True).wait_for()
+    page.get_by_role("button", name="Launch Run").click()
+    page.wait_for_url(RUN_URL)
+    return RUN_URL.search(page.url).group(1)
+
+
+def shows_success(page, stack: DagsterStack, run_id: str) -> None:
+    run = wait_for_run(stack, run_id)
+    assert run["status"] == "SUCCESS", (run, stack.log_tail())
+    page.goto(f"{stack.url}/runs/{run_id}")
+    page.get_by_text("Success", exact=True).first.wait_for()
+
+
+def metadata_value(page, key: str) -> str:
+    row = page.locator("tr", has=page.get_by_text(key, exact=True)).first
+    row.locator("td").last.wait_for()
+    return row.locator("td").all_inner_texts()[-1].strip()
+
+
+def open_partition(page, stack: DagsterStack, asset: str, day: str) -> None:
+    page.goto(f"{stack.url}/assets/{asset}?view=partitions")
+    page.get_by_text(re.compile(r"^Missing \(\d+\)$")).wait_for()
+    page.locator(f'[title="{day}"]').first.click()
+    page.wait_for_url(re.compile(rf"partition={day}"))
+    page.get_by_text("Latest materialization", exact=True).wait_for()
+
+
+def check_history(page, stack: DagsterStack, asset: str, check: str) -> dict[str, str]:
+    """The check's execution history as its page shows it: each row's partition -> result."""
+    page.goto(f"{stack.url}/assets/{asset}?view=checks&checkDetail={check}")
+    page.get_by_text("Execution history", exact=True).click()
+    page.locator("tr", has_text="Evaluation result").wait_for()
+    page.wait_for_timeout(1000)  # the rows arrive after the header
+    rows = {}
+    for text in page.locator("tbody tr").all_inner_texts():
+        day = re.search(r"\d{4}-\d{2}-\d{2}", text)
+        result = re.search(r"Passed|Failed|Execution failed|Skipped", text)
+        rows.setdefault(day.group() if day else "-", result.group() if result else text)
+    return rows
+
+
+def test_the_launchpad_launches_the_fraud_jobs_with_their_defaults(
+    page, ui_stack: DagsterStack
+) -> None:
+    """Point 2; and point 1: after these runs (a day scored again, a retrain that reproduced
+    the champion) no scored day reads "Unsynced"."""
+    days = ui_stack.facts["days"]
+    launchpad(page, ui_stack, "fraud_scoring_job")
+    shot(page, "launchpad_fraud_scoring_job")
+    shows_success(page, ui_stack, launch(page, partition=days[0]))
+
+    launchpad(page, ui_stack, "fraud_training_job")
+    shows_success(page, ui_stack, launch(page))
+
+    page.goto(f"{ui_stack.url}/assets/fraud_model")
+    assert metadata_value(page, "alias") == "champion"
+    ui_stack.facts["champion_before"] = metadata_value(page, "model_version")
+    for day in days:
+        open_partition(page, ui_stack, "fraud_scores", day)
+        page.get_by_text("rows_per_second", exact=True).first.wait_for()
+        assert page.get_by_text("Unsynced").count() == 0, (
+            day,
+            page.locator("body").inner_text()[:3000],
+        )
+
+
+def test_the_demo_days_pass_their_on_time_check(page, ui_stack: DagsterStack) -> None:
+    """Point 6b: generated days are dated as landed on time."""
+    landed = [*ui_stack.facts["days"], ui_stack.facts["landed"]]
+    history = check_history(page, ui_stack, "transactions", "transactions_landed_on_time")
+    shot(page, "transactions_on_time")
+    assert {day: history.get(day) for day in landed} == dict.fromkeys(landed, "Passed"), history
+    assert "Failed" not in history.values(), history
+
+
+def test_recommendation_checks_are_per_day_in_a_range_run(page, ui_stack: DagsterStack) -> None:
+    """Point 6a: the list checks of a 3-day single-run backfill give one result per day."""
+    days = ui_stack.facts["days"]
+    launchpad(page, ui_stack, "recommendations_training_job")
+    shows_success(page, ui_stack, launch(page))
+    backfill = launch_asset_backfill(ui_stack, "user_recommendations", days[0], days[-1])
+    [run] = wait_for_backfill(ui_stack, backfill, timeout=400, runs_only=True)["runs"]
+    assert run["status"] == "SUCCESS", (run, ui_stack.log_tail())
+
+    for check in LIST_CHECKS:
+        history = check_history(page, ui_stack, "user_recommendations", check)
+        assert history == dict.fromkeys(days, "Passed"), (check, history)
+    shot(page, "user_recommendations_checks_per_day")
+
+
+def test_a_promotion_shows_the_champion_and_marks_its_days_unsynced(
+    page, ui_stack: DagsterStack
+) -> None:
+    """Points 1 and 4: the gate promotes a retrained model; the model's page shows the new
+    champion, and the days the old one scored read "Unsynced"."""
+    before = ui_stack.facts["champion_before"]
+    launchpad(page, ui_stack, "fraud_training_job")
+    shows_success(page, ui_stack, launch(page, config=PROMOTING_CONFIG))
+
+    page.goto(f"{ui_stack.url}/assets/fraud_model")
+    champion = metadata_value(page, "model_version")
+    assert champion != before and re.fullmatch(r"[0-9a-f]{16}", champion), champion
+    assert metadata_value(page, "alias") == "champion"
+    assert metadata_value(page, "promoted_by"), "the promotion's materialisation names who"
+    shot(page, "fraud_model_champion")
+
+    day = ui_stack.facts["days"][1]
+    open_partition(page, ui_stack, "fraud_scores", day)
+    page.get_by_text(re.compile(r"^Unsynced")).first.wait_for()
+    page.get_by_text(before, exact=True).first.wait_for()  # the day's model_version
+    shot(page, "fraud_scores_unsynced_after_promotion")
+
+
+def test_a_failed_day_says_why_one_click_from_its_partition(page, ui_stack: DagsterStack) -> None:
+    """Point 5, as far as Dagster 1.13 shows it: the failed partition's panel names the run,
+    and its "View logs" opens the step's error, which names the dataset, the day and the fix
+    (docs/operating.md says why the reason itself is not on the panel)."""
+    yesterday = completed_days(1, ending_days_ago=1)[0]  # left without landing data
+    launchpad(page, ui_stack, "fraud_scoring_job")
+    run_id = launch(page, partition=yesterday)
+    assert wait_for_run(ui_stack, run_id)["status"] == "FAILURE"
+
+    open_partition(page, ui_stack, "fraud_scores", yesterday)
+    page.get_by_text(re.compile(rf"Run {run_id[:8]} failed")).wait_for()
+    page.get_by_text("View logs", exact=True).click()
+    reason = f"landing partition missing: dataset 'transactions', date {yesterday}"
+    page.get_by_text(reason).first.wait_for()
+    page.get_by_text("To fix it, land the day's parquet files there").first.wait_for()
+    shot(page, "fraud_scores_failed_day_logs")
