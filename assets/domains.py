@@ -20,8 +20,3 @@ TRAINING_JOBS: tuple[TrainingJob, ...] = tuple(t for d in DOMAINS for t in d.tra
 _JOB_NAMES = [*(p.job for p in PIPELINES), *(t.job for t in TRAINING_JOBS)]
 if len(set(_JOB_NAMES)) != len(_JOB_NAMES):
     raise ValueError(f"two domains declare a job of the same name: {sorted(_JOB_NAMES)}")
-
-
-def training_jobs_for(model: str) -> list[str]:
-    """The jobs that retrain the model asset ``model`` (none for a model nothing trains)."""
-    return [t.job for t in TRAINING_JOBS if t.model == model]

@@ -18,6 +18,7 @@ from pathlib import Path
 
 from dagster import Failure
 
+from assets.wiring import TRAINED_BY
 from inference.generation.generate import CheckpointError
 from inference.models.modelstore import ModelNotFoundError, ModelUnusableError
 from resources.storage import LandingDataError
@@ -74,11 +75,7 @@ def how_to_fix(exc: Exception) -> str:
 
 def _training_jobs(model: str) -> list[str]:
     """The jobs the domains declare to retrain ``model``."""
-    # Imported here, not at the top: the domains' asset modules import this module, and the
-    # list of domains imports them.
-    from assets.domains import training_jobs_for
-
-    return training_jobs_for(model)
+    return TRAINED_BY.get(model, [])
 
 
 def _storage_fix(exc: OSError) -> str:

@@ -8,6 +8,7 @@ executor) once, so no module outside a domain names its jobs, hours or landing d
 
 from __future__ import annotations
 
+from collections.abc import Callable
 from dataclasses import dataclass
 from typing import TYPE_CHECKING
 
@@ -15,6 +16,11 @@ from dagster import Definitions
 
 if TYPE_CHECKING:
     from assets.promotion import Gate
+    from resources.storage import DataStore
+
+# ``(store, date, scale, seed) -> {dataset: rows written}``: one seeded day of a domain's demo
+# landing data (``nightshift generate``, ``make run``); same arguments, same bytes.
+DemoDay = Callable[["DataStore", str, float, int], dict[str, int]]
 
 
 @dataclass(frozen=True)
@@ -62,11 +68,23 @@ class TrainingJob:
     model: str
     gate: Gate | None = None
 
+    def __post_init__(self) -> None:
+        jobs = TRAINED_BY.setdefault(self.model, [])
+        if self.job not in jobs:
+            jobs.append(self.job)
+
+
+# The jobs that retrain each model asset, filled as the domains declare them (at import), so
+# that a failure deep in a domain's step can name them without importing the list of domains.
+TRAINED_BY: dict[str, list[str]] = {}
+
 
 @dataclass(frozen=True)
 class DomainWiring:
-    """One domain: its assets and checks, the pipelines that run them, the models' retraining."""
+    """One domain: its assets and checks, the pipelines that run them, the models' retraining,
+    and, optionally, how to write a day of demo landing data for the datasets it lands."""
 
     defs: Definitions
     pipelines: tuple[Pipeline, ...]
     training: tuple[TrainingJob, ...] = ()
+    demo_day: DemoDay | None = None

@@ -101,17 +101,17 @@ def _install_config(target: Path, refresh: bool) -> None:
 
 
 def generate(store: DataStore, end_date: str, days: int, scale: float, seed: int) -> list[tuple]:
-    """Writes seeded demo landing data for the ``days`` days ending on ``end_date``."""
-    from assets.fraud.demo_data import generate_day as fraud_day
-    from assets.recommendations.demo_data import generate_day as recs_day
-    from assets.summaries.demo_data import generate_day as docs_day
+    """Writes seeded demo landing data for the ``days`` days ending on ``end_date``: every
+    domain's that declares a ``demo_day`` (assets/wiring.py), in the domains' order."""
+    from assets.domains import DOMAINS
 
+    demo_days = [d.demo_day for d in DOMAINS if d.demo_day is not None]
     end = dt.date.fromisoformat(end_date)
     written = []
     for offset in range(days - 1, -1, -1):
         date = (end - dt.timedelta(days=offset)).isoformat()
-        for generate_day in (fraud_day, recs_day, docs_day):
-            for dataset, rows in generate_day(store, date, scale=scale, seed=seed).items():
+        for demo_day in demo_days:
+            for dataset, rows in demo_day(store, date, scale, seed).items():
                 written.append((dataset, date, rows))
     return written
 

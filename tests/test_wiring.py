@@ -10,8 +10,8 @@ from pathlib import Path
 import pytest
 from dagster import AssetKey, Definitions
 
-from assets.domains import DOMAINS, PIPELINES, TRAINING_JOBS, training_jobs_for
-from assets.wiring import DomainWiring, Pipeline
+from assets.domains import DOMAINS, PIPELINES, TRAINING_JOBS
+from assets.wiring import TRAINED_BY, DomainWiring, Pipeline
 from examples import churn_scores as churn
 from orchestration.definitions import defs
 from orchestration.jobs import landing_inputs, pipeline_job
@@ -42,8 +42,8 @@ def test_a_declared_training_job_retrains_its_model() -> None:
     assert {t.job for t in TRAINING_JOBS} == {"fraud_training_job", "recommendations_training_job"}
     for training in TRAINING_JOBS:
         assert _keys(training.job) == {training.model}
-        assert training_jobs_for(training.model) == [training.job]
-    assert training_jobs_for("document_summaries") == []
+        assert TRAINED_BY[training.model] == [training.job]
+    assert "document_summaries" not in TRAINED_BY
 
 
 def test_every_domain_asset_and_check_is_in_the_root() -> None:
@@ -108,3 +108,35 @@ def test_the_definitions_and_the_cli_load_without_torch() -> None:
     )
     assert done.returncode == 0, done.stderr
     assert done.stdout.strip() == "[]", f"imported at load: {done.stdout.strip()}"
+
+
+def test_demo_data_is_what_each_domain_declares_and_the_cli_names_no_domain(
+    tmp_path: Path,
+) -> None:
+    """`nightshift generate` writes every domain's declared demo day, in the domains' order; a
+    new pipeline with demo data is its folder and its line in assets/domains.py, nothing in the
+    CLI (issue 45)."""
+    import ast
+
+    from orchestration.cli import generate
+    from resources.storage import DataStore
+
+    written = generate(DataStore(str(tmp_path / "cli")), "2026-03-01", 1, 0.01, 0)
+    expected = []
+    for domain in DOMAINS:
+        if domain.demo_day is not None:
+            rows = domain.demo_day(DataStore(str(tmp_path / "own")), "2026-03-01", 0.01, 0)
+            expected += [(dataset, "2026-03-01", n) for dataset, n in rows.items()]
+    assert written == expected and {d for d, _, _ in written} >= {"transactions", "documents"}
+
+    packages = [p.parent.name for p in (REPO / "assets").glob("*/__init__.py")]
+    domains = [name for name in packages if "wiring = DomainWiring(" in _init(name)]
+    assert len(domains) == len(DOMAINS), domains
+    tree = ast.parse((REPO / "orchestration" / "cli.py").read_text())
+    imported = [n.module for n in ast.walk(tree) if isinstance(n, ast.ImportFrom) and n.module]
+    named = [m for m in imported if m.split(".")[:2] in (["assets", d] for d in domains)]
+    assert not named, named
+
+
+def _init(package: str) -> str:
+    return (REPO / "assets" / package / "__init__.py").read_text()

@@ -10,6 +10,7 @@ from assets.fraud.assets import (
     fraud_scores,
     transactions,
 )
+from assets.fraud.demo_data import generate_day as demo_day
 from assets.fraud.pipeline import FRAUD_GATE
 from assets.fraud.shadow import fraud_scores_shadow
 from assets.wiring import DomainWiring, Pipeline, TrainingJob
@@ -39,6 +40,7 @@ wiring = DomainWiring(
         ),
     ),
     training=(TrainingJob(job="fraud_training_job", model="fraud_model", gate=FRAUD_GATE),),
+    demo_day=demo_day,
 )
 
 __all__ = ["defs", "fraud_alerts", "fraud_model", "fraud_scores", "transactions", "wiring"]

@@ -4,6 +4,7 @@ challenger's user_recommendations_shadow when shadow scoring is on."""
 import dagster
 
 from assets.recommendations.assets import interactions, recommendation_model, user_recommendations
+from assets.recommendations.demo_data import generate_day as demo_day
 from assets.recommendations.shadow import user_recommendations_shadow
 from assets.recommendations.training import RECOMMENDATION_GATE
 from assets.wiring import DomainWiring, Pipeline, TrainingJob
@@ -36,4 +37,5 @@ wiring = DomainWiring(
             gate=RECOMMENDATION_GATE,
         ),
     ),
+    demo_day=demo_day,
 )

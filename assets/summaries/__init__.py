@@ -3,6 +3,7 @@
 from dagster import Definitions
 
 from assets.summaries.checks import digest_covers_every_document
+from assets.summaries.demo_data import generate_day as demo_day
 from assets.summaries.digest import daily_digest
 from assets.summaries.document_summaries import document_summaries
 from assets.summaries.documents import documents
@@ -27,4 +28,5 @@ wiring = DomainWiring(
             scored="document_summaries",
         ),
     ),
+    demo_day=demo_day,
 )
