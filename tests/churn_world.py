@@ -17,10 +17,14 @@ from examples.churn_scores import (  # noqa: F401 - churn_mlp is the example's m
     ASSET,
     CUSTOMERS,
     CUSTOMERS_SCHEMA,
-    SCORES_SCHEMA,
     churn_mlp,
 )
 from inference.generation.checkpoints import weights_version
+
+# What the engine publishes: the landing key, the predictor's columns, the model version.
+SCORES_SCHEMA = pa.schema(
+    {"customer_id": pa.string(), "churn_probability": pa.float32(), "model_version": pa.string()}
+)
 
 DAYS = ["2026-03-01", "2026-03-02"]
 GOOD = 600  # scorable customers a day; five more rows a day cannot be scored

@@ -1,10 +1,10 @@
 """docs/your-own-model.md's example end to end: examples/churn_scores.py over two landed days."""
 
+import ast
 import os
 import re
 import signal
 from pathlib import Path
-from types import SimpleNamespace
 
 import pytest
 import torch
@@ -16,7 +16,6 @@ from safetensors.torch import save_file
 from examples import churn_scores as example
 from examples.churn_scores import ASSET, churn_mlp
 from inference.generation.checkpoints import CheckpointError, weights_version
-from resources.inference import InferenceResource
 
 DOC = Path(__file__).resolve().parents[1] / "docs" / "your-own-model.md"
 
@@ -115,29 +114,57 @@ def _doc_block(after: str) -> str:
     return re.search(r"```\w*\n(.*?)```", text[text.index(after) :], re.S).group(1)
 
 
-def test_the_docs_hugging_face_loader_loads_safetensors_and_refuses_pickles(tmp_path):
-    from transformers import BertConfig, BertForSequenceClassification
+def test_the_docs_hugging_face_predictor_scores_and_refuses_pickles(tmp_path):
+    import pyarrow as pa
+    from transformers import BertConfig, BertForSequenceClassification, BertTokenizerFast
 
     namespace = dict(vars(example))
     exec(_doc_block("## A Hugging Face checkpoint folder"), namespace)
-    load, inference = namespace["load"], InferenceResource(device="cpu")
+    predictor = namespace["TicketSentiment"]
     tiny = BertConfig(
         vocab_size=64, hidden_size=8, num_hidden_layers=1, num_attention_heads=1,
         intermediate_size=8, num_labels=2,
     )  # fmt: skip
     folder = tmp_path / "ticket-sentiment"
     BertForSequenceClassification(tiny).save_pretrained(folder)
-    model = load(None, inference, SimpleNamespace(model_path=str(folder)))
-    assert model.version.startswith("ticket-sentiment@")
-    assert model.value.config.num_labels == 2 and inference.load_count(model.key) == 1
+    vocab = tmp_path / "vocab.txt"
+    vocab.write_text("\n".join(["[PAD]", "[UNK]", "[CLS]", "[SEP]", "[MASK]", "late", "refund"]))
+    BertTokenizerFast(vocab_file=str(vocab)).save_pretrained(folder)
+    model = predictor(model_path=str(folder))
+    assert model.version().startswith("ticket-sentiment@")
+    model.device = "cpu"
+    model.load("cpu")
+    answered = model(pa.record_batch({"text": ["late refund", "refund", "late late late"]}))
+    assert len(answered["negative"]) == 3 and all(0 <= p <= 1 for p in answered["negative"])
 
     (folder / "model.safetensors").unlink()
-    torch.save(model.value.state_dict(), folder / "pytorch_model.bin")
+    torch.save(model.model.state_dict(), folder / "pytorch_model.bin")
     with pytest.raises(CheckpointError) as refused:
-        load(None, inference, SimpleNamespace(model_path=str(folder)))
+        predictor(model_path=str(folder)).version()
     # The doc quotes the real message, for a folder at /models/ticket-sentiment.
     quoted = str(refused.value).replace(str(folder), "/models/ticket-sentiment")
     assert quoted in " ".join(DOC.read_text().split())
+
+
+def test_the_example_is_one_page_on_one_module() -> None:
+    """Issue 45: at most 40 lines, importing at most 6 project names, all from one module."""
+    source = Path(example.__file__).read_text()
+    assert len(source.splitlines()) <= 40
+    project = {"nightshift", "assets", "inference", "resources", "orchestration", "policy"}
+    imported = [
+        (node.module, alias.name)
+        for node in ast.walk(ast.parse(source))
+        if isinstance(node, ast.ImportFrom) and node.module.split(".")[0] in project
+        for alias in node.names
+    ]
+    plain = [
+        alias.name
+        for node in ast.walk(ast.parse(source))
+        if isinstance(node, ast.Import)
+        for alias in node.names
+        if alias.name.split(".")[0] in project
+    ]
+    assert not plain and len(imported) <= 6 and len({m for m, _ in imported}) == 1, imported
 
 
 def test_the_doc_names_the_example_and_quotes_the_pickled_file_refusal(tmp_path):

@@ -1,0 +1,381 @@
+"""Your own model as a nightly pipeline: a :class:`Predictor`, what it reads (:class:`Landing`),
+what it writes (:class:`Output`), how the day is judged (:class:`Checks`), and :func:`nightly`,
+which builds the Dagster definitions from them.
+
+Everything a day needs besides the model is the engine's, the same code the shipped domains
+run: screening and quarantine from the declarations, checkpointed shards and resume after an
+interruption, the exactly-once commit, row conservation (the ``row_count_matches_input``
+check every pipeline gets), the ``model_version`` column, the landing fingerprints, progress,
+cost and each day's metadata.
+"""
+
+import hashlib
+import inspect
+import json
+from collections.abc import Callable, Mapping, Sequence
+from dataclasses import dataclass, field
+from pathlib import Path
+from typing import Any, ClassVar, get_origin, get_type_hints
+
+import numpy as np
+import pyarrow as pa
+from dagster import (
+    AssetCheckResult,
+    AssetCheckSpec,
+    AssetExecutionContext,
+    AssetsDefinition,
+    AssetSpec,
+    Definitions,
+)
+from pydantic import Field, create_model
+
+from assets.checkpointing import Input, SpotSafeRun, Work
+from assets.checkpointing import Output as WorkOutput
+from assets.days import daily_assets
+from assets.gates import SuiteRun, conservation_figures
+from assets.landing import land_files
+from assets.partitions import PartitionReport
+from assets.runner import Day, Model, ScoringSpec, score, scoring_asset
+from assets.wiring import DomainWiring, Pipeline
+from inference.engine.device import resolve_device
+from inference.engine.invariants import StreamStats
+from inference.engine.screen import screen_required
+from inference.engine.shard_worker import ModelStep, worker_model
+from inference.generation.checkpoints import load_weights, safetensors_folder, weights_version
+from resources.inference import InferenceResource
+from resources.quality import CheckSuite, QualityConfig, load_suites
+from resources.storage import DataStore, StorageResource
+
+VERSION_COLUMN = "model_version"
+CONSERVATION = "row_count_matches_input"
+
+
+class Predictor:
+    """Your model: ``load(device)`` runs once per process (or Ray actor) before its first batch,
+    and ``__call__(batch)`` returns the output's columns for a ``pyarrow.RecordBatch`` of the
+    day's screened rows, one value per row.
+
+    Class annotations are settings: each is a field of the scoring asset's config (the
+    Launchpad, ``--config-json``), set on the instance before ``load``. A setting whose name ends
+    in ``_path`` names the weights, a ``.safetensors`` file or a Hugging Face folder: its
+    content hash is the model version recorded on every row, and a missing or pickled one fails
+    the day before any input is read.
+    """
+
+    _settings: ClassVar[dict[str, tuple[type, Any]]] = {}
+
+    def __init_subclass__(cls, **kwargs: Any) -> None:
+        super().__init_subclass__(**kwargs)
+        hints = get_type_hints(cls)
+        cls._settings = {
+            name: (hint, getattr(cls, name, ...))
+            for name, hint in hints.items()
+            if not name.startswith("_")
+            and name in cls.__annotations__
+            and get_origin(hint) is not ClassVar
+        }
+
+    def __init__(self, **settings: Any) -> None:
+        for name, value in settings.items():
+            setattr(self, name, value)
+
+    device: ClassVar[str] = "cpu"  # where it runs: set before ``load``
+
+    def load(self, device: str) -> None:
+        """Loads the model onto ``device`` (``cpu``, ``cuda``, ``cuda:1``), also ``self.device``."""
+
+    def __call__(self, batch: pa.RecordBatch) -> Mapping[str, Any]:
+        raise NotImplementedError(f"{type(self).__name__} must define __call__(batch)")
+
+    def version(self) -> str:
+        """What changes exactly when the model's answers may: the weights files' content
+        hashes, else the class and its settings."""
+        files = [_weights(getattr(self, n)) for n in self._settings if n.endswith("_path")]
+        if files:
+            return "+".join(files)
+        values = json.dumps({n: str(getattr(self, n, "")) for n in self._settings}, sort_keys=True)
+        code = inspect.getsource(type(self)) if _has_source(type(self)) else type(self).__name__
+        digest = hashlib.sha256(f"{code}\n{values}".encode()).hexdigest()[:12]
+        return f"{type(self).__name__}@{digest}"
+
+    def load_weights(self, module: Any, path: str | Path) -> Any:
+        """``module`` with the weights of a ``.safetensors`` file (never unpickled)."""
+        return load_weights(module, path)
+
+
+@dataclass(frozen=True)
+class Landing:
+    """The day's input: ``landing/<dataset>/date=D/*.parquet`` with ``schema``.
+
+    Rows with no ``key``, a repeated ``key``, or a null or non-finite value in a ``required``
+    column (default: every column but the key) go to ``<name>_quarantine`` with the reason.
+    """
+
+    dataset: str
+    schema: pa.Schema
+    key: str
+    required: Sequence[str] | None = None
+    description: str = ""
+
+    @property
+    def reads(self) -> list[str]:
+        if self.required is not None:
+            return list(self.required)
+        return [n for n in self.schema.names if n != self.key]
+
+
+@dataclass(frozen=True)
+class Output:
+    """The columns the predictor returns (the engine adds the key first and ``model_version``
+    last), and counts of the day's rows recorded in its metadata: ``name -> fn(columns)``."""
+
+    schema: pa.Schema
+    counts: Mapping[str, Callable[[Mapping[str, np.ndarray]], int]] = field(default_factory=dict)
+    description: str = ""
+
+
+@dataclass(frozen=True)
+class Checks:
+    """How a day is judged before it is published: a Great Expectations suite file over the
+    day's figures (a relative path is read from the predictor's folder), and custom checks, ``fn(figures) -> bool``, each a blocking check named
+    after its function. The figures: rows in, out and quarantined, and for each numeric output
+    column its ``_min``, ``_max`` and ``_non_finite`` count."""
+
+    suite: str | Path | None = None
+    custom: Sequence[Callable[[Mapping[str, Any]], bool]] = ()
+
+
+@dataclass(frozen=True)
+class NightlyPipeline:
+    """What :func:`nightly` builds: the two assets, the wiring that makes it a domain beside the
+    shipped ones (``assets/domains.py``), and Definitions that run it on their own."""
+
+    landing_asset: AssetsDefinition
+    scoring_asset: AssetsDefinition
+    wiring: DomainWiring
+    defs: Definitions
+
+
+def nightly(
+    name: str,
+    predictor: type[Predictor],
+    landing: Landing,
+    output: Output,
+    checks: Checks = Checks(),
+    *,
+    hour_utc: int = 4,
+    description: str = "",
+) -> NightlyPipeline:
+    """The Dagster definitions of a nightly pipeline: the landing asset, the scoring asset
+    ``name`` with its checks, the job ``<name>_job`` and its schedule at ``hour_utc`` (UTC, for
+    the day that just ended); as a domain, also its place in the landing sensor."""
+    from orchestration.jobs import pipeline_job
+    from orchestration.resources import build_resources
+    from orchestration.schedules import nightly_schedule
+
+    scores = _scores_schema(landing, output)
+    suites = {CONSERVATION: _conservation_suite(name)}
+    if checks.suite is not None:
+        suites |= load_suites(Path(inspect.getfile(predictor)).parent / checks.suite)
+    custom = [AssetCheckSpec(c.__name__, asset=name, blocking=True) for c in checks.custom]
+    config = _config_class(name, predictor)
+
+    def load(store: DataStore, inference: InferenceResource, settings: Any) -> Model:
+        model = predictor(**{n: getattr(settings, n) for n in predictor._settings})
+        version = model.version()  # a missing or pickled weights file fails here
+        return Model(version, f"{name}:{version}", _Loader(model, inference.device))
+
+    def day(run: SpotSafeRun, date: str, model: Model, settings: Any, limit: float) -> Day:
+        store = run.store
+        rows = lambda: store.iter_landing(landing.dataset, date, landing.schema)  # noqa: E731
+        program = _Program(model.key, model.value, landing.key, scores, model.version, output)
+        work = Work(
+            Input(rows(), quarantine=screen_required(rows(), landing.key, landing.reads)),
+            program,
+            WorkOutput(scores),
+            depends_on={"model": model.version},  # new weights: old progress is discarded
+        )
+
+        def judged(report: PartitionReport) -> list[AssetCheckResult]:
+            landed = store.count_landing(landing.dataset, date, landing.schema)
+            figures = {
+                **conservation_figures(store, name, date, report.shards, landed),
+                **_column_figures(report.shards.stats, output.schema),
+            }
+            run_ = SuiteRun(suites)
+            run_.add(date, figures, None, {})
+            own = [
+                AssetCheckResult(check_name=c.__name__, asset_key=name, passed=bool(c(figures)))
+                for c in checks.custom
+            ]
+            return [*run_.results({}), *own]
+
+        def counted(report: PartitionReport) -> dict[str, int]:
+            return {n: report.shards.stats.counts.get(n, 0) for n in output.counts}
+
+        return Day(work, judged, counted)
+
+    spec = ScoringSpec(name, landing.dataset, suites, load, day, checks=custom)
+
+    def landed(context: AssetExecutionContext, storage: StorageResource):
+        yield from land_files(context, storage, landing.dataset, landing.schema)
+
+    landed.__name__ = landed.__qualname__ = landing.dataset  # the op's name is the asset's
+    landed = daily_assets(
+        AssetSpec(landing.dataset, group_name=name, description=landing.description)
+    )(landed)
+
+    def scored(context: AssetExecutionContext, config, storage, inference):
+        yield from score(context, spec, config, storage, inference)
+
+    scored.__name__ = scored.__qualname__ = name
+    scored.__doc__ = description or output.description or f"{predictor.__name__}'s answers."
+    scored.__annotations__ = {
+        "context": AssetExecutionContext,
+        "config": config,
+        "storage": StorageResource,
+        "inference": InferenceResource,
+    }
+    scoring = scoring_asset(spec, deps=[landed], group=name)(scored)
+    pipeline = Pipeline(
+        job=f"{name}_job",
+        assets=(landing.dataset, name),
+        hour_utc=hour_utc,
+        landing=(landing.dataset,),
+        scored=name,
+    )
+    wiring = DomainWiring(Definitions(assets=[landed, scoring]), (pipeline,))
+    job = pipeline_job(pipeline)
+    defs = Definitions(
+        assets=[landed, scoring],
+        jobs=[job],
+        schedules=[nightly_schedule(pipeline, job)],
+        resources=build_resources(),
+    )
+    return NightlyPipeline(landed, scoring, wiring, defs)
+
+
+@dataclass(frozen=True)
+class _Loader:
+    """Loads the predictor where its shards run: once per process or Ray actor."""
+
+    predictor: Predictor
+    device: str
+
+    def __call__(self) -> Predictor:
+        device = str(resolve_device(self.device))
+        self.predictor.device = device
+        self.predictor.load(device)
+        return self.predictor
+
+
+@dataclass(frozen=True)
+class _Program:
+    """A shard's model step, built where the shard runs (picklable: the predictor travels
+    unloaded, and loads once per worker)."""
+
+    key: str
+    loader: _Loader
+    id_column: str
+    schema: pa.Schema
+    version: str
+    output: Output
+
+    def __call__(self, rows: pa.Table) -> ModelStep:
+        predictor = worker_model(self.key, self.loader)
+        fields = [f for f in self.schema if f.name not in (self.id_column, VERSION_COLUMN)]
+
+        def transform(batch: pa.RecordBatch, _: Any) -> pa.RecordBatch:
+            answered = predictor(batch)
+            columns = [batch[self.id_column]]
+            for f in fields:
+                if f.name not in answered:
+                    raise ValueError(f"{type(predictor).__name__} returned no column {f.name!r}")
+                columns.append(pa.array(np.asarray(answered[f.name])).cast(f.type))
+            columns.append(pa.repeat(pa.scalar(self.version), batch.num_rows))
+            return pa.record_batch(columns, self.schema)
+
+        def observe(scored: pa.RecordBatch, out: pa.Table, stats: StreamStats) -> None:
+            values = {f.name: out[f.name].to_numpy(zero_copy_only=False) for f in fields}
+            for f in fields:
+                if pa.types.is_integer(f.type) or pa.types.is_floating(f.type):
+                    column = values[f.name].astype(np.float64)
+                    stats.extremes(f.name, column)
+                    stats.count(f"{f.name}_non_finite", (~np.isfinite(column)).sum())
+            for count, fn in self.output.counts.items():
+                stats.count(count, int(fn(values)))
+
+        return ModelStep(transform, observe=observe)
+
+
+def _weights(path: str | Path) -> str:
+    """``<name>@<content hash>`` of a weights file, or of a Hugging Face folder's config,
+    tokenizer and safetensors; refuses pickled weights, saying how to convert them."""
+    if not Path(path).is_dir():
+        return weights_version(path)
+    from inference.text.encoder import folder_fingerprint
+
+    config = Path(path) / "config.json"
+    architectures = json.loads(config.read_text()).get("architectures") if config.exists() else 0
+    folder = safetensors_folder(path, architectures[0] if architectures else "AutoModel")
+    return f"{folder.name}@{folder_fingerprint(folder)}"
+
+
+def _scores_schema(landing: Landing, output: Output) -> pa.Schema:
+    key = landing.schema.field(landing.key)
+    return pa.schema([key, *output.schema, pa.field(VERSION_COLUMN, pa.string())])
+
+
+def _column_figures(stats: StreamStats, schema: pa.Schema) -> dict[str, float | int]:
+    figures: dict[str, float | int] = {}
+    for f in schema:
+        if pa.types.is_integer(f.type) or pa.types.is_floating(f.type):
+            figures[f"{f.name}_min"] = stats.minima.get(f.name, float("nan"))
+            figures[f"{f.name}_max"] = stats.maxima.get(f.name, float("nan"))
+            figures[f"{f.name}_non_finite"] = stats.counts.get(f"{f.name}_non_finite", 0)
+    return figures
+
+
+def _conservation_suite(asset: str) -> CheckSuite:
+    """The engine's own check of every day: each landed row is scored or quarantined, and the
+    published files hold exactly those rows."""
+    pairs = [
+        ("rows_in", "landed_rows"),
+        ("rows_in", "rows_scored_plus_quarantined"),
+        ("rows_out", "published_rows"),
+        ("rows_quarantined", "published_quarantine_rows"),
+    ]
+    return CheckSuite(
+        name=CONSERVATION,
+        asset=asset,
+        severity="ERROR",
+        description="Row conservation: rows landed = rows scored + rows quarantined, and the "
+        "published files hold exactly those rows; no row lost or scored twice.",
+        statistics=[
+            {
+                "type": "expect_column_pair_values_to_be_equal",
+                "kwargs": {"column_A": a, "column_B": b},
+            }
+            for a, b in pairs
+        ],
+        version="engine",
+    )
+
+
+def _config_class(name: str, predictor: type[Predictor]) -> type[QualityConfig]:
+    """The scoring asset's config: the quality settings every pipeline has, and the
+    predictor's settings."""
+    fields = {
+        setting: (hint, Field(default=default, description=f"{predictor.__name__}.{setting}"))
+        for setting, (hint, default) in predictor._settings.items()
+    }
+    camel = "".join(part.title() for part in name.split("_"))
+    return create_model(f"{camel}Config", __base__=QualityConfig, **fields)
+
+
+def _has_source(cls: type) -> bool:
+    try:
+        inspect.getsource(cls)
+    except (OSError, TypeError):
+        return False
+    return True
