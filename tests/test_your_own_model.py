@@ -1,23 +1,29 @@
 """docs/your-own-model.md's example end to end: examples/churn_scores.py over two landed days."""
 
 import ast
+import json
 import os
 import re
 import signal
+import subprocess
+import sys
+from collections import Counter
 from pathlib import Path
 
 import pytest
 import torch
-from churn_world import DAYS, assert_day, land, run
-from dagster import Definitions
+from churn_world import BAD, DAYS, GOOD, assert_day, land, run
+from dagster import AssetKey, DagsterInstance, Definitions
 from helpers import cpu_resources
 from safetensors.torch import save_file
 
+from assets.day_metadata import day_figures
 from examples import churn_scores as example
 from examples.churn_scores import ASSET, churn_mlp
 from inference.generation.checkpoints import CheckpointError, weights_version
 
-DOC = Path(__file__).resolve().parents[1] / "docs" / "your-own-model.md"
+TESTS = Path(__file__).resolve().parent
+DOC = TESTS.parent / "docs" / "your-own-model.md"
 
 
 @pytest.fixture
@@ -176,3 +182,53 @@ def test_the_doc_names_the_example_and_quotes_the_pickled_file_refusal(tmp_path)
     with pytest.raises(CheckpointError) as refused:
         weights_version(pickled)
     assert str(refused.value).replace(str(tmp_path), "/models") in text
+
+
+def test_the_example_runs_as_its_own_job_killed_mid_day_and_run_again(
+    landed, store, data_root, weights, tmp_path
+):
+    """The example as a fifth pipeline, through `dagster job execute`: killed (SIGKILL) after
+    two of its four shards, nothing is published; run again, it resumes those two and publishes
+    each good customer once and each bad row in quarantine with its reason (issue 45). The
+    example has no code for any of this."""
+    home = tmp_path / "dagster_home"
+    home.mkdir()
+    env = {
+        **os.environ,
+        "DAGSTER_HOME": str(home),
+        "NIGHTSHIFT_DATA_ROOT": str(data_root),
+        "PYTHONPATH": os.pathsep.join([str(TESTS / "fault_site"), str(TESTS.parent)]),
+    }
+    config = {
+        "ops": {ASSET: {"config": {"model_path": str(weights)}}},
+        "resources": {"inference": {"config": {"shard_rows": 200, "max_batch_size": 100}}},
+    }
+    run_config = tmp_path / "run_config.yaml"
+    run_config.write_text(json.dumps(config))  # JSON is YAML
+    command = [
+        str(Path(sys.executable).parent / "dagster"), "job", "execute",
+        "-m", "examples.churn_scores", "-j", "churn_scores_job",
+        "--tags", json.dumps({"dagster/partition": DAYS[0]}), "--config", str(run_config),
+    ]  # fmt: skip
+    killed = subprocess.run(
+        command, env={**env, "NIGHTSHIFT_TEST_FAULT": "kill@shard:2"}, capture_output=True,
+        text=True, timeout=300, cwd=TESTS.parent,
+    )  # fmt: skip
+    assert killed.returncode == -signal.SIGKILL, killed.stdout[-3000:] + killed.stderr[-3000:]
+    assert not store.output_exists(ASSET, DAYS[0])
+
+    again = subprocess.run(
+        command, env=env, capture_output=True, text=True, timeout=300, cwd=TESTS.parent
+    )
+    # A blocking check that failed (row_count_matches_input among them) would fail the run.
+    assert again.returncode == 0, again.stdout[-3000:] + again.stderr[-3000:]
+    scores = store.read_output(ASSET, DAYS[0])
+    ids = scores["customer_id"].to_pylist()
+    assert sorted(ids) == sorted(landed[DAYS[0]]) and len(set(ids)) == len(ids)  # each once
+    quarantined = store.read_output(f"{ASSET}_quarantine", DAYS[0])
+    assert Counter(quarantined["reason"].to_pylist()) == dict.fromkeys(BAD, 1)
+    with DagsterInstance.from_config(str(home)) as instance:
+        [record] = instance.fetch_materializations(AssetKey(ASSET), limit=1).records
+    meta = day_figures(record.asset_materialization.metadata)
+    assert meta["rows_in"] == meta["rows_out"] + meta["rows_quarantined"] == GOOD + len(BAD)
+    assert (meta["shards"], meta["shards_resumed"]) == (4, 2), meta

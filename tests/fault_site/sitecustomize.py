@@ -14,7 +14,9 @@ Points, in the order a day's commit passes them:
 - ``checks``: every table staged, before the checks read the staged snapshots;
 - ``publish:<table>``: checks passed, before the table's day is published;
 - ``commit:<table>``: the day's manifests written, before the catalog commit that publishes it;
-- ``published``: every table published, before the staging area is removed.
+- ``published``: every table published, before the staging area is removed;
+- ``shard:<n>``: the day's n-th shard of this process recorded in its progress file (a node
+  that vanishes mid-day; tests/test_your_own_model.py).
 """
 
 import os
@@ -82,6 +84,18 @@ def _install(spec: str) -> None:
         return reading(self, staged_day)
 
     outputstore.OutputStore.reading = checked
+
+    from inference.engine import shard_writer
+
+    record, recorded = shard_writer.ShardedWriter.record_shard, []
+
+    def shard_recorded(self, *args, **kwargs):
+        rows = record(self, *args, **kwargs)
+        recorded.append(1)
+        fault(f"shard:{len(recorded)}")
+        return rows
+
+    shard_writer.ShardedWriter.record_shard = shard_recorded
 
 
 if SPEC:
