@@ -167,11 +167,13 @@ def nightly(
     description: str = "",
 ) -> NightlyPipeline:
     """The Dagster definitions of a nightly pipeline: the landing asset, the scoring asset
-    ``name`` with its checks, the job ``<name>_job`` and its schedule at ``hour_utc`` (UTC, for
-    the day that just ended); as a domain, also its place in the landing sensor."""
+    ``name`` with its checks, the job ``<name>_job``, its schedule at ``hour_utc`` (UTC, for
+    the day that just ended) and its landing trigger (``landing_sensor``, off by default, as the
+    shipped one); as a domain, its place in the code location's landing sensor instead."""
     from orchestration.jobs import pipeline_job
     from orchestration.resources import build_resources
     from orchestration.schedules import nightly_schedule
+    from orchestration.sensors import build_landing_sensor
 
     scores = _scores_schema(landing, output)
     suites = {CONSERVATION: _conservation_suite(name)}
@@ -250,6 +252,7 @@ def nightly(
         assets=[landed, scoring],
         jobs=[job],
         schedules=[nightly_schedule(pipeline, job)],
+        sensors=[build_landing_sensor([pipeline], [job])],
         resources=build_resources(),
     )
     return NightlyPipeline(landed, scoring, wiring, defs)

@@ -3,6 +3,8 @@ training job, built from the domains' wiring with the cross-cutting policy appli
 
 from __future__ import annotations
 
+from collections.abc import Sequence
+
 from dagster import AssetSelection, define_asset_job
 
 from assets.domains import PIPELINES as DOMAIN_PIPELINES
@@ -17,10 +19,10 @@ from policy.tags import GPU_TAGS
 PIPELINES: dict[str, list[str]] = {p.job: list(p.assets) for p in DOMAIN_PIPELINES}
 
 
-def _landing_triggers() -> dict[str, tuple[str, ...]]:
-    """Landing dataset -> the pipeline jobs that read it, in the domains' order."""
+def landing_triggers(pipelines: Sequence[Pipeline]) -> dict[str, tuple[str, ...]]:
+    """Landing dataset -> the pipeline jobs that read it, in the pipelines' order."""
     triggers: dict[str, tuple[str, ...]] = {}
-    for pipeline in DOMAIN_PIPELINES:
+    for pipeline in pipelines:
         for dataset in pipeline.landing:
             triggers[dataset] = (*triggers.get(dataset, ()), pipeline.job)
     return triggers
@@ -29,7 +31,7 @@ def _landing_triggers() -> dict[str, tuple[str, ...]]:
 # Which landing dataset feeds which jobs: the landing sensor and the CLI share this. Every job
 # that reads a dataset is listed: a late or re-delivered day of documents gets its summaries
 # and its embeddings.
-LANDING_TRIGGERS: dict[str, tuple[str, ...]] = _landing_triggers()
+LANDING_TRIGGERS: dict[str, tuple[str, ...]] = landing_triggers(DOMAIN_PIPELINES)
 
 
 def landing_inputs(job_name: str) -> list[str]:

@@ -225,6 +225,20 @@ def browser() -> Iterator:
             chromium.close()
 
 
+@pytest.fixture(scope="module")
+def page(browser, ui_stack) -> Iterator:
+    """A page of the browser on the shared `dagster dev`, once the UI's backfill has run."""
+    from ui_stack import ARTIFACTS, wait_for_backfill
+
+    wait_for_backfill(ui_stack, ui_stack.facts["backfill_id"], runs_only=True)
+    context = browser.new_context(viewport={"width": 1400, "height": 1000})
+    page = context.new_page()
+    page.set_default_timeout(30_000)
+    ARTIFACTS.mkdir(exist_ok=True)
+    yield page
+    context.close()
+
+
 @pytest.hookimpl(wrapper=True)
 def pytest_runtest_teardown(item: pytest.Item, nextitem: pytest.Item | None):
     """Stops the UI stack once its last user is torn down, not at the end of the session: its

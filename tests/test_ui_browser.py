@@ -3,24 +3,8 @@
 from __future__ import annotations
 
 import re
-from collections.abc import Iterator
-from pathlib import Path
 
-import pytest
-from ui_stack import DagsterStack, wait_for_backfill
-
-ARTIFACTS = Path(__file__).parent / "artifacts"
-
-
-@pytest.fixture(scope="module")
-def page(browser, ui_stack: DagsterStack) -> Iterator:
-    wait_for_backfill(ui_stack, ui_stack.facts["backfill_id"], runs_only=True)
-    context = browser.new_context(viewport={"width": 1400, "height": 1000})
-    page = context.new_page()
-    page.set_default_timeout(30_000)
-    ARTIFACTS.mkdir(exist_ok=True)
-    yield page
-    context.close()
+from ui_stack import ARTIFACTS, DagsterStack
 
 
 def test_partitions_tab_shows_the_backfilled_days_materialised(

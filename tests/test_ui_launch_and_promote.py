@@ -11,11 +11,9 @@ Screenshots go to tests/artifacts/ (docs/operating.md shows them).
 from __future__ import annotations
 
 import re
-from collections.abc import Iterator
-from pathlib import Path
 
-import pytest
 from ui_stack import (
+    ARTIFACTS,
     DagsterStack,
     completed_days,
     launch_asset_backfill,
@@ -23,7 +21,6 @@ from ui_stack import (
     wait_for_run,
 )
 
-ARTIFACTS = Path(__file__).parent / "artifacts"
 RUN_URL = re.compile(r"/runs/([0-9a-f-]{36})$")
 # A retrain that differs from the champion (another seed), and a gate told to accept it: the
 # promotion is the gate's own, in a training run, as a person would launch it.
@@ -37,17 +34,6 @@ LIST_CHECKS = (
     "recommendation_lists_are_ranked",
     "no_seen_items_recommended",
 )
-
-
-@pytest.fixture(scope="module")
-def page(browser, ui_stack: DagsterStack) -> Iterator:
-    wait_for_backfill(ui_stack, ui_stack.facts["backfill_id"], runs_only=True)
-    context = browser.new_context(viewport={"width": 1400, "height": 1000})
-    page = context.new_page()
-    page.set_default_timeout(30_000)
-    ARTIFACTS.mkdir(exist_ok=True)
-    yield page
-    context.close()
 
 
 def shot(page, name: str) -> None:

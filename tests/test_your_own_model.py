@@ -232,3 +232,23 @@ def test_the_example_runs_as_its_own_job_killed_mid_day_and_run_again(
     meta = day_figures(record.asset_materialization.metadata)
     assert meta["rows_in"] == meta["rows_out"] + meta["rows_quarantined"] == GOOD + len(BAD)
     assert (meta["shards"], meta["shards_resumed"]) == (4, 2), meta
+
+
+def test_the_examples_own_landing_trigger_asks_for_a_landed_day(landed, data_root) -> None:
+    """`nightly` also builds the pipeline's landing sensor: a landed day no run has read asks
+    for one run of the pipeline's job for that day."""
+    from dagster import build_sensor_context
+
+    from resources.storage import StorageResource
+
+    [sensor] = example.defs.sensors
+    with DagsterInstance.ephemeral() as instance:
+        context = build_sensor_context(
+            instance=instance,
+            resources={"storage": StorageResource(data_root=str(data_root))},
+            repository_def=example.defs.get_repository_def(),
+        )
+        requests = sensor(context).run_requests
+    assert [(r.job_name, r.partition_key) for r in requests] == [
+        ("churn_scores_job", day) for day in DAYS
+    ]

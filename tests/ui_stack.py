@@ -25,6 +25,8 @@ from typing import Any, TypeVar
 REPO = Path(__file__).resolve().parents[1]
 BIN = Path(sys.executable).parent
 SCALE = "0.01"
+# What the browser tests see, as screenshots (docs/operating.md shows some).
+ARTIFACTS = Path(__file__).parent / "artifacts"
 
 T = TypeVar("T")
 
