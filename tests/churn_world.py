@@ -82,9 +82,12 @@ def expected_scores(good: dict[str, tuple], weights: Path) -> dict[str, float]:
     return dict(zip(good, p.squeeze(1).tolist(), strict=True))
 
 
-def assert_day(store, result, day: str, good: dict[str, tuple], weights: Path) -> dict:
+def assert_day(
+    store, result, day: str, good: dict[str, tuple], weights: Path, model_loads: int = 1
+) -> dict:
     """Asserts ``day`` holds one score per good customer, as the model says, the bad rows each
-    quarantined with its reason, and the day's metadata and checks; returns the metadata."""
+    quarantined with its reason, and the day's metadata and checks; returns the metadata.
+    ``model_loads``: loads in the step's own process (none when Ray actors run the shards)."""
     scores = store.read_output(ASSET, day)
     assert scores.schema.equals(SCORES_SCHEMA)
     ids, probabilities = scores["customer_id"], scores["churn_probability"]
@@ -104,7 +107,7 @@ def assert_day(store, result, day: str, good: dict[str, tuple], weights: Path) -
     assert meta["dagster/row_count"] == meta["rows_out"] == GOOD
     assert meta["rows_in"] == GOOD + len(BAD) and meta["rows_quarantined"] == len(BAD)
     assert meta["quarantine_reasons"] == dict.fromkeys(BAD, 1)
-    assert meta["model_version"] == weights_version(weights) and meta["model_loads"] == 1
+    assert meta["model_version"] == weights_version(weights) and meta["model_loads"] == model_loads
     assert meta["likely_to_churn"] == sum(p >= 0.5 for p in got.values())
     assert meta["output"].endswith(f"date={day}")
     checks = [c for c in result.get_asset_check_evaluations() if c.partition == day]
