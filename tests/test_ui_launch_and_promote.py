@@ -42,7 +42,11 @@ def shot(page, name: str) -> None:
 
 
 def launchpad(page, stack: DagsterStack, job: str) -> None:
+    """A new Launchpad session of ``job``: the page keeps its sessions in the browser's local
+    storage, and each test starts from the job's scaffold, as a first visit does."""
     page.goto(f"{stack.url}/locations/{stack.repository}@{stack.location}/jobs/{job}/playground")
+    page.evaluate("window.localStorage.clear()")
+    page.reload()
     page.get_by_role("button", name="Launch Run").wait_for()
 
 
@@ -53,7 +57,10 @@ def launch(page, partition: str | None = None, config: str | None = None) -> str
         box = page.get_by_placeholder("Partition")
         box.click()
         box.fill(partition)
-        page.get_by_text(partition, exact=True).last.click()
+        page.keyboard.press("Enter")  # picks the one partition the typed text matches
+        page.wait_for_function(
+            f"() => [...document.querySelectorAll('input')].some(i => i.value === '{partition}')"
+        )
     if config:
         page.locator(".CodeMirror").first.click()
         page.keyboard.press("Control+A")
