@@ -270,15 +270,11 @@ def test_dagster_dev_exits_soon_after_a_stop_signal_during_a_run(
                 "jobName": "fraud_scoring_job",
             },
             "executionMetadata": {"tags": [{"key": "dagster/partition", "value": day}]},
-            # Trained one row at a time through a wide network, so that the step is still
-            # training when the signal lands: at the default batch and width the whole run
-            # could end between the poll that saw training start and the signal on a loaded
-            # machine (the run then read SUCCESS; seen in fresh-clone CIs, one row at a time
-            # included, benchmarks/tests-2026-12-05.md). The run stops at the signal, so the
-            # longer training costs the test nothing.
-            "runConfigData": {
-                "ops": {"fraud_model": {"config": {"batch_size": 1, "hidden": [512, 512]}}}
-            },
+            # Trained one row at a time, so that the step is still training when the signal
+            # lands: at the default batch the whole run could end between the poll that saw
+            # training start and the signal, on a loaded machine (the run then read SUCCESS;
+            # seen in a fresh-clone CI, benchmarks/tests-2026-12-05.md).
+            "runConfigData": {"ops": {"fraud_model": {"config": {"batch_size": 1}}}},
         }
         launched = stack.graphql(LAUNCH_RUN, params=params)["launchRun"]
         assert launched["__typename"] == "LaunchRunSuccess", launched
