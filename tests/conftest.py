@@ -19,7 +19,7 @@ pytest_plugins = ["aws_world", "rest_world", "tripled_world"]
 
 FIXTURES = Path(__file__).parent / "fixtures"
 
-# Modules whose tests must not overlap with each other under pytest-xdist (`make test` runs three
+# Modules whose tests must not overlap with each other under pytest-xdist (`make test` runs two
 # workers): the UI tests share one `dagster dev` (a session fixture, built once per worker) and
 # drive one browser; each Ray module starts a local Ray with every core of the machine. A group
 # runs on one worker, in file order; under xdist the groups go out first, as the longest chains.
