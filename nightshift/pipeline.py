@@ -94,7 +94,7 @@ class Predictor:
         if files:
             return "+".join(files)
         values = json.dumps({n: str(getattr(self, n, "")) for n in self._settings}, sort_keys=True)
-        code = inspect.getsource(type(self)) if _has_source(type(self)) else type(self).__name__
+        code = _source(type(self))
         digest = hashlib.sha256(f"{code}\n{values}".encode()).hexdigest()[:12]
         return f"{type(self).__name__}@{digest}"
 
@@ -301,7 +301,7 @@ class _Program:
         def observe(scored: pa.RecordBatch, out: pa.Table, stats: StreamStats) -> None:
             values = {f.name: out[f.name].to_numpy(zero_copy_only=False) for f in fields}
             for f in fields:
-                if pa.types.is_integer(f.type) or pa.types.is_floating(f.type):
+                if _numeric(f):
                     column = values[f.name].astype(np.float64)
                     stats.extremes(f.name, column)
                     stats.count(f"{f.name}_non_finite", (~np.isfinite(column)).sum())
@@ -329,10 +329,15 @@ def _scores_schema(landing: Landing, output: Output) -> pa.Schema:
     return pa.schema([key, *output.schema, pa.field(VERSION_COLUMN, pa.string())])
 
 
+def _numeric(f: pa.Field) -> bool:
+    """A column whose minimum, maximum and non-finite count the checks can read."""
+    return pa.types.is_integer(f.type) or pa.types.is_floating(f.type)
+
+
 def _column_figures(stats: StreamStats, schema: pa.Schema) -> dict[str, float | int]:
     figures: dict[str, float | int] = {}
     for f in schema:
-        if pa.types.is_integer(f.type) or pa.types.is_floating(f.type):
+        if _numeric(f):
             figures[f"{f.name}_min"] = stats.minima.get(f.name, float("nan"))
             figures[f"{f.name}_max"] = stats.maxima.get(f.name, float("nan"))
             figures[f"{f.name}_non_finite"] = stats.counts.get(f"{f.name}_non_finite", 0)
@@ -376,9 +381,9 @@ def _config_class(name: str, predictor: type[Predictor]) -> type[QualityConfig]:
     return create_model(f"{camel}Config", __base__=QualityConfig, **fields)
 
 
-def _has_source(cls: type) -> bool:
+def _source(cls: type) -> str:
+    """The class's source, or its name where there is none (defined in a REPL, say)."""
     try:
-        inspect.getsource(cls)
+        return inspect.getsource(cls)
     except (OSError, TypeError):
-        return False
-    return True
+        return cls.__name__
