@@ -16,9 +16,9 @@ import pandas as pd
 import pyarrow as pa
 from dagster import AssetCheckResult
 
-from assets.checkpointing import quarantine_asset
 from inference.engine.output_partition import ShardReport
 from inference.engine.quarantine import QuarantineLimit, QuarantinePlan
+from inference.engine.work import quarantine_asset
 from policy.partitions import day_end
 from resources.quality import (
     CheckSuite,

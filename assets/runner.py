@@ -35,7 +35,7 @@ from dagster import (
     Output,
 )
 
-from assets.checkpointing import SpotSafeRun, Work, spot_safe
+from assets.checkpointing import SpotSafeRun, spot_safe
 from assets.day_metadata import day_figures, day_metadata
 from assets.days import DayRecorder, daily_assets, latest_materialization
 from assets.errors import fail_fast_on_bad_input
@@ -50,6 +50,7 @@ from assets.landing import (
 from assets.partitions import PartitionReport, log_partition, partition_dates, scoring_metadata
 from assets.staleness import load_chosen, model_window, point_in_time
 from inference.engine.tables import StagedDay
+from inference.engine.work import Work
 from policy.automation import GPU_POOL, scored_by_0700_utc
 from policy.tags import PIPELINE_TAG
 from resources.inference import InferenceResource

@@ -29,8 +29,7 @@ from dagster import (
 )
 from pydantic import Field, create_model
 
-from assets.checkpointing import Input, SpotSafeRun, Work
-from assets.checkpointing import Output as WorkOutput
+from assets.checkpointing import SpotSafeRun
 from assets.days import daily_assets
 from assets.gates import SuiteRun, conservation_figures
 from assets.landing import land_files
@@ -41,6 +40,8 @@ from inference.engine.device import resolve_device
 from inference.engine.invariants import StreamStats
 from inference.engine.screen import screen_required
 from inference.engine.shard_worker import ModelStep, worker_model
+from inference.engine.work import Input, Work
+from inference.engine.work import Output as WorkOutput
 from inference.generation.checkpoints import load_weights, safetensors_folder, weights_version
 from resources.inference import InferenceResource
 from resources.quality import CheckSuite, QualityConfig, load_suites

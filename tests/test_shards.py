@@ -244,7 +244,7 @@ def test_progress_is_told_after_each_shard_with_resumed_rows_apart(store) -> Non
 
 
 def test_progress_log_is_throttled_and_shows_rate_share_and_time_left() -> None:
-    from assets.checkpointing import ProgressLog
+    from inference.engine.progress import ProgressLog
 
     lines: list[str] = []
     now = [100.0]

@@ -12,10 +12,11 @@ import pytest
 from dagster import AssetExecutionContext, MaterializeResult, asset, materialize
 from helpers import cpu_resources
 
-from assets.checkpointing import Input, Output, Sizes, Work, spot_safe
+from assets.checkpointing import spot_safe
 from assets.day_metadata import day_metadata
 from assets.partitions import partition_dates, scoring_metadata
 from inference.engine.shard_worker import ModelStep
+from inference.engine.work import Input, Output, Sizes, Work
 from policy.partitions import daily_partitions
 from policy.prices import NODE_TYPE_SETTING, ON_DEMAND_PRICE_SETTING, SPOT_PRICE_SETTING
 from resources.inference import InferenceResource

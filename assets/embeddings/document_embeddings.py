@@ -13,7 +13,7 @@ import pyarrow as pa
 from dagster import AssetExecutionContext
 from pydantic import Field
 
-from assets.checkpointing import Input, Output, Sizes, SpotSafeRun, Work
+from assets.checkpointing import SpotSafeRun
 from assets.embeddings.gates import (
     EMBEDDING_SUITES,
     SAMPLE_COLUMNS,
@@ -34,6 +34,7 @@ from assets.text_workers import (
     worker_metadata,
 )
 from inference.engine.shard_worker import ModelStep, worker_model
+from inference.engine.work import Input, Output, Sizes, Work
 from inference.generation.checkpoints import CheckpointError
 from inference.text.chunks import Chunking
 from inference.text.embeddings import embed_documents

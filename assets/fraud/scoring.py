@@ -16,7 +16,7 @@ import numpy as np
 import pyarrow as pa
 from pydantic import Field
 
-from assets.checkpointing import Input, Output, Sizes, SpotSafeRun, Work
+from assets.checkpointing import SpotSafeRun
 from assets.fraud.accounts import (
     AccountShardProgram,
     AccountShards,
@@ -44,6 +44,7 @@ from assets.fraud.schemas import (
 from assets.runner import Day, Model, ScoringSpec
 from inference.engine.device import make_runtime
 from inference.engine.shard_worker import ModelStep, ShardInput
+from inference.engine.work import Input, Output, Sizes, Work
 from inference.models.registry import champion_version
 from inference.tabular.ranges import REVIEW, Guarded
 from inference.tabular.tabular import TabularScorer

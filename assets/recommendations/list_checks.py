@@ -9,10 +9,10 @@ from __future__ import annotations
 import numpy as np
 from dagster import AssetCheckResult, AssetCheckSpec
 
-from assets.checkpointing import quarantine_asset
 from assets.recommendations.audience import recorded_audience
 from assets.recommendations.history import read_interactions
 from assets.recommendations.schemas import INTERACTIONS, USER_RECOMMENDATIONS
+from inference.engine.work import quarantine_asset
 from resources.storage import DataStore
 
 RANKED = "recommendation_lists_are_ranked"

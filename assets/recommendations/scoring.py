@@ -12,7 +12,7 @@ from __future__ import annotations
 import numpy as np
 from pydantic import Field
 
-from assets.checkpointing import DEFAULT_SHARD_ROWS, Input, Output, Sizes, SpotSafeRun, Work
+from assets.checkpointing import SpotSafeRun
 from assets.partitions import PartitionReport
 from assets.recommendations.audience import (
     DEFAULT_AUDIENCE_DAYS,
@@ -40,6 +40,7 @@ from assets.recommendations.user_shards import (
 )
 from assets.runner import Day, Model, ScoringSpec
 from inference.engine.quarantine import QuarantinePlan
+from inference.engine.work import DEFAULT_SHARD_ROWS, Input, Output, Sizes, Work
 from inference.recs.recommend import block_size_for
 from resources.inference import InferenceResource
 from resources.quality import QualityConfig

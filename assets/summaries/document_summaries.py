@@ -12,7 +12,7 @@ import pyarrow as pa
 from dagster import AssetExecutionContext
 from pydantic import Field
 
-from assets.checkpointing import Input, Output, Sizes, SpotSafeRun, Work
+from assets.checkpointing import SpotSafeRun
 from assets.partitions import PartitionReport
 from assets.runner import Day, Model, ScoringSpec, score, scoring_asset
 from assets.summaries.documents import documents
@@ -40,6 +40,7 @@ from assets.text_workers import (
 )
 from inference.engine.adaptive import AdaptiveBatchSize
 from inference.engine.shard_worker import ModelStep, worker_model
+from inference.engine.work import Input, Output, Sizes, Work
 from inference.generation.decoding import static_sizing
 from inference.generation.generate import Generator, generate_summaries
 from inference.text.rank import RankerSettings

@@ -25,18 +25,21 @@ From the entries, priced at a node type's spot and on-demand rates (``policy.pri
 The ledger of the asset's recent committed days also gives the rate (rows per node-second of
 scoring) that the deadline-aware capacity policy turns rows left into work left with.
 
-No Dagster here: the scoring engine (assets/checkpointing.py) records, tests read the files.
+No Dagster here: the scoring engine (assets/checkpointing.py) records through :class:`RunLedger`,
+tests read the files.
 """
 
 from __future__ import annotations
 
 import posixpath
+import time
 from collections.abc import Iterable
 from dataclasses import asdict, dataclass, field
 
 import pyarrow.fs as pafs
 
-from inference.engine.output_partition import PartitionIO, PartitionTarget
+from inference.engine.output_partition import PartitionIO, PartitionTarget, ShardReport
+from inference.engine.shard_writer import ShardedWriter
 from policy.prices import NodePrices
 
 SPOT, ON_DEMAND = "spot", "on_demand"
@@ -275,3 +278,110 @@ def sum_figures(figures: Iterable[dict]) -> dict[str, float]:
     on_demand = total["cost_on_demand_usd"]
     total["saving_pct"] = 100 * (on_demand - total["cost_usd"]) / on_demand if on_demand else 0.0
     return total
+
+
+@dataclass
+class OpenDay:
+    """The partition being scored now: its writer, its ledger and this attempt's entry."""
+
+    asset: str
+    date: str
+    writer: ShardedWriter
+    book: LedgerBook
+    ledger: PartitionLedger
+    attempt: Attempt
+    # Whether the ledger file is ours to write: not while a committed day's ledger is stored
+    # and this attempt has scored nothing (the day may turn out committed by this lineage).
+    saving: bool
+
+    def rows_done(self) -> int:
+        """Input rows in the shards finished so far, by this attempt or earlier ones."""
+        return sum(int(e["rows_in"]) for e in self.writer.progress.shards.values())
+
+    def save(self) -> None:
+        self.attempt.ended = time.time()
+        self.attempt.rows_redone = self.writer.report.rows_redone
+        if self.saving:
+            self.book.save(self.ledger)
+
+
+class RunLedger:
+    """One run's entries in its days' ledgers: the day it scores now, and each committed day's
+    figures, priced at ``prices``.
+
+    Args:
+        run_id: the attempt's run, entered in each day's ledger.
+        capacity: what the run was launched on (spot, on_demand).
+        prices: the node type's rates.
+        startup: the run's start-up, shared among ``dates`` (the run's days, in the order it
+            scores them; empty for a one-day run).
+    """
+
+    def __init__(
+        self,
+        run_id: str,
+        capacity: str,
+        prices: NodePrices,
+        startup: StartupShares,
+        dates: list[str],
+    ):
+        self.run_id, self.capacity, self.prices = run_id, capacity, prices
+        self.startup, self._dates = startup, dates
+        self.open_day: OpenDay | None = None
+        self.days: dict[str, dict] = {}  # each committed day's ledger figures
+
+    def open(self, asset: str, date: str, writer: ShardedWriter, rows: int | None) -> OpenDay:
+        """Enters this attempt in the day's ledger."""
+        book = LedgerBook(writer.target, asset, date)
+        ledger = book.open()
+        now = time.time()
+        started, share = self.startup.open(now, self._days_left(date))
+        attempt = Attempt(self.run_id, self.capacity, started, now, now, startup_share_s=share)
+        ledger.attempts.append(attempt)
+        if rows is not None:
+            ledger.rows_total = rows
+        day = OpenDay(asset, date, writer, book, ledger, attempt, saving=len(ledger.attempts) > 1)
+        day.save()
+        self.open_day = day
+        return day
+
+    def _days_left(self, date: str) -> int:
+        """This day and the run's days after it: the days what is left of the start-up is
+        shared among (the runner scores a range's days in order)."""
+        return len(self._dates) - self._dates.index(date) if date in self._dates else 1
+
+    def left(self, day: OpenDay, interrupted: bool) -> None:
+        """The run leaves on this day: its later days will not take their start-up shares."""
+        day.attempt.startup_share_s = (day.attempt.startup_share_s or 0.0) + self.startup.rest()
+        day.attempt.interrupted = interrupted
+
+    def close(self, day: OpenDay, shards: ShardReport) -> None:
+        """Closes the day's ledger at its commit and keeps its figures for the metadata."""
+        ledger = day.ledger
+        if shards.already_committed and not day.saving:
+            # Committed and recorded by an earlier attempt: that attempt's ledger holds the day.
+            stored = day.book.io.read_json(day.book.path)
+            ledger = PartitionLedger.from_json(stored) if stored else ledger
+            self.startup.give_back(day.attempt.startup_share_s or 0.0)
+        else:
+            ledger.rows_total, ledger.committed = shards.rows_in, True
+            day.book.save(ledger)
+        self.days[day.date] = ledger.figures(self.prices)
+        self.open_day = None
+
+    def latest(self) -> dict:
+        """The latest committed day's figures (a range run asks after each of its days)."""
+        return next(reversed(self.days.values())) if self.days else {}
+
+    def range_line(self) -> str | None:
+        """A range run's days added up, in one line; None for fewer than two days."""
+        if len(self.days) < 2:
+            return None
+        total = sum_figures(self.days.values())
+        return (
+            f"{len(self.days)} days: ${total['cost_usd']:.4f} {self.prices.label} "
+            f"(${total['cost_on_demand_usd']:.4f} all on on-demand, saving "
+            f"{total['saving_pct']:.0f}%); {total['node_s_spot']:.1f} node-s on spot, "
+            f"{total['node_s_on_demand']:.1f} on on-demand, {total['rework_s']:.1f} s of rework "
+            f"(${total['cost_rework_usd']:.4f})"
+        )

@@ -16,7 +16,7 @@ from __future__ import annotations
 
 import os
 from collections.abc import Iterator
-from contextlib import contextmanager
+from contextlib import ExitStack, contextmanager
 from typing import Any
 
 from inference.engine.device import MALLOC_ARENAS
@@ -176,3 +176,19 @@ class RayPool:
         for actor in self.actors:
             self.ray.kill(actor)
         self.actors = []
+
+
+def open_ray_pool(
+    resources: ExitStack,
+    address: str,
+    workers: int,
+    cpus_per_worker: float,
+    gpus_per_worker: float,
+) -> RayPool:
+    """A pool of ``workers`` actors in a Ray session, both closed with ``resources``."""
+    ray = resources.enter_context(
+        ray_session(address, workers * cpus_per_worker, workers * gpus_per_worker)
+    )
+    pool = RayPool(ray, workers, cpus_per_worker, gpus_per_worker)
+    resources.callback(pool.close)
+    return pool
