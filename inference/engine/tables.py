@@ -833,6 +833,11 @@ class StagedDay:
     published_ids: dict[str, int] = field(default_factory=dict)
 
     @property
+    def date(self) -> str:
+        """The day staged (its output's)."""
+        return self.parts[-1][0].date if self.parts else ""
+
+    @property
     def commit(self) -> str:
         return self.parts[-1][1].commit if self.parts else ""
 

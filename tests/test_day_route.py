@@ -1,0 +1,25 @@
+"""One fraud day's route through the project (tests/day_route.py): where it starts, that it is
+published once, and that it never goes back to landing once the engine has it."""
+
+from __future__ import annotations
+
+from day_route import one_fraud_day
+
+
+def test_a_day_is_landed_then_scored_then_published_once():
+    route = one_fraud_day()
+    print(route.describe())
+    stays = [(path, functions) for path, functions in route.stays]
+    assert stays[0] == ("assets/runner.py", ["score", "label_asset_job_run"])
+    published = [
+        n
+        for n, (path, fns) in enumerate(stays)
+        if path == "inference/engine/tables.py" and "StagedDay.publish" in fns
+    ]
+    assert len(published) == 1
+    engine = next(n for n, (_, fns) in enumerate(stays) if "SpotSafeRun.partition" in fns)
+    landing = [n for n, (path, _) in enumerate(stays) if path == "assets/landing.py"]
+    assert landing and max(landing) < engine
+    # The day is recorded after it is published, and nothing is published after its record.
+    recorded = max(n for n, (_, fns) in enumerate(stays) if "DayRecorder.record" in fns)
+    assert published[0] < recorded
