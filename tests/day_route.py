@@ -2,9 +2,10 @@
 through, in order, from the scoring asset until its output is published.
 
 It runs a real day (the fraud pipeline on generated data, in process) with a profiler that
-follows the day: a call is on the route when the called project function is handed the day
-itself, that is the scoring asset's context, the day's date, or an object whose ``date`` is that
-day (a report, a staged day). Consecutive calls within one file are one stay; a stay in a file
+follows the day: from the scoring asset's ``score``, a call is on the route when the Dagster
+layer (assets/, nightshift/) hands a project function the day itself, that is the day's date or
+an object whose ``date`` is that day (its report, its staged snapshot). The run's context is not
+the day: a range backfill's run holds many. Consecutive calls within one file are one stay; a stay in a file
 the day had already left is a return. Test modules and third-party code are not counted.
 
 Run it: ``.venv/bin/python tests/day_route.py`` prints the route and its two counts.
@@ -80,12 +81,10 @@ def _project_file(filename: str) -> str | None:
 def following(date: str) -> Iterator[Route]:
     """Profiles every thread while the block runs and records the day's route in it."""
     route = Route()
-    day: dict[str, object] = {}
+    started: list[bool] = []
     resumed: set[int] = set()
 
     def holds_day(value: object) -> bool:
-        if value is day.get("context"):
-            return True
         if isinstance(value, str):
             return value == date
         return getattr(value, "date", None) == date if hasattr(value, "date") else False
@@ -100,9 +99,10 @@ def following(date: str) -> Iterator[Route]:
             if id(frame) in resumed:
                 return
             resumed.add(id(frame))
-        if (code.co_filename, code.co_name) == START and "context" not in day:
-            day["context"] = frame.f_locals.get("context")
-        if "context" not in day:
+        if (code.co_filename, code.co_name) == START and not started:
+            started.append(True)
+            route.enter(_project_file(code.co_filename) or "", code.co_qualname)
+        if not started:
             return
         path = _project_file(code.co_filename)
         if path is None:
@@ -159,5 +159,27 @@ def one_fraud_day(date: str = "2026-03-02", scale: float = 0.02) -> Route:
     return route
 
 
+def one_churn_day(date: str = "2026-03-01") -> Route:
+    """Lands and scores one day of the churn example (a pipeline on the public module)."""
+    import churn_world
+    import torch
+    from dagster import DagsterInstance
+    from helpers import cpu_resources
+    from safetensors.torch import save_file
+
+    from resources.storage import DataStore
+
+    with tempfile.TemporaryDirectory(prefix="day_route-") as tmp:
+        root = Path(tmp) / "data"
+        weights = Path(tmp) / "churn_mlp.safetensors"
+        torch.manual_seed(0)
+        save_file(churn_world.churn_mlp().state_dict(), weights)
+        churn_world.land(DataStore(str(root)), date, seed=0)
+        with DagsterInstance.ephemeral() as instance, following(date) as route:
+            result = churn_world.run(cpu_resources(root), instance, weights, day=date)
+        assert result.success
+    return route
+
+
 if __name__ == "__main__":
-    print(one_fraud_day().describe())
+    print(one_fraud_day().describe(), one_churn_day().describe(), sep="\n\n")

@@ -10,7 +10,7 @@ def test_a_day_is_landed_then_scored_then_published_once():
     route = one_fraud_day()
     print(route.describe())
     stays = [(path, functions) for path, functions in route.stays]
-    assert stays[0] == ("assets/runner.py", ["score", "label_asset_job_run"])
+    assert stays[0] == ("assets/runner.py", ["score"])
     published = [
         n
         for n, (path, fns) in enumerate(stays)
