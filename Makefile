@@ -66,11 +66,11 @@ bench-quick: $(STAMP)
 bench-quality: $(STAMP)
 	$(BIN)/python -m benchmarks.quality --rows 1000000 --threads 1 --work .nightshift/bench/quality
 
-# Quality on real public data beside the textbook baselines (benchmarks/eval.py): the fraud data
+# Quality on real public data beside the textbook baselines (evaluation/run.py): the fraud data
 # is committed; MovieLens and CNN/DailyMail may not be redistributed and live in the git-ignored
 # .nightshift/eval/ cache (a missing one is reported with the way to get it).
 eval: $(STAMP)
-	$(BIN)/python -m benchmarks.eval $(EVAL_ARGS)
+	$(BIN)/python -m evaluation.run $(EVAL_ARGS)
 
 # nightshift ui takes the instance lock that every nightshift command takes (the shipped config,
 # refreshed when it changed, and the storage exist before the daemon or any other command opens

@@ -11,12 +11,12 @@ reported samples and the test articles are never trained or tuned on.
 The data (not committed; the publishers' copyright, distributed for research):
 
 - training articles: See et al.'s tokenised training chunks (:data:`TRAIN_CHUNKS`, CNN and Daily
-  Mail), and the validation articles of :mod:`benchmarks.eval_summaries` outside its tuning and
+  Mail), and the validation articles of :mod:`evaluation.summaries` outside its tuning and
   report samples, in both forms where the cased text exists;
 - tuning: those sets' tuning samples.
 
-    HF_HUB_OFFLINE=1 nice .venv/bin/python -m benchmarks.train_ranker            # writes the weights
-    HF_HUB_OFFLINE=1 nice .venv/bin/python -m benchmarks.train_ranker --dry-run  # tuning table only
+    HF_HUB_OFFLINE=1 nice .venv/bin/python -m inference.text.train_ranker            # writes the weights
+    HF_HUB_OFFLINE=1 nice .venv/bin/python -m inference.text.train_ranker --dry-run  # tuning table only
 """
 
 from __future__ import annotations
@@ -33,8 +33,8 @@ from pathlib import Path
 import numpy as np
 import torch
 
-from benchmarks import eval_summaries as ev
-from benchmarks.cnn_dailymail_bins import _SENTENCE, read_chunk
+from evaluation import summaries as ev
+from evaluation.cnn_dailymail_bins import _SENTENCE, read_chunk
 from inference.engine.device import make_runtime
 from inference.text.encoder import load_sentence_encoder
 from inference.text.rank import RankerSettings
@@ -295,7 +295,7 @@ def main(argv: Sequence[str] | None = None) -> int:
     _, chosen, ranker = best
     if not args.dry_run:
         provenance = {
-            "trainer": "benchmarks/train_ranker.py",
+            "trainer": "inference/text/train_ranker.py",
             "labels": "greedy ROUGE-1+2 oracle, up to 3 sentences, against the highlights",
             "model": chosen,
             "training_articles": {
@@ -306,7 +306,7 @@ def main(argv: Sequence[str] | None = None) -> int:
             },
             "data": f"CNN/DailyMail (Hermann et al. 2015), See et al.'s tokenised chunks "
             f"train_{{{','.join(TRAIN_CHUNKS)}}}.bin of {CHUNKS_REPO} commit {CHUNKS_COMMIT}, "
-            "and the validation articles outside benchmarks.eval_summaries' tuning and report "
+            "and the validation articles outside evaluation.summaries' tuning and report "
             "samples; articles copyright CNN and the Daily Mail, distributed for research",
         }
         args.out.write_text(ranker.to_json(provenance) + "\n", encoding="utf-8")

@@ -17,10 +17,10 @@ the same process.
 Reported on the first 1,000 validation articles (mostly CNN, cased). The weights were chosen
 with ``--sweep`` on other articles: every 8th of the validation chunks file (tokenised form,
 mostly Daily Mail; none of the 1,000), the first :data:`TUNING_ARTICLES` of them. The data
-sets, their sources and licences are those of ``benchmarks/eval_summaries.py`` (not committed;
+sets, their sources and licences are those of ``evaluation/summaries.py`` (not committed;
 ``dataset_path`` says how to get them).
 
-    python -m benchmarks.eval_embeddings --articles 1000 [--sweep] [--timed-articles 60]
+    python -m evaluation.embeddings --articles 1000 [--sweep] [--timed-articles 60]
 """
 
 from __future__ import annotations
@@ -45,7 +45,7 @@ from assets.embeddings.document_embeddings import (
     vectors_version,
 )
 from assets.text_models import ModelMetrics, sentence_encoder
-from benchmarks.eval_summaries import CACHE, VALIDATION_CHUNKS, dataset_path, load_examples
+from evaluation.summaries import CACHE, VALIDATION_CHUNKS, dataset_path, load_examples
 from inference.text.chunks import Chunking
 from inference.text.embeddings import (
     document_chunks,

@@ -20,11 +20,11 @@ Two figures are measured beside the gate, on the same trial's root: the sampling
 gate's figures (the gate's evaluation function called directly on bootstrap resamples of the
 held-out rows), and the recall each version reaches at the champion's alert budget (the
 pipeline's ``load_scorer`` and ``training_set``), a comparison a lower threshold cannot win.
-The tables (benchmarks/eval_promotion_report.py) replay the gate's rule over the measured
+The tables (evaluation/promotion_report.py) replay the gate's rule over the measured
 figures with other tolerances.
 
-    python -m benchmarks.eval_promotion [--json FILE]
-    python -m benchmarks.eval_promotion --report FILE  # the tables of a saved run
+    python -m evaluation.promotion [--json FILE]
+    python -m evaluation.promotion --report FILE  # the tables of a saved run
 """
 
 from __future__ import annotations
@@ -47,7 +47,7 @@ import pyarrow as pa
 
 from assets.fraud.pipeline import FRAUD_GATE, load_scorer, training_set
 from assets.fraud.schemas import LABELLED_SCHEMA, MODEL_NAME, TRANSACTIONS_LABELLED
-from benchmarks.eval_promotion_report import SAME, report, rule_table
+from evaluation.promotion_report import SAME, report, rule_table
 from inference.engine.device import make_runtime
 from orchestration.promotion import GATE_CHECK
 from resources.storage import DataStore

@@ -2,22 +2,22 @@
 
 - fraud: the committed ULB card-transaction sample, nightshift's model against logistic
   regression (AUPRC, ROC-AUC over five seeded 70/30 splits), and an amount sweep
-  (benchmarks/eval_fraud.py);
+  (evaluation/fraud.py);
 - recommendations: MovieLens 100k replayed as daily interactions through the real assets,
-  against popularity, item-kNN and EASE (benchmarks/eval_recommendations.py);
+  against popularity, item-kNN and EASE (evaluation/recommendations.py);
 - summaries: every k-th article of six CNN/DailyMail sets (validation and test, cased and
   tokenised lower-case; none of the reported articles tuned or trained on), against Lead-3,
-  over all of them and with CNN and Daily Mail apart (benchmarks/eval_summaries.py);
+  over all of them and with CNN and Daily Mail apart (evaluation/summaries.py);
 - embeddings: highlight-to-article retrieval over the first 1,000 CNN/DailyMail validation
   articles, the asset's vectors against the sentence encoder alone and TF-IDF, with docs/s
-  (benchmarks/eval_embeddings.py).
+  (evaluation/embeddings.py).
 
 The last two data sets may not be redistributed, so they live in the git-ignored
 ``.nightshift/eval/`` cache, checked against their sha256; a missing one is reported with the
 way to get it, and the other tables (and the summaries sets that are there) are still
 printed. Exit status 1 if any was missing.
 
-    .venv/bin/python -m benchmarks.eval [--only fraud recommendations summaries embeddings]
+    .venv/bin/python -m evaluation.run [--only fraud recommendations summaries embeddings]
 """
 
 from __future__ import annotations
@@ -30,13 +30,13 @@ from collections.abc import Callable, Sequence
 
 
 def _fraud() -> str:
-    from benchmarks import eval_fraud
+    from evaluation import fraud as eval_fraud
 
     return eval_fraud.table(eval_fraud.evaluate())
 
 
 def _recommendations() -> str:
-    from benchmarks import eval_recommendations
+    from evaluation import recommendations as eval_recommendations
 
     return eval_recommendations.table(eval_recommendations.evaluate())
 
@@ -51,7 +51,7 @@ class PartlyMissing(FileNotFoundError):
 
 
 def _summaries() -> str:
-    from benchmarks import eval_summaries
+    from evaluation import summaries as eval_summaries
 
     missing: list[str] = []
     rows = eval_summaries.report(missing=missing)
@@ -61,7 +61,7 @@ def _summaries() -> str:
 
 
 def _embeddings() -> str:
-    from benchmarks import eval_embeddings
+    from evaluation import embeddings as eval_embeddings
 
     return eval_embeddings.report()
 

@@ -1,4 +1,4 @@
-"""The tables of benchmarks/eval_promotion.py: the gate's figures per scenario, the retrain
+"""The tables of evaluation/promotion.py: the gate's figures per scenario, the retrain
 noise, and the gate's rule replayed over those figures with other tolerances."""
 
 from __future__ import annotations

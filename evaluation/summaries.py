@@ -6,10 +6,10 @@ sentences, ``-lrb-`` brackets: the form many corpora ship). Five sets (:data:`DA
 first 1,000 validation articles, all CNN, cased, whose tokenised form is made here by
 :func:`ptb_tokenise`; 4,368 later validation articles, 4,148 of them Daily Mail, and 4,490 test
 articles, 1,093 of them CNN, that exist here only in See et al.'s tokenised form
-(:mod:`benchmarks.cnn_dailymail_bins`), so they are scored in that form alone; and two sets of
+(:mod:`evaluation.cnn_dailymail_bins`), so they are scored in that form alone; and two sets of
 cased test articles, mostly Daily Mail, from the BUMP and FRANK annotation benchmarks
-(:mod:`benchmarks.cnn_dailymail_cased`), both forms. The trained sentence scorer
-(:mod:`benchmarks.train_ranker`) learns from other articles: training chunks and the validation
+(:mod:`evaluation.cnn_dailymail_cased`), both forms. The trained sentence scorer
+(:mod:`inference.text.train_ranker`) learns from other articles: training chunks and the validation
 articles outside these samples. Articles are drawn every k-th across a file, not the first N: the
 ranker is tuned on such samples (``--tune``, each set's ``tuning`` offsets) and reported on
 three disjoint ones pooled (offsets k/4, k/2, 3k/4). Each article's source, CNN or Daily Mail,
@@ -20,9 +20,9 @@ The articles are the publishers' copyright, so they are not in this repository: 
 in a git-ignored cache (``.nightshift/eval/``) checked against their sha256, and
 :func:`dataset_path` says how to get one that is missing.
 
-    HF_HUB_OFFLINE=1 nice .venv/bin/python -m benchmarks.eval_summaries            # report
-    HF_HUB_OFFLINE=1 nice .venv/bin/python -m benchmarks.eval_summaries --tune     # the grid
-    ... -m benchmarks.eval_summaries --dataset cnn_dailymail_validation_chunks    # one set
+    HF_HUB_OFFLINE=1 nice .venv/bin/python -m evaluation.summaries            # report
+    HF_HUB_OFFLINE=1 nice .venv/bin/python -m evaluation.summaries --tune     # the grid
+    ... -m evaluation.summaries --dataset cnn_dailymail_validation_chunks    # one set
 
 ``nightshift`` is the asset's own code path (``inference.text.text``: normalise, split, embed with
 the packaged MiniLM, rank, cap) with the asset's default config; embeddings are cached on disk
@@ -46,7 +46,7 @@ from pathlib import Path
 import numpy as np
 import torch
 
-from benchmarks.common import metric_table
+from evaluation.tables import metric_table
 from inference.engine.device import make_runtime
 from inference.text.embeddings import encode
 from inference.text.encoder import SentenceEncoder, load_sentence_encoder
@@ -124,7 +124,7 @@ def _chunks_source(chunks: dict[str, tuple[int, int, str]]) -> str:
     )
     return (
         f"the chunks finished_files/chunked/{{{','.join(chunks)}}}.bin of {_CHUNKS_REPO}, commit "
-        f"{_CHUNKS_COMMIT}, path chunked/ ({files}), converted by benchmarks.cnn_dailymail_bins"
+        f"{_CHUNKS_COMMIT}, path chunked/ ({files}), converted by evaluation.cnn_dailymail_bins"
     )
 
 
@@ -139,7 +139,7 @@ def _chunks_how_to_get(chunks: dict[str, tuple[int, int, str]], csv: str, urls: 
     )
     return (
         f"git clone https://{_CHUNKS_REPO} chunks && mkdir -p .nightshift/eval/chunks && {shows} "
-        f"&& python -m benchmarks.cnn_dailymail_bins .nightshift/eval/{csv} "
+        f"&& python -m evaluation.cnn_dailymail_bins .nightshift/eval/{csv} "
         f".nightshift/eval/{urls} {parts}"
     )
 
@@ -191,14 +191,14 @@ TEST_BUMP = Dataset(
     f"their highlights, from BUMP (Ma et al. 2023), {_BUMP_REPO}, commit {_BUMP_COMMIT}, "
     "data/task1_dataset.json (3,852,954 bytes, sha256 419c37fd...2b47e) and "
     "data/task2_dataset.json (1,060,175 bytes, sha256 b4b03a80...47a5d), converted by "
-    "benchmarks.cnn_dailymail_cased; source by BUMP's test-split index (CNN first)",
+    "evaluation.cnn_dailymail_cased; source by BUMP's test-split index (CNN first)",
     licence=_CASED_LICENCE,
     how_to_get=f"git clone https://{_BUMP_REPO} bump && mkdir -p .nightshift/eval/bump && "
     + " && ".join(
         f"git -C bump show {_BUMP_COMMIT}:data/{t}_dataset.json > .nightshift/eval/bump/{t}.json"
         for t in ("task1", "task2")
     )
-    + " && python -m benchmarks.cnn_dailymail_cased bump "
+    + " && python -m evaluation.cnn_dailymail_cased bump "
     ".nightshift/eval/cnn_dailymail_test_bump.csv .nightshift/eval/bump/task1.json "
     ".nightshift/eval/bump/task2.json",
     every=4,
@@ -214,7 +214,7 @@ TEST_FRANK = Dataset(
     "caption and heading lines run into the next sentence without a period), with their highlights "
     f"(detokenised), from FRANK (Pagnoni et al. 2021), {_FRANK_REPO}, commit {_FRANK_COMMIT}, "
     "data/articles-wbertscore-json/<sha1 of the URL>.json, converted by "
-    "benchmarks.cnn_dailymail_cased in the order of the test URL list "
+    "evaluation.cnn_dailymail_cased in the order of the test URL list "
     "(github.com/abisee/cnn-dailymail b15ad0a, url_lists/all_test.txt, sha256 "
     "c4f5efb5...09bd); source by each article's URL",
     licence=_CASED_LICENCE,
@@ -224,7 +224,7 @@ TEST_FRANK = Dataset(
     "https://github.com/abisee/cnn-dailymail && git -C cnn-dailymail show "
     "b15ad0a2db0d407a84b8ca9b5731e1f1c4bd24b9:url_lists/all_test.txt > "
     ".nightshift/eval/cnn_dailymail_all_test_urls.txt && "
-    "python -m benchmarks.cnn_dailymail_cased frank .nightshift/eval/cnn_dailymail_test_frank.csv "
+    "python -m evaluation.cnn_dailymail_cased frank .nightshift/eval/cnn_dailymail_test_frank.csv "
     ".nightshift/eval/cnn_dailymail_all_test_urls.txt .nightshift/eval/frank --exclude "
     ".nightshift/eval/cnn_dailymail_test_bump.csv",
     every=4,
@@ -285,13 +285,13 @@ TEST_CASED = Dataset(
     f"hold), whole and cased, from {_STORIES_REPO}, commit {_STORIES_COMMIT}, "
     "stories/<sha1 of the URL>.story (cased Stanford tokens, no highlights), each paired with "
     "its highlights from those chunks and both turned into prose by "
-    "benchmarks.cnn_dailymail_cased (the chunk's words checked to be the story's)",
+    "evaluation.cnn_dailymail_cased (the chunk's words checked to be the story's)",
     licence="articles and highlights: copyright CNN and the Daily Mail, distributed for research "
     "(Hermann et al. 2015; See et al. 2017); the repositories state no licence. Not committed "
     "here.",
     how_to_get=f"git clone https://{_STORIES_REPO} stories && mkdir -p .nightshift/eval/tbga && "
     f"git -C stories archive {_STORIES_COMMIT} stories | tar -x --strip-components=1 -C "
-    ".nightshift/eval/tbga && python -m benchmarks.cnn_dailymail_cased stories "
+    ".nightshift/eval/tbga && python -m evaluation.cnn_dailymail_cased stories "
     ".nightshift/eval/cnn_dailymail_test_cased.csv "
     ".nightshift/eval/cnn_dailymail_test_chunks_tokenised.csv .nightshift/eval/tbga "
     "(after getting cnn_dailymail_test_chunks)",

@@ -20,16 +20,16 @@ with the reference highlights beside them, and one repository ships the cased ar
   11,490 test articles, whole, cased, Stanford-tokenised, a missing final period added to each
   line (as See et al.'s ``make_datafiles.py`` does before it lower-cases), and no highlights.
   :func:`story_rows` pairs each with the highlights of the same article in See et al.'s
-  tokenised lower-case chunks (``benchmarks.cnn_dailymail_bins``), checking that the two are
+  tokenised lower-case chunks (``evaluation.cnn_dailymail_bins``), checking that the two are
   the same text, and turns both into prose. ROUGE lower-cases, so the highlights' case does
   not change a score. The source is left to the URL list.
 
-    python -m benchmarks.cnn_dailymail_cased bump OUT.csv TASK1.json TASK2.json
-    python -m benchmarks.cnn_dailymail_cased frank OUT.csv ALL_TEST_URLS.txt DIR --exclude BUMP.csv
-    python -m benchmarks.cnn_dailymail_cased stories OUT.csv CHUNKS.csv DIR
-    python -m benchmarks.cnn_dailymail_cased whole OUT.csv SHIPPED_OUT.csv IN.csv DIR
+    python -m evaluation.cnn_dailymail_cased bump OUT.csv TASK1.json TASK2.json
+    python -m evaluation.cnn_dailymail_cased frank OUT.csv ALL_TEST_URLS.txt DIR --exclude BUMP.csv
+    python -m evaluation.cnn_dailymail_cased stories OUT.csv CHUNKS.csv DIR
+    python -m evaluation.cnn_dailymail_cased whole OUT.csv SHIPPED_OUT.csv IN.csv DIR
 
-write the CSV layout ``benchmarks.eval_summaries`` reads (article, highlights one per line, id,
+write the CSV layout ``evaluation.summaries`` reads (article, highlights one per line, id,
 source), articles in test-split order. FRANK articles that BUMP also holds are left out with
 ``--exclude``, so the two files share no article and their figures can be pooled. ``whole``
 writes the rows of IN.csv that have a story twice: as they are (SHIPPED_OUT.csv) and with the
@@ -212,7 +212,7 @@ def _key(article: str) -> str:
 
 
 def write(rows: Sequence[dict[str, str]], out: Path) -> None:
-    """The rows as the CSV ``benchmarks.eval_summaries`` reads."""
+    """The rows as the CSV ``evaluation.summaries`` reads."""
     out.parent.mkdir(parents=True, exist_ok=True)
     with open(out, "w", newline="", encoding="utf-8") as handle:
         writer = csv.DictWriter(handle, fieldnames=FIELDS)

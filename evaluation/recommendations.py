@@ -15,7 +15,7 @@ redistributed, so it is not in the repository: put ``u.data`` from
 https://files.grouplens.org/datasets/movielens/ml-100k.zip into ``.nightshift/eval/ml-100k/``
 (its sha256 is checked). Run::
 
-    HF_HUB_OFFLINE=1 nice .venv/bin/python -m benchmarks.eval_recommendations [--split random]
+    HF_HUB_OFFLINE=1 nice .venv/bin/python -m evaluation.recommendations [--split random]
 """
 
 from __future__ import annotations

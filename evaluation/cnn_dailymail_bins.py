@@ -7,9 +7,9 @@ wrapped in ``<s> ... </s>``), then cuts them into chunks of 1,000 in the order o
 URL list. So chunk ``val_013.bin`` holds validation articles 13,000-13,367 and each record's id
 is the sha1 of the URL at its position: that is how the sources are told apart later.
 
-    python -m benchmarks.cnn_dailymail_bins OUT.csv URLS.txt CHUNK.bin[:START] ...
+    python -m evaluation.cnn_dailymail_bins OUT.csv URLS.txt CHUNK.bin[:START] ...
 
-writes the CSV layout ``benchmarks.eval_summaries`` reads (article, highlights one per line,
+writes the CSV layout ``evaluation.summaries`` reads (article, highlights one per line,
 id), in the tokenised lower-case form only: the cased text is not in these files.
 """
 

@@ -14,7 +14,7 @@ model and for the model behind nightshift's guard (clamp to the training range, 
 beyond it for review), the share of swept rows that end up scored below the median genuine
 score without being marked.
 
-    python -m benchmarks.eval_fraud
+    python -m evaluation.fraud
 """
 
 from __future__ import annotations
@@ -29,7 +29,7 @@ import numpy as np
 import pandas as pd
 import torch
 
-from benchmarks.common import metric_table
+from evaluation.tables import metric_table
 from inference.engine.device import Runtime
 from inference.tabular.ranges import FeatureRanges
 from inference.tabular.tabular import (
