@@ -1,4 +1,4 @@
-"""Trains the summaries' sentence scorer (``inference/text/ranker_weights.json``) on CNN/DailyMail.
+"""Trains the summaries' sentence scorer (``ranker_weights.safetensors``) on CNN/DailyMail.
 
 Each training article's sentences are labelled by a greedy ROUGE oracle: the up-to-three
 sentences that, added one at a time, most raise ROUGE-1 plus ROUGE-2 F1 against the human
@@ -256,7 +256,7 @@ def margins(docs: Sequence[Article], ranker: TrainedRanker, scratch: Path) -> di
     from inference.text.text import summarise_sentences
 
     cap = length_cap(SummariesConfig())
-    scratch.write_text(ranker.to_json({}), encoding="utf-8")
+    ranker.save(scratch, {})
     settings = RankerSettings(weights=str(scratch))
     load_ranker.cache_clear()  # the scratch file is the same path for every candidate
     scored = [d for d in docs if d.features is not None]
@@ -286,7 +286,7 @@ def main(argv: Sequence[str] | None = None) -> int:
     best = None
     for name, train_one in candidates.items():
         ranker = train_one()
-        gains = margins(tuning, ranker, args.out.with_suffix(".candidate.json"))
+        gains = margins(tuning, ranker, args.out.with_suffix(".candidate.safetensors"))
         worst = min(gains.values())
         print(f"{name}: worst margin {worst:+.2f}", {k: round(v, 2) for k, v in gains.items()})
         if best is None or worst > best[0]:
@@ -309,9 +309,9 @@ def main(argv: Sequence[str] | None = None) -> int:
             "and the validation articles outside evaluation.summaries' tuning and report "
             "samples; articles copyright CNN and the Daily Mail, distributed for research",
         }
-        args.out.write_text(ranker.to_json(provenance) + "\n", encoding="utf-8")
+        ranker.save(args.out, provenance)
         print(f"wrote {args.out} ({chosen})")
-    args.out.with_suffix(".candidate.json").unlink(missing_ok=True)
+    args.out.with_suffix(".candidate.safetensors").unlink(missing_ok=True)
     return 0
 
 
