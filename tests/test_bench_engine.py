@@ -90,7 +90,7 @@ def test_streaming_memory_stays_flat_as_the_file_grows(tmp_path: Path) -> None:
     # Twelve times the rows (210 MB more once decoded), yet neither Arrow's live memory nor the
     # process's peak grows by more than a fraction of that. The peak's bound is a share of the
     # decoded growth, not a few batches: the allocator's pages settle early in a stream, by an
-    # amount that differs from one process to the next (benchmarks/tests-2026-12-03.md);
+    # amount that differs from one process to the next (docs/benchmarks.md, "The daemon's retry under load");
     # reading the file whole would add all of the decoded growth.
     assert large["arrow_peak_mb"] <= small["arrow_peak_mb"] + 8
     assert large["arrow_peak_mb"] < 0.25 * large_bytes / 2**20
