@@ -39,9 +39,9 @@ run: $(STAMP)
 # the project (above), Debian's Chromium for the UI test and Debian's PostgreSQL server for the
 # catalog tests (each installed through apt when missing).
 # Two pytest-xdist workers, one per core of the smallest machine the suite runs on. A third
-# filled the cores' idle time for a few percent of wall time (benchmarks/tests-2026-12-03.md),
+# filled the cores' idle time for a few percent of wall time (docs/benchmarks.md, "The daemon's retry under load"),
 # but it overloads them: the tests that wait on a real daemon or a stop signal then missed
-# their marks in fresh-clone CIs (benchmarks/tests-2026-12-05.md). Tests that must not overlap
+# their marks in fresh-clone CIs (docs/benchmarks.md, "Fresh-clone CI runs"). Tests that must not overlap
 # are grouped in tests/conftest.py. TEST_WORKERS=0 runs in one process; PYTEST_ARGS adds options.
 TEST_WORKERS ?= 2
 test: $(STAMP) browser postgres
@@ -66,11 +66,11 @@ bench-quick: $(STAMP)
 bench-quality: $(STAMP)
 	$(BIN)/python -m benchmarks.quality --rows 1000000 --threads 1 --work .nightshift/bench/quality
 
-# Quality on real public data beside the textbook baselines (benchmarks/eval.py): the fraud data
+# Quality on real public data beside the textbook baselines (evaluation/run.py): the fraud data
 # is committed; MovieLens and CNN/DailyMail may not be redistributed and live in the git-ignored
 # .nightshift/eval/ cache (a missing one is reported with the way to get it).
 eval: $(STAMP)
-	$(BIN)/python -m benchmarks.eval $(EVAL_ARGS)
+	$(BIN)/python -m evaluation.run $(EVAL_ARGS)
 
 # nightshift ui takes the instance lock that every nightshift command takes (the shipped config,
 # refreshed when it changed, and the storage exist before the daemon or any other command opens

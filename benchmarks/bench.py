@@ -180,7 +180,7 @@ def run_workload(name: str, args: argparse.Namespace, sizes: dict, work: Path) -
         from resources.inference import CPU_BATCH_TOKENS
 
         # The CPU budget is the inference resource's own default there (its measurements:
-        # benchmarks/design-notes.md, "Text batch budget"); GPUs want the large budget.
+        # docs/benchmarks.md, "Text batch budget"); GPUs want the large budget.
         tokens = CPU_BATCH_TOKENS if args.device == "cpu" else 131_072
         return embeddings.run(args.texts or sizes["texts"], tokens, 256, args.device)
     if name == "generation":

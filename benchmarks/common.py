@@ -4,7 +4,6 @@ from __future__ import annotations
 
 import os
 import platform
-import resource
 import time
 from collections.abc import Callable, Iterator
 from contextlib import contextmanager
@@ -118,22 +117,6 @@ def set_threads(threads: int) -> int:
     return torch.get_num_threads()
 
 
-def peak_rss_mb() -> float:
-    """This process's peak resident memory so far, in MiB.
-
-    Read from ``VmHWM`` where Linux has it: ``ru_maxrss`` of a child process starts at its
-    parent's peak (the high-water mark survives the exec), which would hide the child's own.
-    """
-    try:
-        with open("/proc/self/status") as handle:
-            for line in handle:
-                if line.startswith("VmHWM:"):
-                    return int(line.split()[1]) / 1024
-    except OSError:
-        pass
-    return resource.getrusage(resource.RUSAGE_SELF).ru_maxrss / 1024
-
-
 # Dagster's console logger prints every event at DEBUG; the benchmark keeps errors only.
 QUIET_RUN_CONFIG = {"loggers": {"console": {"config": {"log_level": "ERROR"}}}}
 
@@ -187,20 +170,3 @@ def quiet_logs() -> Iterator[None]:
     finally:
         for n, level in saved.items():
             logging.getLogger(n).setLevel(level)
-
-
-def metric_table(rows: list[dict], count: str, digits: int) -> str:
-    """Evaluation rows (dataset, method, metric, value, ``count``) as a Markdown table: one line
-    per dataset and method, one column per metric, values to ``digits`` places."""
-    metrics = list(dict.fromkeys(r["metric"] for r in rows))
-    values = {(r["dataset"], r["method"], r["metric"]): r for r in rows}
-    lines = [
-        f"| dataset | method | {' | '.join(metrics)} | {count} |",
-        "|---|---|" + "---|" * (len(metrics) + 1),
-    ]
-    for dataset, method in dict.fromkeys((r["dataset"], r["method"]) for r in rows):
-        found = [values.get((dataset, method, m)) for m in metrics]
-        cells = [f"{r['value']:.{digits}f}" if r else "" for r in found]
-        n = next((r[count] for r in found if r), 0)
-        lines.append(f"| {dataset} | {method} | {' | '.join(cells)} | {n} |")
-    return "\n".join(lines)

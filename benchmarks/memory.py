@@ -85,8 +85,9 @@ def run(work: Path, rows: int, factor: int, threads: int, batch_size: int) -> Wo
 def _main(mode: str, root: str, date: str, threads: int, batch_size: int) -> None:
     import time
 
-    from benchmarks.common import peak_rss_mb, quiet_logs, set_threads
+    from benchmarks.common import quiet_logs, set_threads
     from benchmarks.fraud import load_scorer, run_nightshift, run_pandas
+    from inference.engine.metrics import peak_rss_mb
 
     set_threads(threads)
     scorer, version = load_scorer(Path(root))

@@ -35,10 +35,10 @@ import numpy as np
 import pyarrow as pa
 import torch
 
-from benchmarks.common import Workload, _cpu_name, peak_rss_mb
+from benchmarks.common import Workload, _cpu_name
 from inference.engine.device import make_runtime
 from inference.engine.local_pool import run_local as run_in_process
-from inference.engine.metrics import BatchMetrics
+from inference.engine.metrics import BatchMetrics, peak_rss_mb
 from inference.engine.ray_pool import RayPool, ray_session
 from inference.engine.shard_worker import FixedProgram, ModelStep, ShardJob, worker_model
 from inference.engine.shard_writer import ShardedWriter, ShardFileTargets

@@ -15,7 +15,8 @@ Three ways to list the days not scored by the champion, each timed as the best o
   per-partition index): it reads each day's whole history.
 
 Usage:
-``python -m benchmarks.stale --partitions 1000 --history 1 3 --out benchmarks/stale-2026-12-01``.
+``python -m benchmarks.stale --partitions 1000 --history 1 3 --out DIR``; its results.md is
+kept as benchmarks/stale-results.md.
 """
 
 from __future__ import annotations

@@ -4,7 +4,7 @@ Prints one JSON line: the ISA torch and faiss run at, the tile shape, the first 
 (it also builds oneDNN's kernels for the shape), and faiss's time over nightshift's (above 1:
 nightshift is faster), by wall time and by this process's CPU time, each the best of
 ``--rounds``. CPU time is the steadier figure on a shared machine: it leaves out the time other
-processes hold the cores. Run with the variables in benchmarks/topk-2026-12-01.md to emulate
+processes hold the cores. Run with the variables in docs/benchmarks.md, "Top-K with and without AVX-512", to emulate
 an AVX2-only CPU.
 """
 

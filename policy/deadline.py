@@ -23,7 +23,7 @@ The pace floor: ``pace = max(C0 / R0, min_pace)``. On a loose deadline plain Uni
 holds on-demand through the hysteresis, while the slack would have let it wait for spot; the
 floor makes it wait until the rate still needed passes ``min_pace``. The safety net, not the
 schedule, is what guarantees the deadline, so the floor cannot cause a miss. A floor of 1 is
-the paper's greedy policy with a safety net; benchmarks/spot-2026-12-01/ compares the default
+the paper's greedy policy with a safety net; benchmarks/spot-results.md compares the default
 floor with plain Uniform Progress and with greedy on the real traces.
 
 ``choose_capacity`` is pure: production calls it at each launch or retry of a partition's run
@@ -40,7 +40,7 @@ ON_DEMAND = "on_demand"
 # No node held: before the first launch, or after spot capacity was taken back.
 IDLE = "idle"
 CAPACITIES = (SPOT, ON_DEMAND, IDLE)
-# Chosen on the 2-month traces, checked on the others (benchmarks/spot-2026-12-01/).
+# Chosen on the 2-month traces, checked on the others (benchmarks/spot-results.md).
 DEFAULT_MIN_PACE = 0.8
 
 # Which rule decided; a run tag or a metadata value can carry it.

@@ -115,7 +115,7 @@ class InferenceResource(ConfigurableResource):
     def batch_tokens(self) -> int:
         """The text models' padded-token budget per call: the configured one, else sized to
         the device. On a CPU bigger calls only pad more and run slower; a GPU wants the larger
-        calls (benchmarks/design-notes.md, "Text batch budget")."""
+        calls (docs/benchmarks.md, "Text batch budget")."""
         if self.max_batch_tokens is not None:
             return self.max_batch_tokens
         return CPU_BATCH_TOKENS if self.runtime.device.type == "cpu" else GPU_BATCH_TOKENS

@@ -257,7 +257,7 @@ def wait_for(
 # How long the daemon may take to retry a failed run. It bounds liveness, not speed: the
 # daemon's run_retries create the retry and its queue launches it, each on a loop of its own,
 # and the suite's neighbours on a loaded machine have made that outlast a tighter bound while
-# the retry itself was right (benchmarks/tests-2026-12-03.md).
+# the retry itself was right (docs/benchmarks.md, "The daemon's retry under load").
 DAEMON_RETRY_S = 300
 
 

@@ -1,4 +1,4 @@
-"""The reader of See et al.'s chunked CNN/DailyMail files (benchmarks.cnn_dailymail_bins)."""
+"""The reader of See et al.'s chunked CNN/DailyMail files (evaluation.cnn_dailymail_bins)."""
 
 from __future__ import annotations
 
@@ -8,8 +8,8 @@ import struct
 
 import pytest
 
-from benchmarks import cnn_dailymail_bins as bins
-from benchmarks import eval_summaries as evaluation
+from evaluation import cnn_dailymail_bins as bins
+from evaluation import summaries as evaluation
 
 
 def _varint(n: int) -> bytes:

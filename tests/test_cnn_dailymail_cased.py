@@ -1,5 +1,5 @@
 """The cased CNN/DailyMail test articles from BUMP, FRANK and the cased stories
-(benchmarks.cnn_dailymail_cased)."""
+(evaluation.cnn_dailymail_cased)."""
 
 from __future__ import annotations
 
@@ -8,8 +8,8 @@ import json
 
 import pytest
 
-from benchmarks import cnn_dailymail_cased as cased
-from benchmarks import eval_summaries as evaluation
+from evaluation import cnn_dailymail_cased as cased
+from evaluation import summaries as evaluation
 
 CNN_URL = "http://web.archive.org/web/2015id_/http://www.cnn.com/2015/04/01/us/index.html"
 MAIL_URL = "http://web.archive.org/web/2015id_/http://www.dailymail.co.uk/news/article-2.html"

@@ -40,7 +40,16 @@ from orchestration.automation import CHECK_FAILED_ERROR
 
 ROOT = Path(__file__).resolve().parents[1]
 MODULE = ROOT / "assets" / "dagster_private.py"
-SCANNED = ("assets", "orchestration", "resources", "inference", "policy", "tests", "benchmarks")
+SCANNED = (
+    "assets",
+    "orchestration",
+    "resources",
+    "inference",
+    "policy",
+    "tests",
+    "benchmarks",
+    "evaluation",
+)
 # Built in two parts so that this file's own pattern is not a hit.
 PRIVATE = re.compile("dagster" + r"\._")
 

@@ -12,9 +12,9 @@ from dagster import materialize
 from assets.embeddings.document_embeddings import EmbeddingsConfig, document_embeddings
 from assets.summaries.documents import DOCUMENTS_SCHEMA, documents
 from assets.text_models import sentence_encoder
-from benchmarks import eval_embeddings
-from benchmarks.eval_embeddings import asset_embeddings, first_window, retrieval
-from benchmarks.eval_summaries import load_examples
+from evaluation import embeddings as eval_embeddings
+from evaluation.embeddings import asset_embeddings, first_window, retrieval
+from evaluation.summaries import load_examples
 
 TINY = Path(__file__).parent / "fixtures" / "summaries_eval_tiny.csv"
 DAY = "2026-03-02"
@@ -99,7 +99,7 @@ def test_the_evals_asset_row_goes_through_the_assets_model_step(
 
 
 def test_make_eval_prints_the_embeddings_tables(monkeypatch, capsys, tmp_path) -> None:
-    from benchmarks import eval as eval_driver
+    from evaluation import run as eval_driver
 
     monkeypatch.setattr(eval_embeddings, "dataset_path", lambda: TINY)
     monkeypatch.setattr(eval_embeddings, "CACHE", tmp_path)

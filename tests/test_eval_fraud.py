@@ -2,8 +2,8 @@
 
 from __future__ import annotations
 
-from benchmarks import eval as eval_driver
-from benchmarks import eval_fraud
+from evaluation import fraud as eval_fraud
+from evaluation import run as eval_driver
 
 
 def test_fraud_evaluation_scores_both_methods_and_the_amount_sweep() -> None:

@@ -8,8 +8,8 @@ import pandas as pd
 import pytest
 
 from assets.fraud.schemas import LABELLED_SCHEMA
-from benchmarks.eval_promotion import CREDITCARD, labelled_table, pseudo_days, run
-from benchmarks.eval_promotion_report import blocks, rule_table
+from evaluation.promotion import CREDITCARD, labelled_table, pseudo_days, run
+from evaluation.promotion_report import blocks, rule_table
 
 FRAME = pd.read_csv(CREDITCARD, index_col=0)
 

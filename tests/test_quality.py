@@ -4,6 +4,8 @@ from __future__ import annotations
 
 import importlib
 import json
+import subprocess
+import sys
 from pathlib import Path
 
 import numpy as np
@@ -428,9 +430,17 @@ def test_a_blank_summary_stops_the_digest(tmp_path, monkeypatch) -> None:
 
 
 def test_the_cost_benchmark_measures_every_gate(tmp_path) -> None:
-    from benchmarks.quality import measure
-
-    figures = measure(tmp_path / "bench", rows=3000, threads=1, batch_size=1024)
+    # The benchmark as `make bench-quality` runs it, at a small size; it prints its figures.
+    done = subprocess.run(
+        [sys.executable, "-m", "benchmarks.quality", "--rows", "3000", "--threads", "1",
+         "--batch-size", "1024", "--work", str(tmp_path / "bench")],
+        cwd=Path(__file__).resolve().parents[1],
+        capture_output=True,
+        text=True,
+        timeout=600,
+    )  # fmt: skip
+    assert done.returncode == 0, done.stderr[-2000:]
+    figures = json.loads(done.stdout[done.stdout.index("{") :])
     assert figures["rows"] == 3000 and figures["sample_rows"] == 10_000
     parts = ("screening_extra_seconds", "streaming_statistics_seconds", "suites_seconds")
     assert figures["gates_seconds"] == pytest.approx(sum(figures[p] for p in parts), abs=0.002)

@@ -7,21 +7,22 @@ import json
 import pytest
 import torch
 import torch.nn.functional as F
+from safetensors.torch import load_file, save_file
 
-from benchmarks.train_ranker import Article, fit, fit_network, greedy_oracle
 from inference.engine.device import make_runtime
 from inference.text.embeddings import encode
 from inference.text.encoder import load_sentence_encoder
 from inference.text.rank import RankerSettings, rank_sentences
 from inference.text.ranker import (
     SHAPE_FEATURES,
-    WEIGHTS,
     TrainedRanker,
     load_ranker,
     sentence_features,
+    weights_metadata,
 )
 from inference.text.segment import LengthCap, split_sentences
 from inference.text.text import summarise_sentences
+from inference.text.train_ranker import Article, fit, fit_network, greedy_oracle
 
 COLUMN = {name: i for i, name in enumerate(SHAPE_FEATURES)}
 
@@ -68,21 +69,25 @@ def test_weights_round_trip_and_refuse_other_features(tmp_path):
     )
     x = sentence_features([f"Sentence {i} has a few words in it." for i in range(4)], _unit(4))
     for name, model in (("linear", ranker), ("network", network)):
-        path = tmp_path / f"{name}.json"
-        path.write_text(model.to_json({"data": "test"}), encoding="utf-8")
+        path = tmp_path / f"{name}.safetensors"
+        model.save(path, {"data": "test"})
         assert torch.allclose(load_ranker(path).score(x), model.score(x), atol=1e-4), name
-    path = tmp_path / "linear.json"
-    saved = json.loads(path.read_text())
-    saved["features"] = saved["features"][:-1]
-    stale = tmp_path / "stale.json"
-    stale.write_text(json.dumps(saved), encoding="utf-8")
-    with pytest.raises(ValueError, match=r"stale\.json.*retrain with python -m benchmarks"):
+        assert weights_metadata(path)["provenance"] == {"data": "test"}
+    path = tmp_path / "linear.safetensors"
+    header = {k: json.dumps(v) for k, v in weights_metadata(path).items()}
+    header["features"] = json.dumps(weights_metadata(path)["features"][:-1])
+    stale = tmp_path / "stale.safetensors"
+    save_file(load_file(path), stale, metadata=header)
+    with pytest.raises(
+        ValueError,
+        match=r"stale\.safetensors.*retrain with python -m inference\.text\.train_ranker",
+    ):
         load_ranker(stale)
 
 
 def test_packaged_weights_load_and_record_their_data():
-    saved = json.loads(WEIGHTS.read_text(encoding="utf-8"))
-    assert saved["provenance"]["trainer"] == "benchmarks/train_ranker.py"
+    saved = weights_metadata()
+    assert saved["provenance"]["trainer"] == "inference/text/train_ranker.py"
     assert "CNN/DailyMail" in saved["provenance"]["data"]
     packaged = load_ranker()
     assert len(packaged.mean) == len(SHAPE_FEATURES) + saved["embedding_width"]

@@ -18,7 +18,7 @@ from assets.recommendations.assets import UserRecommendationsConfig
 from assets.recommendations.demo_data import generate_day
 from assets.recommendations.list_checks import list_check_results
 from assets.recommendations.schemas import INTERACTIONS, INTERACTIONS_SCHEMA, USER_RECOMMENDATIONS
-from benchmarks.eval_recommendations import evaluate, load_movielens, table
+from evaluation.recommendations import evaluate, load_movielens, table
 from inference.recs.ease import EaseConfig, fit_ease
 from inference.recs.recommend import recommend
 from inference.recs.sparse import SparseRows

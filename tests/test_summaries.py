@@ -449,7 +449,7 @@ FORMS = ("tokenised", "plain")
 def test_evaluation_samples_every_kth_article_and_tells_the_sources_apart(tmp_path):
     import hashlib
 
-    from benchmarks import eval_summaries as evaluation
+    from evaluation import summaries as evaluation
 
     cnn = "http://web.archive.org/web/2015id_/http://www.cnn.com/2015/03/01/world/story/index.html"
     mail = "http://web.archive.org/web/2015id_/http://www.dailymail.co.uk/news/article-1.html"
@@ -479,7 +479,7 @@ def test_evaluation_samples_every_kth_article_and_tells_the_sources_apart(tmp_pa
 def test_evaluation_harness_runs_on_the_tiny_fixture_and_prints_the_table(
     encoder, tmp_path, capsys
 ):
-    from benchmarks import eval_summaries as evaluation
+    from evaluation import summaries as evaluation
 
     fixture = Path(__file__).parent / "fixtures" / "summaries_eval_tiny.csv"
     rows = evaluation.evaluate(fixture, every=1, offsets=[0], encoder=encoder, cache=tmp_path)

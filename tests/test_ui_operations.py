@@ -226,8 +226,8 @@ def test_nightshift_ui_execs_dagster_dev_able_to_stop(tmp_path: Path) -> None:
 
 
 # How long the tree may take to be gone: a hang never ends, while a healthy stop's time depends
-# on the machine's load (benchmarks/tests-2026-12-02.md). A 10 s bound failed in the whole suite
-# once the run's steps commit to Iceberg tables, cause not found (benchmarks/tests-2026-12-04.md).
+# on the machine's load (docs/benchmarks.md, "The dagster dev stop-signal test"). A 10 s bound failed in the whole suite
+# once the run's steps commit to Iceberg tables, cause not found (docs/benchmarks.md, "The stop-signal test after Iceberg outputs").
 STOP_BOUND_S = 30
 
 
@@ -242,7 +242,7 @@ def test_dagster_dev_exits_soon_after_a_stop_signal_during_a_run(
     Dagster can lose a signal that lands inside one of its own capture windows (its
     capture_interrupts clears a captured signal when the window closes: read in
     dagster/_utils/interrupts.py); the run then carries on to SUCCESS. Seen in fresh-clone CIs
-    on a loaded machine, never alone (benchmarks/tests-2026-12-05.md). A run that read SUCCESS
+    on a loaded machine, never alone (docs/benchmarks.md, "Fresh-clone CI runs"). A run that read SUCCESS
     is therefore tried once more, on a new instance: a stop that does not work fails both."""
     status = _stop_during_a_run(stop, tmp_path / "first")
     if status == DagsterRunStatus.SUCCESS:
@@ -290,7 +290,7 @@ def _stop_during_a_run(stop: signal.Signals, tmp_path: Path) -> DagsterRunStatus
             # Trained one row at a time, so that the step is still training when the signal
             # lands: at the default batch the whole run could end between the poll that saw
             # training start and the signal, on a loaded machine (the run then read SUCCESS;
-            # seen in a fresh-clone CI, benchmarks/tests-2026-12-05.md).
+            # seen in a fresh-clone CI, docs/benchmarks.md, "Fresh-clone CI runs").
             "runConfigData": {"ops": {"fraud_model": {"config": {"batch_size": 1}}}},
         }
         launched = stack.graphql(LAUNCH_RUN, params=params)["launchRun"]

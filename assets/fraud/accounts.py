@@ -43,7 +43,7 @@ BUFFER_ROWS = 500_000
 MIN_ROW_GROUP = 1_024
 # The shard files are scratch, written and read back once or twice on this machine: Arrow's own
 # format, uncompressed, costs the least time to write and read (no encoding, no codec) for under
-# twice lz4's disk (figures in benchmarks/runner-2026-12-02/engine.md).
+# twice lz4's disk (docs/benchmarks.md, "The engine after the scoring runner").
 SCRATCH_FORMAT = ipc.IpcWriteOptions()
 
 

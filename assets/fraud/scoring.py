@@ -56,7 +56,7 @@ from resources.storage import DataStore
 # calls of the resource's max_batch_size). Each call's code lookups hash the whole account
 # vocabulary of the shard once, so fewer, larger calls cost less; but a default shard cut in two
 # calls has its second call's features assembled while the first is scored, and the first
-# ready sooner (benchmarks/runner-2026-12-02/engine.md).
+# ready sooner (docs/benchmarks.md, "The engine after the scoring runner").
 FEATURE_ROWS = 131_072
 # Transactions per checkpointed shard unless the resource sets one: large enough that a day is
 # a few shard files and progress writes, small enough that a retry redoes little and a shard's

@@ -105,7 +105,7 @@ class RecommendationModelConfig(Config):
     model: Literal["ease", "two_tower"] = Field(
         default="ease",
         description="ease: closed-form item-item model (best measured on MovieLens 100k, see "
-        "benchmarks/eval_recommendations.py); two_tower: learned user and item embeddings.",
+        "evaluation/recommendations.py); two_tower: learned user and item embeddings.",
     )
     l2: float = Field(default=DEFAULT_L2, gt=0, description="EASE: the ridge penalty lambda.")
     max_items: int = Field(

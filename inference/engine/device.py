@@ -23,7 +23,7 @@ PRECISIONS = ("auto", "fp32", "bf16", "fp16")
 # keeps the pages its thread freed. The engine runs a shard's model calls, the next shard's
 # profile and the features of both on different threads, so with an arena each the step's
 # resident memory grew with every shard a day has; two arenas share the freed pages out
-# (benchmarks/runner-2026-12-02/fraud-cut.md). A MALLOC_ARENA_MAX the user set is kept.
+# (docs/benchmarks.md, "Malloc arenas and the fraud cut"). A MALLOC_ARENA_MAX the user set is kept.
 MALLOC_ARENAS = 2
 _M_ARENA_MAX = -8  # mallopt's parameter number, from glibc's malloc.h
 

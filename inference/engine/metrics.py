@@ -2,6 +2,7 @@
 
 from __future__ import annotations
 
+import resource
 import time
 from dataclasses import dataclass, field
 
@@ -108,3 +109,19 @@ class BatchMetrics:
             out["tokens"] = self.tokens
             out["tokens_per_second"] = round(self.tokens / self.seconds, 1) if self.seconds else 0.0
         return out
+
+
+def peak_rss_mb() -> float:
+    """This process's peak resident memory so far, in MiB.
+
+    Read from ``VmHWM`` where Linux has it: ``ru_maxrss`` of a child process starts at its
+    parent's peak (the high-water mark survives the exec), which would hide the child's own.
+    """
+    try:
+        with open("/proc/self/status") as handle:
+            for line in handle:
+                if line.startswith("VmHWM:"):
+                    return int(line.split()[1]) / 1024
+    except OSError:
+        pass
+    return resource.getrusage(resource.RUSAGE_SELF).ru_maxrss / 1024

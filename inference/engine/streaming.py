@@ -12,7 +12,7 @@ into a slower consumer (a model):
 
 Memory is then one row group (plus the batches in flight), whatever the file's size. Columns
 of a large row group are decoded on Arrow's threads, which is faster and changes no memory
-bound. The measurements behind these choices: benchmarks/design-notes.md, "Streaming parquet".
+bound. The measurements behind these choices: docs/benchmarks.md, "Streaming parquet".
 
 Many small files (one per upstream task) cost per file, not per row: :func:`iter_parquet_files`
 reads them whole, a batch's worth of rows ahead, on a few threads, and the caller joins their
@@ -232,7 +232,7 @@ def decimal_as_float(values: pa.Array) -> pa.Array:
     """The nearest double to each decimal, as parsing its text would give.
 
     Arrow's own cast scales by a rounded power of ten and misses the nearest double for many
-    values (decimal 12.34 becomes 12.340000000000002; how many: benchmarks/design-notes.md,
+    values (decimal 12.34 becomes 12.340000000000002; how many: docs/benchmarks.md, "Decimal amounts",
     "Decimal amounts"), so a float read from a decimal would differ from the same amount
     landed as a float. Dividing the unscaled integer
     by 10^scale is one correctly rounded operation when both are exact doubles (precision up

@@ -9,7 +9,7 @@
 
 Which is faster depends on the device and the model, so it is measured, not assumed: on a
 small CPU continuous batching runs behind static batches, on CUDA it is meant to run ahead
-(benchmarks/design-notes.md, "Generation", and workload 4 of ``make bench``).
+(docs/benchmarks.md, "Generation", and workload 4 of ``make bench``).
 """
 
 from __future__ import annotations

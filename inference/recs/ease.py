@@ -33,7 +33,7 @@ from inference.recs.topk import DEFAULT_BLOCK_ELEMENTS
 if TYPE_CHECKING:
     import torch
 
-# Steck's value for MovieLens-sized data; benchmarks/eval_recommendations measures it.
+# Steck's value for MovieLens-sized data; evaluation/recommendations.py measures it.
 DEFAULT_L2 = 500.0
 DEFAULT_MAX_ITEMS = 20_000
 

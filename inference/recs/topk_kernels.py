@@ -3,8 +3,8 @@
 The engine is chosen by what this torch has, never by timing: oneDNN and numpy's BLAS round
 differently, so which of them scored a near-tie decides its order, and every process scoring
 the same day (a Ray actor, a resumed run) must rank it alike. The tile shape is fixed: the
-shapes measured scored within noise of each other under AVX2 and AVX-512 alike (see
-benchmarks/topk-2026-12-02.md), so timing them in every process bought nothing for its cost.
+shapes measured scored within noise of each other under AVX2 and AVX-512 alike (docs/benchmarks.md,
+"Top-K on an AVX2-only CPU"), so timing them in every process bought nothing for its cost.
 oneDNN's scores do not depend on the shape (tested), so changing it changes no ranking.
 """
 

@@ -18,7 +18,7 @@ first, second and third sentences 6, 2 and 0.7 standard deviations of centrality
 fourth). The defaults (lambda1 -0.5, lambda2 1, beta 0.3, lead weight 8) are the best of a
 60-setting grid, ranked by the worst ROUGE-1 margin over Lead-3 on any source and form, on
 every-k-th tuning samples of CNN and of Daily Mail articles, and are reported on disjoint
-samples (``benchmarks/eval_summaries.py``; figures in ``benchmarks/eval-2026-12-01/``). A weak
+samples (``evaluation/summaries.py``; figures in ``benchmarks/eval-summaries.md``). A weak
 prior suits CNN best but loses to Lead-3 on Daily Mail, whose leads carry the summary more often.
 """
 

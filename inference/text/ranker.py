@@ -4,10 +4,11 @@ Centrality and a lead prior (:mod:`inference.text.rank`) cannot tell a byline, a
 quotation from the news itself; a model over each sentence's embedding, its place and its shape
 can, because those sentences look alike from one article to the next. The model is a small
 network with one hidden layer, or logistic regression, whichever the trainer
-(``benchmarks/train_ranker.py``) finds better on its tuning samples, trained on CNN/DailyMail
+(:mod:`inference.text.train_ranker`) finds better on its tuning samples, trained on CNN/DailyMail
 articles whose label is the sentences a greedy ROUGE oracle picks against the highlights; its
-weights ship beside this module (``ranker_weights.json``, with the data they were trained on),
-so the summaries need no download and no training run.
+weights ship beside this module (``ranker_weights.safetensors``, whose header records the
+features and the data they were trained on), so the summaries need no download and no training
+run.
 
 :func:`sentence_features` is the one place the features are computed: the training script
 calls it too, so what is trained is what runs.
@@ -26,7 +27,7 @@ if TYPE_CHECKING:
     import torch
 
 
-WEIGHTS = Path(__file__).with_name("ranker_weights.json")
+WEIGHTS = Path(__file__).with_name("ranker_weights.safetensors")
 # The first sentences, each a feature of its own: news puts its summary there.
 LEAD_POSITIONS = 6
 # A sentence shorter than this, in words, is rarely a summary's (a byline, a dateline, "Share").
@@ -186,43 +187,71 @@ class TrainedRanker:
             inputs = torch.nn.functional.gelu(inputs @ weight.T + bias)
         return inputs @ self.weights + self.bias
 
-    def to_json(self, provenance: dict) -> str:
-        saved = {
-            "features": list(SHAPE_FEATURES),
-            "embedding_width": len(self.mean) - len(SHAPE_FEATURES),
-            "bias": self.bias,
+    def save(self, path: Path, provenance: dict) -> None:
+        """Writes the weights as safetensors; the header's metadata holds the feature names,
+        the embedding width and ``provenance`` (JSON strings: the header holds only strings)."""
+        import torch
+        from safetensors.torch import save_file
+
+        tensors = {
+            "bias": torch.tensor([self.bias], dtype=torch.float32),
             "weights": _rounded(self.weights),
             "mean": _rounded(self.mean),
             "scale": _rounded(self.scale),
         }
         if self.hidden is not None:
-            saved["hidden_weight"] = [_rounded(row) for row in self.hidden[0]]
-            saved["hidden_bias"] = _rounded(self.hidden[1])
-        return json.dumps({**saved, "provenance": provenance}, indent=1)
+            tensors["hidden_weight"] = _rounded(self.hidden[0])
+            tensors["hidden_bias"] = _rounded(self.hidden[1])
+        metadata = {
+            "features": json.dumps(list(SHAPE_FEATURES)),
+            "embedding_width": str(len(self.mean) - len(SHAPE_FEATURES)),
+            "provenance": json.dumps(provenance),
+        }
+        save_file(tensors, str(path), metadata=metadata)
 
 
-def _rounded(values: torch.Tensor) -> list[float]:
-    return [round(float(v), 6) for v in values]
+def _rounded(values: torch.Tensor) -> torch.Tensor:
+    """To six decimals, in float32: a retrain on the same data writes the same file."""
+    import torch
+
+    rounded = [round(float(v), 6) for v in values.flatten()]
+    return torch.tensor(rounded, dtype=torch.float32).reshape(values.shape)
+
+
+def weights_metadata(path: Path = WEIGHTS) -> dict:
+    """The weights file's header: ``features``, ``embedding_width`` and ``provenance``."""
+    from safetensors import safe_open
+
+    with safe_open(str(path), framework="pt") as saved:
+        header = saved.metadata() or {}
+    return {
+        "features": json.loads(header.get("features", "[]")),
+        "embedding_width": int(header.get("embedding_width", "0")),
+        "provenance": json.loads(header.get("provenance", "{}")),
+    }
 
 
 @cache
 def load_ranker(path: Path = WEIGHTS) -> TrainedRanker:
     """The packaged weights; fails, naming the file, if they were trained on other features."""
-    import torch
+    from safetensors.torch import load_file
 
-    saved = json.loads(path.read_text(encoding="utf-8"))
-    if tuple(saved["features"]) != SHAPE_FEATURES:
+    features = weights_metadata(path)["features"]
+    if tuple(features) != SHAPE_FEATURES:
         raise ValueError(
-            f"{path}: trained on features {saved['features']}, this code computes "
-            f"{list(SHAPE_FEATURES)}; retrain with python -m benchmarks.train_ranker"
+            f"{path}: trained on features {features}, this code computes "
+            f"{list(SHAPE_FEATURES)}; retrain with python -m inference.text.train_ranker"
         )
+    # Copied out of the file's buffer: its tensors sit at arbitrary byte offsets, and an
+    # unaligned operand sends the matmul down another kernel, moving the scores in the 7th digit.
+    saved = {name: tensor.clone() for name, tensor in load_file(str(path)).items()}
     hidden = None
     if "hidden_weight" in saved:
-        hidden = (torch.tensor(saved["hidden_weight"]), torch.tensor(saved["hidden_bias"]))
+        hidden = (saved["hidden_weight"], saved["hidden_bias"])
     return TrainedRanker(
-        weights=torch.tensor(saved["weights"]),
-        bias=float(saved["bias"]),
-        mean=torch.tensor(saved["mean"]),
-        scale=torch.tensor(saved["scale"]),
+        weights=saved["weights"],
+        bias=float(saved["bias"][0]),
+        mean=saved["mean"],
+        scale=saved["scale"],
         hidden=hidden,
     )

@@ -112,8 +112,8 @@ def _spans(flat: str, window_words: int, window_chars: int) -> list[tuple[int, i
 # Text whose line ends were lost (a caption or heading run into the sentence after it, as in
 # text scraped without its markup) shows a sentence opener with a capital straight after a
 # word: "... in 1985 The company said". Only openers that almost never take a capital
-# mid-sentence before a lower-case word are cut at (counted in benchmarks/eval-2026-12-02/
-# summaries-cased-test.md); "It", "In" and "A" open titles and names too often. A cut that
+# mid-sentence before a lower-case word are cut at (counted in docs/benchmarks.md,
+# "Summaries on the cased test articles"); "It", "In" and "A" open titles and names too often. A cut that
 # would leave fewer than RUN_ON_MIN_WORDS words before it is a dateline or a list number
 # ("(CNN) The ...", "Washington (CNN) The ...", "5 After ..."), not a lost line end.
 _RUN_ON = re.compile(

@@ -124,7 +124,7 @@ def validate(
     Statistics expectations that plainly pass on the exact figures are counted as evaluated
     without GE (:func:`plainly_passes`): GE's cost is per expectation, and those are
     most of them, while the verdicts and evidence stay GE's (``make bench-quality`` measures
-    it, benchmarks/design-notes.md has the figures).
+    it, docs/benchmarks.md, "Data-quality gates", has the figures).
 
     Args:
         suites: the checks to run.
