@@ -232,12 +232,11 @@ def decimal_as_float(values: pa.Array) -> pa.Array:
     """The nearest double to each decimal, as parsing its text would give.
 
     Arrow's own cast scales by a rounded power of ten and misses the nearest double for many
-    values (decimal 12.34 becomes 12.340000000000002; how many: docs/benchmarks.md, "Decimal amounts",
-    "Decimal amounts"), so a float read from a decimal would differ from the same amount
-    landed as a float. Dividing the unscaled integer
-    by 10^scale is one correctly rounded operation when both are exact doubles (precision up
-    to 18 digits and an unscaled value within 2^53: amounts below 90 trillion at two
-    places); other decimals go through their text."""
+    values (decimal 12.34 becomes 12.340000000000002; how many: docs/benchmarks.md, "Decimal
+    amounts"), so a float read from a decimal would differ from the same amount landed as a
+    float. Dividing the unscaled integer by 10^scale is one correctly rounded operation when
+    both are exact doubles (precision up to 18 digits and an unscaled value within 2^53:
+    amounts below 90 trillion at two places); other decimals go through their text."""
     kind = values.type
     if kind.precision <= 18 and 0 <= kind.scale <= _EXACT_POWER:
         # A decimal of up to 18 digits fits int64: the low word of its 128-bit two's complement.
