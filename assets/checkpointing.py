@@ -28,7 +28,7 @@ from dagster import AssetExecutionContext, Failure, RetryRequested
 
 from assets.capacity import capacity_of, retry_capacity, say_at_launch
 from assets.observability import GpuMonitor
-from assets.partitions import PartitionReport
+from assets.partitions import PartitionReport, log_partition
 from inference.engine.interrupt import InterruptionWatcher
 from inference.engine.ledger import RunLedger, StartupShares
 from inference.engine.local_pool import LocalPool
@@ -202,7 +202,7 @@ class SpotSafeRun:
         metrics = watch.metrics
         metrics.rows_in, metrics.rows_out = shards.rows_in, shards.rows_out
         published = Published(uri=shards.uri, rows=shards.rows_out, files=shards.shards)
-        return PartitionReport(
+        report = PartitionReport(
             date,
             metrics.finish(),
             published,
@@ -214,6 +214,8 @@ class SpotSafeRun:
             sample=sample.frame(published.rows) if sample is not None else None,
             executor={**self._where(pool, watch), **work.input.layout},
         )
+        log_partition(self.context, asset, report)
+        return report
 
     def _writer(self, asset: str, date: str, work: Work, audit: bool = False) -> ShardedWriter:
         """The partition's writer, its fingerprint made of everything that decides the output."""

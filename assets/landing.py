@@ -300,6 +300,38 @@ def landing_timezone_metadata(store: DataStore, dataset: str) -> dict[str, str]:
     return {"landing_timezone": store.landing_timezone(dataset) or "none (naive rejected)"}
 
 
+@dataclass(frozen=True)
+class LandedDay:
+    """A scoring step's input day, landed and checked: its files, and why it must not be
+    scored (its blocking landing checks failed), or None."""
+
+    date: str
+    files: list[str]
+    refusal: str | None
+
+
+def land_for_scoring(
+    context: AssetExecutionContext,
+    asset: str,
+    dataset: str,
+    config: QualityConfig,
+    store: DataStore,
+    date: str,
+    limit: Any,
+) -> Generator[Any, None, LandedDay]:
+    """The scoring step's input day: landed and checked here if it was not against its current
+    files (:func:`land_unchecked`), its files listed once."""
+    failed = yield from land_unchecked(context, asset, dataset, config, store, date, limit)
+    refusal = (
+        f"{asset} {date}: not scored: blocking checks of {dataset} {date} failed "
+        f"({', '.join(failed)}); see their results on {dataset}'s page, fix the landing files "
+        "and run this again"
+        if failed
+        else None
+    )
+    return LandedDay(date, store.landing_files(dataset, date), refusal)
+
+
 def land_unchecked(
     context: AssetExecutionContext,
     asset: str,
@@ -341,17 +373,6 @@ def checked(context: AssetExecutionContext, store: DataStore, dataset: str, date
     figures = day_figures(latest.asset_materialization.metadata)
     current = store.landing_fingerprint(dataset, date) or ""
     return figures.get(LANDING_FINGERPRINT) == current and figures.get(CHECKED) == PASSED
-
-
-def refuse_blocked(asset: str, dataset: str, date: str, failed: Sequence[str]) -> None:
-    """Fails the step, before anything is published, when the day's landing checks failed."""
-    if failed:
-        raise Failure(
-            description=f"{asset} {date}: not scored: blocking checks of {dataset} {date} "
-            f"failed ({', '.join(failed)}); see their results on {dataset}'s page, fix the "
-            "landing files and run this again",
-            allow_retries=False,
-        )
 
 
 def how_to_land(

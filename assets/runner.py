@@ -32,6 +32,7 @@ from dagster import (
     AssetMaterialization,
     AssetsDefinition,
     AssetSpec,
+    Failure,
     Output,
 )
 
@@ -41,13 +42,13 @@ from assets.days import DayRecorder, daily_assets, latest_materialization
 from assets.errors import fail_fast_on_bad_input
 from assets.handed import SNAPSHOTS
 from assets.landing import (
+    LandedDay,
     jobs_holding,
-    land_unchecked,
+    land_for_scoring,
     landing_timezone_metadata,
     record_landing_read,
-    refuse_blocked,
 )
-from assets.partitions import PartitionReport, log_partition, partition_dates, scoring_metadata
+from assets.partitions import PartitionReport, partition_dates, scoring_metadata
 from assets.staleness import load_chosen, model_window, point_in_time
 from inference.engine.tables import StagedDay
 from inference.engine.work import Work
@@ -176,16 +177,16 @@ def score(
     with spot_safe(context, store, inference) as run:
         for date in dates:
             with fail_fast_on_bad_input():
-                blocked = yield from land_unchecked(
+                landed = yield from land_for_scoring(
                     context, spec.asset, spec.dataset, config, store, date, limit
                 )
             with fail_fast_on_bad_input(), fail_fast_on_bad_rows():
                 day = spec.day(run, date, model, config, limit)
-                sample = _prepare(day.work, spec, store, date, config, limit)
+                sample = _prepare(day.work, landed, f"{spec.asset} {date}", config, limit)
                 # After the domain's own screening, whose message names the rows' figures.
-                refuse_blocked(spec.asset, spec.dataset, date, blocked)
+                if landed.refusal is not None:
+                    raise Failure(description=landed.refusal, allow_retries=False)
                 report = run.partition(spec.asset, date, day.work, sample, audit=True)
-            log_partition(context, spec.asset, report)
             if _recorded_before(context, spec.asset, report):
                 continue
             staged = report.shards.staged if report.shards is not None else None
@@ -268,17 +269,17 @@ def _publish_or_reject(
 
 
 def _prepare(
-    work: Work, spec: ScoringSpec, store: DataStore, date: str, config: QualityConfig, limit: float
+    work: Work, landed: LandedDay, what: str, config: QualityConfig, limit: float
 ) -> StreamedSample | None:
-    """What every day's work gets before it runs: its input files (by default the spec's
-    dataset's landing files of the day), the quarantine limit (above it the day fails before
-    any inference) and, if it asks for one, the output checks' sample taken as rows stream."""
+    """What every day's work gets before it runs: its input files (by default the landing
+    day's), the quarantine limit (above it the day fails before any inference) and, if it asks
+    for one, the output checks' sample taken as rows stream."""
     if work.input.files is None:
-        work.input.files = store.landing_files(spec.dataset, date)
+        work.input.files = landed.files
     plan = work.input.quarantine
     if plan is None:
         return None
-    plan.check_rate(limit, f"{spec.asset} {date}")
+    plan.check_rate(limit, what)
     if not work.output.sample:
         return None
     return StreamedSample(plan.rows - plan.count, config.check_sample_rows, config.check_seed)
