@@ -22,11 +22,12 @@ from __future__ import annotations
 
 from collections.abc import Callable, Iterable, Iterator
 from contextlib import ExitStack, contextmanager
+from functools import partial
 from typing import Any
 
 from dagster import AssetExecutionContext, Failure, RetryRequested
 
-from assets.capacity import capacity_of, retry_capacity, say_at_launch
+from assets.capacity import capacity_of, decide, retry_capacity, say_at_launch
 from assets.observability import GpuMonitor
 from assets.partitions import PartitionReport, log_partition
 from inference.engine.interrupt import InterruptionWatcher
@@ -169,9 +170,14 @@ class SpotSafeRun:
         log = ProgressLog(
             self.context.log.info, f"{asset} {date}", quarantine.rows if quarantine else None
         )
+        tags = self.context.run.tags
         day = self.ledger.open(asset, date, writer, quarantine.rows if quarantine else None)
-        if len(day.ledger.attempts) == 1 and RETRY_NUMBER_TAG not in self.context.run.tags:
-            say_at_launch(self.context, day, self.inference.on_demand_after)
+        if len(day.ledger.attempts) == 1 and RETRY_NUMBER_TAG not in tags:
+            # The policy's view at the day's first launch, from its ledger.
+            facts = partial(
+                day.night_facts, 0, capacity_of(tags), tags, self.inference.on_demand_after
+            )
+            say_at_launch(self.context, f"{asset} {date}", *decide(facts))
 
         def progress(rows: int, resumed: int, shards: int) -> None:
             log(rows, resumed, shards)

@@ -33,7 +33,7 @@ from __future__ import annotations
 
 import posixpath
 import time
-from collections.abc import Iterable
+from collections.abc import Iterable, Mapping
 from dataclasses import asdict, dataclass, field
 
 import pyarrow.fs as pafs
@@ -41,6 +41,7 @@ import pyarrow.fs as pafs
 from inference.engine.output_partition import PartitionIO, PartitionTarget, ShardReport
 from inference.engine.shard_writer import ShardedWriter
 from policy.prices import NodePrices
+from policy.ready_by import NightFacts, ready_by
 
 SPOT, ON_DEMAND = "spot", "on_demand"
 LEDGER_DIR = "_ledger"
@@ -303,6 +304,30 @@ class OpenDay:
         self.attempt.rows_redone = self.writer.report.rows_redone
         if self.saving:
             self.book.save(self.ledger)
+
+    def night_facts(
+        self, interruptions: int, current: str, tags: Mapping[str, str], on_demand_after: int
+    ) -> NightFacts:
+        """What the capacity policy is told about the day: rows left, the asset's recent rate
+        and restart overhead (this day's own before any day was committed), its ready-by (from
+        the run's ``tags`` or the settings)."""
+        recent = self.book.recent()
+        rate = recent_rate(recent) or self.ledger.rows_per_second()
+        overheads = [o for x in (self.ledger, *recent) if (o := x.restart_overhead_s())]
+        totals = [x.rows_total for x in recent if x.rows_total]
+        total = self.ledger.rows_total or (round(sum(totals) / len(totals)) if totals else None)
+        return NightFacts(
+            rows_left=max((total or 0) - self.rows_done(), 0),
+            rows_total=total,
+            rows_per_second=rate,
+            restart_overhead_s=overheads[0] if overheads else None,
+            first_started=self.ledger.attempts[0].started,
+            now=time.time(),
+            ready=ready_by(self.asset, self.date, tags),
+            interruptions=interruptions,
+            on_demand_after=on_demand_after,
+            current=current,
+        )
 
 
 class RunLedger:
