@@ -187,14 +187,21 @@ def score(
                 if landed.refusal is not None:
                     raise Failure(description=landed.refusal, allow_retries=False)
                 report = run.partition(spec.asset, date, day.work, sample, audit=True)
+            scored = scoring_metadata(
+                report,
+                model_version=model.version,
+                device=model.device or inference.runtime.describe(),
+                model_loads=inference.load_count(model.key),
+            )
             if _recorded_before(context, spec.asset, report):
                 continue
             staged = report.shards.staged if report.shards is not None else None
-            # Write-audit-publish: what the domain records at the commit and the checks read
-            # the day as staged, before main has it.
+            # Write-audit-publish: what the domain records at the commit, its figures and the
+            # checks read the day as staged, before main has it.
             with store.reading(staged):
                 if day.on_commit is not None:
                     day.on_commit(report)
+                own = day.metadata(report)
                 started = time.perf_counter()
                 checks = day.checks(report)
                 check_seconds = round(time.perf_counter() - started, 4)
@@ -204,16 +211,11 @@ def score(
                 context, store, spec.asset, date, staged, refused, verdicts, model.version
             )
             figures = {
-                **scoring_metadata(
-                    report,
-                    model_version=model.version,
-                    device=model.device or inference.runtime.describe(),
-                    model_loads=inference.load_count(model.key),
-                ),
+                **scored,
                 **run.metadata(),
                 **landing_timezone_metadata(store, spec.dataset),
                 **model.metadata,
-                **day.metadata(report),
+                **own,
                 **point_in_time(window, date, choice),
                 **quarantine_metadata([report.shards] if report.shards else []),
                 "partitions": len(dates),  # days this run covers

@@ -82,7 +82,8 @@ def following(date: str) -> Iterator[Route]:
     """Profiles every thread while the block runs and records the day's route in it."""
     route = Route()
     started: list[bool] = []
-    resumed: set[int] = set()
+    # Generator frames seen, held so that no later frame takes a finished one's id.
+    resumed: dict[int, FrameType] = {}
 
     def holds_day(value: object) -> bool:
         if isinstance(value, str):
@@ -93,12 +94,12 @@ def following(date: str) -> Iterator[Route]:
         if event != "call":
             return
         code = frame.f_code
-        if code.co_flags & _RESUMABLE:
+        if code.co_flags & _RESUMABLE and _project_file(code.co_filename) is not None:
             # A generator's first call and every resumption are "call" events: only the first
             # enters the file.
             if id(frame) in resumed:
                 return
-            resumed.add(id(frame))
+            resumed[id(frame)] = frame
         if (code.co_filename, code.co_name) == START and not started:
             started.append(True)
             route.enter(_project_file(code.co_filename) or "", code.co_qualname)
@@ -110,6 +111,9 @@ def following(date: str) -> Iterator[Route]:
         caller = frame.f_back
         caller_path = _project_file(caller.f_code.co_filename) if caller is not None else None
         if caller_path is None or not caller_path.startswith(LAYER):
+            return
+        if caller_path == path:
+            # A file's own helper: the day has not moved (the file calling it never left).
             return
         count = code.co_argcount + code.co_kwonlyargcount
         names = code.co_varnames[:count]
