@@ -13,7 +13,7 @@ A person who backfills ``fraud_scores`` alone from its page (or materialises it 
 no landing asset: Dagster runs only the scoring step. Left there, the scored days would sit
 over ``transactions`` days that were never materialised and whose checks never ran, and the UI
 would show every one of them as unsynced. So the scoring step lands such a day itself
-(:func:`land_unchecked`), with the same code the landing asset runs: the landing day (and its
+(:func:`land_for_scoring`), with the same code the landing asset runs: the landing day (and its
 companions, the saved screen) is materialised and its checks are recorded in the same run,
 before the day is scored; a day whose blocking landing checks fail is not scored. A day
 already landed and checked against the same files (in this run's landing step, or an earlier
@@ -53,7 +53,7 @@ from resources.quality import QualityConfig, preload_great_expectations, quarant
 from resources.storage import DataStore, StorageResource
 
 # Every landing dataset's spec by name, filled as the domains declare them (at import), so that
-# a scoring asset can land its input's day in its own step (:func:`land_unchecked`).
+# a scoring asset can land its input's day in its own step (:func:`land_for_scoring`).
 LANDINGS: dict[str, LandingSpec] = {}
 
 # What a landing day's metadata says about the check it had: the files' fingerprint, and
@@ -76,7 +76,7 @@ class LandingSpec:
         screen: ``(store, date, config, max_quarantine_rate) -> Screen``.
         publish: ``(store, date, screen, config, max_quarantine_rate) -> {asset: metadata}``.
         config: the landing asset's config class; with it a scoring step can land a day that
-            was never checked (see :func:`land_unchecked`).
+            was never checked (see :func:`land_for_scoring`).
     """
 
     dataset: str
@@ -319,9 +319,31 @@ def land_for_scoring(
     date: str,
     limit: Any,
 ) -> Generator[Any, None, LandedDay]:
-    """The scoring step's input day: landed and checked here if it was not against its current
-    files (:func:`land_unchecked`), its files listed once."""
-    failed = yield from land_unchecked(context, asset, dataset, config, store, date, limit)
+    """The scoring step's input day: landed and checked in this step first unless it was
+    checked against its current files, and its files listed once.
+
+    Args:
+        asset: the scoring asset, for messages.
+        config: the scoring asset's config: its quality settings (limit, sample, seed and the
+            domain's own, e.g. the amount ceiling) apply to the landing day too.
+
+    Returns:
+        the day, with why it must not be scored where its blocking landing checks failed.
+    """
+    failed: list[str] = []
+    if not checked(context, store, dataset, date):
+        spec = LANDINGS.get(dataset)
+        if spec is None or spec.config is None:
+            how = how_to_land(context, asset, dataset, [date])
+            raise Failure(description=how, allow_retries=False)
+        context.log.info(
+            f"{asset} {date}: {dataset} {date} was not materialised and checked against its "
+            f"current files; landing it in this step first"
+        )
+        days = DayRecorder(context, blocking=spec.blocking)
+        landing_config = _landing_config(spec, config)
+        yield from land_day(context, spec, landing_config, store, date, limit, days)
+        failed = [failure.rsplit(": ", 1)[-1] for failure in days.failed]
     refusal = (
         f"{asset} {date}: not scored: blocking checks of {dataset} {date} failed "
         f"({', '.join(failed)}); see their results on {dataset}'s page, fix the landing files "
@@ -330,38 +352,6 @@ def land_for_scoring(
         else None
     )
     return LandedDay(date, store.landing_files(dataset, date), refusal)
-
-
-def land_unchecked(
-    context: AssetExecutionContext,
-    asset: str,
-    dataset: str,
-    config: QualityConfig,
-    store: DataStore,
-    date: str,
-    limit: Any,
-) -> Generator[Any, None, list[str]]:
-    """Lands and checks ``dataset``'s day in this step unless it was checked against its
-    current files; returns the blocking landing checks that failed (the day must not be
-    scored), empty when none did or nothing had to be landed.
-
-    Args:
-        asset: the scoring asset, for messages.
-        config: the scoring asset's config: its quality settings (limit, sample, seed and the
-            domain's own, e.g. the amount ceiling) apply to the landing day too.
-    """
-    if checked(context, store, dataset, date):
-        return []
-    spec = LANDINGS.get(dataset)
-    if spec is None or spec.config is None:
-        raise Failure(description=how_to_land(context, asset, dataset, [date]), allow_retries=False)
-    context.log.info(
-        f"{asset} {date}: {dataset} {date} was not materialised and checked against its "
-        f"current files; landing it in this step first"
-    )
-    days = DayRecorder(context, blocking=spec.blocking)
-    yield from land_day(context, spec, _landing_config(spec, config), store, date, limit, days)
-    return [failure.rsplit(": ", 1)[-1] for failure in days.failed]
 
 
 def checked(context: AssetExecutionContext, store: DataStore, dataset: str, date: str) -> bool:

@@ -42,7 +42,7 @@ def run_nightshift(
     """Materialises ``fraud_scores`` for one day through Dagster; returns wall seconds.
 
     On a fresh instance (the default) the step first lands and checks ``transactions``
-    itself, as a scoring asset materialised alone does (``land_unchecked`` in
+    itself, as a scoring asset materialised alone does (``land_for_scoring`` in
     assets/landing.py); on an instance where that day was landed already, the step scores it
     alone, as in the job."""
     with contextlib.ExitStack() as stack:
