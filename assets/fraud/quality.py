@@ -18,12 +18,6 @@ import numpy as np
 import pyarrow as pa
 import pyarrow.compute as pc
 
-from assets.fraud.features import (
-    FEATURE_COLUMNS,
-    PROFILE_COLUMNS,
-    PartitionProfile,
-    ProfileBuilder,
-)
 from assets.fraud.schemas import AMOUNT_CEILING, SCORES, SCREENS, TRANSACTIONS, TRANSACTIONS_SCHEMA
 from assets.gates import day_bounds, empty_landing_error
 from inference.engine.batching import prefetch
@@ -37,6 +31,12 @@ from inference.engine.quarantine import (
     is_null,
     not_finite,
     outside,
+)
+from inference.fraud.features import (
+    FEATURE_COLUMNS,
+    PROFILE_COLUMNS,
+    PartitionProfile,
+    ProfileBuilder,
 )
 from resources.quality import PositionCursor, sample_positions
 from resources.storage import DataStore
