@@ -13,17 +13,14 @@ from dagster import AssetExecutionContext
 from pydantic import Field
 
 from assets.checkpointing import Input, Output, Sizes, SpotSafeRun, Work
+from assets.documents.assets import documents
+from assets.documents.quality import SCREEN_COLUMNS, document_text, screen_documents
+from assets.documents.schemas import DATASET, DOCUMENTS_SCHEMA
 from assets.partitions import PartitionReport
 from assets.runner import Day, Model, ScoringSpec, score, scoring_asset
-from assets.summaries.documents import documents
 from assets.summaries.gates import SUMMARY_SUITES, summary_check_results
-from assets.summaries.quality import (
-    SCREEN_COLUMNS,
-    document_text,
-    screen_documents,
-    summary_observer,
-)
-from assets.summaries.schemas import DATASET, DOCUMENTS_SCHEMA, SUMMARIES
+from assets.summaries.quality import summary_observer
+from assets.summaries.schemas import SUMMARIES
 from assets.text_models import (
     ModelMetrics,
     abstractive_generator,
