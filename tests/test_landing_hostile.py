@@ -18,12 +18,12 @@ from helpers import asset_metadata
 from test_landing_files import DATE, SCHEMA, _put, _table
 
 from assets.documents.assets import documents
-from assets.documents.quality import document_text
 from assets.documents.schemas import DOCUMENTS_SCHEMA
 from assets.fraud.assets import transactions
 from assets.fraud.demo_data import generate_day
 from assets.fraud.schemas import TRANSACTIONS, TRANSACTIONS_SCHEMA
 from inference.engine.quarantine import blank
+from inference.text.summary_figures import document_text
 from resources.storage import DataStore, LandingDataError
 
 # The day land_documents publishes its documents in.

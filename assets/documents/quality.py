@@ -19,7 +19,6 @@ from inference.engine.quarantine import (
     Screener,
     blank,
     invalid_utf8,
-    is_blank_text,
     is_null,
     longer_than,
     outside,
@@ -92,9 +91,3 @@ def screen_documents(store: DataStore, date: str, sample_rows: int = 0, seed: in
     }
     schema = pa.schema([DOCUMENTS_SCHEMA.field(c) for c in ("doc_id", "published_at", "title")])
     return DocumentScreen(plan, figures, pa.Table.from_batches(sampled, schema=schema))
-
-
-def document_text(title: str | None, body: str | None) -> str:
-    """The text a document is summarised from: its body, or its title when the body is blank
-    (as the screening judges it: whitespace and zero-width characters only)."""
-    return (title or "") if is_blank_text(body) else (body or "")

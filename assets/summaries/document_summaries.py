@@ -14,12 +14,11 @@ from pydantic import Field
 
 from assets.checkpointing import Input, Output, Sizes, SpotSafeRun, Work
 from assets.documents.assets import documents
-from assets.documents.quality import SCREEN_COLUMNS, document_text, screen_documents
+from assets.documents.quality import SCREEN_COLUMNS, screen_documents
 from assets.documents.schemas import DATASET, DOCUMENTS_SCHEMA
 from assets.partitions import PartitionReport
 from assets.runner import Day, Model, ScoringSpec, score, scoring_asset
 from assets.summaries.gates import SUMMARY_SUITES, summary_check_results
-from assets.summaries.quality import summary_observer
 from assets.summaries.schemas import SUMMARIES
 from assets.text_models import (
     ModelMetrics,
@@ -41,6 +40,7 @@ from inference.generation.decoding import static_sizing
 from inference.generation.generate import Generator, generate_summaries
 from inference.text.rank import RankerSettings
 from inference.text.segment import LengthCap, fit_summary
+from inference.text.summary_figures import document_text, summary_observer
 from inference.text.text import SentenceEncoder, extractive_summaries, summary_spans
 from resources.inference import InferenceResource
 from resources.quality import QualityConfig, locate_in_landing

@@ -1,11 +1,12 @@
-"""The summaries' exact figures as plain functions, read by the checks on the summaries.
+"""The summaries' exact figures as plain functions, read by the checks on the summaries, and
+the text a document is summarised from.
 
 While the documents stream through the model, :func:`summary_observer` checks every summary
 against its document: not blank, not longer than the document, within the hard length cap, and
 drawn from it (extractive: the sentences the summariser recorded, by their offsets, are
 sentences of the normalised document, and the summary is exactly their join; abstractive: most
 of its words occur in the document). Which documents are screened out before is the documents'
-own (``assets/documents/quality.py``).
+own (``assets/documents/quality.py``); no Dagster here.
 """
 
 from __future__ import annotations
@@ -16,8 +17,8 @@ import numpy as np
 import pyarrow as pa
 import pyarrow.compute as pc
 
-from assets.documents.quality import document_text
 from inference.engine.invariants import StreamStats
+from inference.engine.quarantine import is_blank_text
 from inference.text.normalise import normalise_text
 from inference.text.segment import LengthCap, join_sentences, measure, sentence_spans, within_cap
 
@@ -25,6 +26,12 @@ from inference.text.segment import LengthCap, join_sentences, measure, sentence_
 # document for the summary to count as grounded in it.
 MIN_GROUNDED_WORDS = 0.6
 _WORD = re.compile(r"\w+")
+
+
+def document_text(title: str | None, body: str | None) -> str:
+    """The text a document is summarised from: its body, or its title when the body is blank
+    (as the screening judges it: whitespace and zero-width characters only)."""
+    return (title or "") if is_blank_text(body) else (body or "")
 
 
 def summary_observer(version: str, extractive: bool, cap: LengthCap):
