@@ -16,11 +16,7 @@ import pyarrow as pa
 import pyarrow.compute as pc
 import pyarrow.dataset as ds
 
-from assets.fraud.quality import (
-    SCREEN_BATCH_ROWS,
-    SCREEN_COLUMNS,
-    score_histogram,
-)
+from assets.fraud.quality import SCREEN_BATCH_ROWS, SCREEN_COLUMNS
 from assets.fraud.schemas import (
     ALERTS,
     ALERTS_SCHEMA,
@@ -43,6 +39,7 @@ from inference.fraud.features import (
     PartitionProfile,
     check_feature_names,
 )
+from inference.fraud.score_figures import score_histogram
 from inference.models.modelstore import load_model
 from inference.models.registry import champion_version, register, window_of
 from inference.tabular.ranges import FeatureRanges

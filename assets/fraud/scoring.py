@@ -24,7 +24,7 @@ from assets.fraud.pipeline import (
     score_reference,
     scored_transactions,
 )
-from assets.fraud.quality import load_screen, score_observer, screen_transactions
+from assets.fraud.quality import load_screen, screen_transactions
 from assets.fraud.schemas import (
     AMOUNT_CEILING,
     FLAGGED,
@@ -44,6 +44,7 @@ from inference.fraud.accounts import (
     shard_count,
 )
 from inference.fraud.profile import PartitionProfile
+from inference.fraud.score_figures import score_observer
 from inference.models.registry import champion_version
 from inference.tabular.ranges import REVIEW, Guarded
 from inference.tabular.tabular import TabularScorer
