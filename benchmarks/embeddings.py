@@ -5,7 +5,7 @@ from __future__ import annotations
 import numpy as np
 import torch
 
-from assets.summaries.demo_data import BOILERPLATE, TOPICS
+from assets.documents.demo_data import BOILERPLATE, TOPICS
 from benchmarks.common import Workload, best_of
 from inference.engine.batching import padding_ratio
 from inference.engine.device import make_runtime

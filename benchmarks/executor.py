@@ -129,9 +129,9 @@ def same(a: dict[str, pa.Table], b: dict[str, pa.Table]) -> bool:
 def cut_seconds(root: Path, shard_rows: int) -> float:
     """The Ray driver's own pass, timed alone: the day cut into account shards (each row
     written to its shard's file, the day-wide sums) and the shards read back."""
-    from assets.fraud.accounts import AccountShards, shard_count
     from assets.fraud.pipeline import scored_transactions
     from assets.fraud.quality import load_screen
+    from inference.fraud.accounts import AccountShards, shard_count
 
     store = DataStore(str(root))
     plan = load_screen(store, DAY)

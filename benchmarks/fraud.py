@@ -19,11 +19,11 @@ from dagster import DagsterInstance, materialize
 
 from assets.fraud import pipeline
 from assets.fraud.assets import fraud_scores
-from assets.fraud.features import FEATURE_COLUMNS, PartitionProfile
 from assets.fraud.schemas import MODEL_NAME, TRANSACTIONS, TRANSACTIONS_SCHEMA
 from benchmarks.common import QUIET_RUN_CONFIG, Workload, best_of, timed
 from benchmarks.fraud_data import resources, train_model, write_partition
 from inference.engine.device import make_runtime
+from inference.fraud.features import FEATURE_COLUMNS, PartitionProfile
 from inference.models.modelstore import current_version
 from inference.tabular.tabular import TabularScorer
 from resources.storage import DataStore

@@ -37,7 +37,6 @@ from assets.fraud.quality import (
     TransactionScreen,
     load_screen,
     save_screen,
-    score_observer,
     screen_transactions,
 )
 from assets.fraud.schemas import MODEL_NAME, SCORES, TRANSACTIONS, TRANSACTIONS_SCHEMA
@@ -47,6 +46,7 @@ from benchmarks.fraud_data import resources, train_model, write_partition
 from inference.engine.invariants import StreamStats
 from inference.engine.metrics import BatchMetrics
 from inference.engine.output_partition import ShardReport
+from inference.fraud.score_figures import score_observer
 from inference.models.modelstore import current_version
 from resources.quality import DEFAULT_SAMPLE_ROWS, sample_output, validation
 from resources.storage import DataStore, Published

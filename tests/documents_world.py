@@ -7,8 +7,8 @@ from datetime import UTC, datetime
 
 import pyarrow as pa
 
-from assets.summaries.demo_data import generate_day
-from assets.summaries.documents import DOCUMENTS_SCHEMA
+from assets.documents.demo_data import generate_day
+from assets.documents.schemas import DOCUMENTS_SCHEMA
 
 # Crafted documents beside the generated ones: an identical pair, a near and a far one, and one
 # with no text at all, which cannot be embedded.

@@ -11,8 +11,8 @@ import numpy as np
 import pyarrow as pa
 import pytest
 
-from assets.fraud.accounts import AccountShards, account_shards, crc32_strings
 from inference.engine.quarantine import QuarantinePlan
+from inference.fraud.accounts import AccountShards, account_shards, crc32_strings
 
 STRINGS = ["", "a", "acct_000123", None, "ü€𝄞x", "zz" * 40, "acct_1", "ça"]
 

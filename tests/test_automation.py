@@ -239,9 +239,10 @@ def test_new_documents_get_their_embeddings_through_the_landing_sensor(
     """`landing_sensor` targets document_embeddings_job: a day of new documents asks for it
     (beside the summaries); the run it asks for materialises the day's embeddings, after which
     the sensor asks the embeddings job for nothing more, even with a lost cursor."""
+    from assets.documents.assets import documents
+    from assets.documents.demo_data import generate_day
+    from assets.documents.schemas import DOCUMENTS_SCHEMA
     from assets.embeddings import document_embeddings
-    from assets.summaries.demo_data import generate_day
-    from assets.summaries.documents import DOCUMENTS_SCHEMA, documents
     from orchestration.sensors import landing_sensor
     from resources.storage import StorageResource
 

@@ -18,6 +18,9 @@ from dagster import AssetKey, DagsterInstance, Failure, materialize
 from fraud_world import trained_fraud_world
 from helpers import asset_metadata, cpu_resources
 
+from assets.documents.assets import documents
+from assets.documents.demo_data import generate_day as generate_documents
+from assets.documents.schemas import DOCUMENTS_SCHEMA
 from assets.fraud.assets import fraud_alerts, fraud_scores, transactions
 from assets.fraud.demo_data import generate_day as generate_transactions
 from assets.fraud.schemas import TRANSACTIONS, TRANSACTIONS_SCHEMA
@@ -25,10 +28,8 @@ from assets.recommendations import interactions, recommendation_model, user_reco
 from assets.recommendations.demo_data import generate_day as generate_interactions
 from assets.recommendations.schemas import INTERACTIONS, INTERACTIONS_SCHEMA
 from assets.recommendations.training import current_model, load_recommender
-from assets.summaries.demo_data import generate_day as generate_documents
 from assets.summaries.digest import daily_digest
 from assets.summaries.document_summaries import document_summaries
-from assets.summaries.documents import DOCUMENTS_SCHEMA, documents
 from inference.engine.device import make_runtime
 from resources.storage import DataStore
 

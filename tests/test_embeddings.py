@@ -10,6 +10,9 @@ from dagster import AssetKey, Definitions, asset, materialize
 from documents_world import land_crafted_documents
 
 from assets.day_metadata import day_entries
+from assets.documents.assets import documents
+from assets.documents.demo_data import generate_day
+from assets.documents.schemas import DOCUMENTS_SCHEMA
 from assets.embeddings import defs
 from assets.embeddings.document_embeddings import (
     EmbeddingsConfig,
@@ -17,8 +20,6 @@ from assets.embeddings.document_embeddings import (
     document_embeddings,
     search_text,
 )
-from assets.summaries.demo_data import generate_day
-from assets.summaries.documents import DOCUMENTS_SCHEMA, documents
 from assets.text_models import sentence_encoder
 from inference.text.embeddings import Embeddings, encode
 from policy.partitions import daily_partitions

@@ -9,8 +9,9 @@ import numpy as np
 import pyarrow as pa
 from dagster import materialize
 
+from assets.documents.assets import documents
+from assets.documents.schemas import DOCUMENTS_SCHEMA
 from assets.embeddings.document_embeddings import EmbeddingsConfig, document_embeddings
-from assets.summaries.documents import DOCUMENTS_SCHEMA, documents
 from assets.text_models import sentence_encoder
 from evaluation import embeddings as eval_embeddings
 from evaluation.embeddings import asset_embeddings, first_window, retrieval

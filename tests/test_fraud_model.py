@@ -12,9 +12,9 @@ import pyarrow.parquet as pq
 import pytest
 import torch
 
-from assets.fraud.features import FEATURES, PartitionProfile, ProfileBuilder, check_feature_names
 from assets.fraud.schemas import TRANSACTIONS_SCHEMA
 from inference.engine.device import make_runtime
+from inference.fraud.features import FEATURES, PartitionProfile, ProfileBuilder, check_feature_names
 from inference.models.modelstore import load_model, save_model
 from inference.tabular.tabular import (
     Standardizer,

@@ -18,9 +18,10 @@ from transformers import (
 )
 
 from assets.day_metadata import day_entries
-from assets.summaries.demo_data import BOILERPLATE, TOPICS, generate_day
+from assets.documents.assets import documents
+from assets.documents.demo_data import BOILERPLATE, TOPICS, generate_day
+from assets.documents.schemas import DOCUMENTS_SCHEMA
 from assets.summaries.document_summaries import document_summaries
-from assets.summaries.documents import DOCUMENTS_SCHEMA, documents
 from inference.engine.device import make_runtime
 from inference.generation.checkpoints import safetensors_folder
 from inference.generation.decoding import static_sizing

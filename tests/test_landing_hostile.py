@@ -17,12 +17,13 @@ from documents_world import land_documents
 from helpers import asset_metadata
 from test_landing_files import DATE, SCHEMA, _put, _table
 
+from assets.documents.assets import documents
+from assets.documents.schemas import DOCUMENTS_SCHEMA
 from assets.fraud.assets import transactions
 from assets.fraud.demo_data import generate_day
 from assets.fraud.schemas import TRANSACTIONS, TRANSACTIONS_SCHEMA
-from assets.summaries.documents import DOCUMENTS_SCHEMA, documents
-from assets.summaries.quality import document_text
 from inference.engine.quarantine import blank
+from inference.text.summary_figures import document_text
 from resources.storage import DataStore, LandingDataError
 
 # The day land_documents publishes its documents in.

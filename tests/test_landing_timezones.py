@@ -11,14 +11,15 @@ import pytest
 from dagster import DagsterInstance, materialize
 from helpers import asset_metadata, cpu_resources
 
+from assets.documents.assets import documents
+from assets.documents.demo_data import generate_day as generate_documents
+from assets.documents.schemas import DATASET, DOCUMENTS_SCHEMA
 from assets.fraud.assets import fraud_model, fraud_scores, transactions
 from assets.fraud.demo_data import generate_day as generate_transactions
 from assets.fraud.schemas import TRANSACTIONS, TRANSACTIONS_SCHEMA
 from assets.recommendations import interactions
 from assets.recommendations.demo_data import generate_day as generate_interactions
 from assets.recommendations.schemas import INTERACTIONS, INTERACTIONS_SCHEMA
-from assets.summaries.demo_data import generate_day as generate_documents
-from assets.summaries.documents import DATASET, DOCUMENTS_SCHEMA, documents
 from inference.engine.streaming import LandingTimezones, NonexistentTimeError, localize
 from orchestration.resources import build_resources
 from resources.storage import DataStore, LandingDataError, StorageResource

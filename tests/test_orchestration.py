@@ -219,10 +219,10 @@ def test_landing_sensor_asks_each_job_for_documents_it_has_not_read(
     that has not read these files."""
     from dagster import materialize
 
+    from assets.documents.assets import documents
+    from assets.documents.demo_data import generate_day
     from assets.embeddings import document_embeddings
-    from assets.summaries.demo_data import generate_day
     from assets.summaries.document_summaries import document_summaries
-    from assets.summaries.documents import documents
 
     day = "2026-03-01"
     generate_day(store, day, scale=0.02)

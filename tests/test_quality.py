@@ -397,9 +397,9 @@ def test_a_failing_warn_check_does_not_stop_the_alerts(fraud_world) -> None:
 
 
 def test_a_blank_summary_stops_the_digest(tmp_path, monkeypatch) -> None:
-    from assets.summaries.demo_data import generate_day as generate_documents
+    from assets.documents.assets import documents
+    from assets.documents.demo_data import generate_day as generate_documents
     from assets.summaries.digest import daily_digest
-    from assets.summaries.documents import documents
 
     # The package exports the asset under the module's name: fetch the module itself.
     module = importlib.import_module("assets.summaries.document_summaries")

@@ -15,6 +15,7 @@ from dagster import DagsterInstance, RunConfig, materialize
 from documents_world import land_crafted_documents
 from helpers import asset_metadata, cpu_inference
 
+from assets.documents.assets import documents
 from assets.embeddings.document_embeddings import document_embeddings
 from assets.embeddings.schemas import EMBEDDINGS
 from assets.recommendations import interactions, recommendation_model, user_recommendations
@@ -23,7 +24,6 @@ from assets.recommendations.demo_data import generate_day as generate_interactio
 from assets.recommendations.schemas import INTERACTIONS, INTERACTIONS_SCHEMA, USER_RECOMMENDATIONS
 from assets.recommendations.training import current_model, load_recommender
 from assets.summaries.document_summaries import document_summaries
-from assets.summaries.documents import documents
 from assets.summaries.schemas import SUMMARIES
 from inference.engine.device import make_runtime
 from inference.engine.ray_pool import ray_session

@@ -28,7 +28,6 @@ from fraud_world import trained_fraud_world
 from helpers import asset_metadata
 from safetensors.torch import save_file
 
-from assets.fraud.accounts import AccountShards, shard_count, shard_profile
 from assets.fraud.assets import fraud_alerts, fraud_scores, transactions
 from assets.fraud.demo_data import generate_day
 from assets.fraud.pipeline import scored_transactions
@@ -45,6 +44,7 @@ from inference.engine.shards import (
     row_range_shards,
     run_partition,
 )
+from inference.fraud.accounts import AccountShards, shard_count, shard_profile
 from resources.inference import InferenceResource
 from resources.storage import DataStore, StorageResource
 

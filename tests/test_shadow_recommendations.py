@@ -14,9 +14,9 @@ from helpers import asset_metadata, run_job
 from assets.recommendations.demo_data import generate_day
 from assets.recommendations.schemas import RECOMMENDATION_MODEL, USER_RECOMMENDATIONS
 from assets.recommendations.shadow import RECOMMENDATION_SHADOW_LIMITS
-from assets.shadow.agreement import breaches
 from assets.shadow.asset import AGREES_CHECK, SHADOW_ENV, shadow_name
 from assets.shadow.nights import shadow_nights
+from inference.models.agreement import breaches
 from inference.models.registry import challenger_version, champion_version
 from resources.storage import DataStore
 

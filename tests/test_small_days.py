@@ -11,16 +11,17 @@ from dagster import DagsterInstance, materialize
 from fraud_world import trained_fraud_world
 from helpers import asset_metadata, cpu_resources
 
+from assets.documents.assets import documents
+from assets.documents.demo_data import generate_day as generate_documents
+from assets.documents.schemas import DOCUMENTS_SCHEMA
 from assets.fraud.assets import fraud_scores, transactions
 from assets.fraud.demo_data import generate_day as generate_transactions
 from assets.fraud.schemas import TRANSACTIONS, TRANSACTIONS_SCHEMA
 from assets.recommendations import interactions
 from assets.recommendations.demo_data import generate_day as generate_interactions
 from assets.recommendations.schemas import INTERACTIONS, INTERACTIONS_SCHEMA
-from assets.summaries.demo_data import generate_day as generate_documents
 from assets.summaries.digest import daily_digest
 from assets.summaries.document_summaries import document_summaries
-from assets.summaries.documents import DOCUMENTS_SCHEMA, documents
 from inference.engine.quarantine import QuarantineLimit, QuarantinePlan, QuarantineRateExceeded
 from resources.quality import quarantine_limit
 from resources.storage import DataStore, StorageResource

@@ -22,9 +22,9 @@ from helpers import reset_outputs
 
 from assets.day_metadata import day_entries
 from assets.fraud import fraud_model, fraud_scores, transactions
-from assets.fraud.accounts import account_shards
 from assets.fraud.demo_data import generate_day
 from assets.fraud.schemas import TRANSACTIONS, TRANSACTIONS_SCHEMA
+from inference.fraud.accounts import account_shards
 from resources.inference import InferenceResource
 from resources.storage import DataStore, StorageResource
 

@@ -14,12 +14,13 @@ from documents_world import land_documents
 from helpers import asset_metadata
 
 from assets.day_metadata import day_entries
+from assets.documents.assets import documents
+from assets.documents.demo_data import generate_day
+from assets.documents.schemas import DOCUMENTS_SCHEMA
 from assets.summaries import defs
 from assets.summaries.checks import digest_covers_every_document
-from assets.summaries.demo_data import generate_day
 from assets.summaries.digest import daily_digest
 from assets.summaries.document_summaries import document_summaries
-from assets.summaries.documents import DOCUMENTS_SCHEMA, documents
 from inference.engine.adaptive import BatchTooLargeError
 from inference.engine.device import make_runtime
 from inference.generation.checkpoints import CheckpointError

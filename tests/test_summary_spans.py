@@ -9,9 +9,9 @@ import pytest
 from dagster import materialize
 from documents_world import land_documents
 
+from assets.documents.assets import documents
 from assets.summaries.digest import daily_digest
 from assets.summaries.document_summaries import document_summaries
-from assets.summaries.documents import documents
 from inference.engine.device import make_runtime
 from inference.text.encoder import load_sentence_encoder
 from inference.text.normalise import normalise_text

@@ -6,9 +6,10 @@ import pyarrow as pa
 import pytest
 from dagster import materialize
 
+from assets.documents.assets import documents
+from assets.documents.schemas import DOCUMENTS_SCHEMA
 from assets.summaries.digest import daily_digest
 from assets.summaries.document_summaries import document_summaries
-from assets.summaries.documents import DOCUMENTS_SCHEMA, documents
 from inference.text.normalise import normalise_text
 from inference.text.segment import split_sentences
 

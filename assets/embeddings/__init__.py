@@ -1,5 +1,5 @@
 """The embeddings domain: a search vector for every document of the day (its documents are the
-summaries domain's landing dataset)."""
+documents dataset, ``assets/documents/``, that the summaries read too)."""
 
 from dagster import Definitions
 
@@ -10,8 +10,9 @@ from assets.wiring import DomainWiring, Pipeline
 defs = Definitions(assets=[document_embeddings])
 
 # 06:00 UTC, last of the night: one encoder pass a document fits the hour before the 07:00
-# deadline. Its job includes `documents`, the summaries domain's landing asset, so that a day
-# of documents landing late or re-delivered gets its embeddings as well as its summaries.
+# deadline. Its job includes `documents`, the landing asset it shares with the summaries, so
+# that a day of documents landing late or re-delivered gets its embeddings as well as its
+# summaries.
 wiring = DomainWiring(
     defs=defs,
     pipelines=(

@@ -14,6 +14,9 @@ from dagster import AssetExecutionContext
 from pydantic import Field
 
 from assets.checkpointing import SpotSafeRun
+from assets.documents.assets import documents
+from assets.documents.quality import SCREEN_COLUMNS, screen_documents
+from assets.documents.schemas import DATASET, DOCUMENTS_SCHEMA
 from assets.embeddings.gates import (
     EMBEDDING_SUITES,
     SAMPLE_COLUMNS,
@@ -23,9 +26,6 @@ from assets.embeddings.gates import (
 from assets.embeddings.schemas import DIMENSION, EMBEDDINGS, EMBEDDINGS_SCHEMA
 from assets.partitions import PartitionReport
 from assets.runner import Day, Model, ScoringSpec, score, scoring_asset
-from assets.summaries.documents import documents
-from assets.summaries.quality import SCREEN_COLUMNS, screen_documents
-from assets.summaries.schemas import DATASET, DOCUMENTS_SCHEMA
 from assets.text_models import ModelMetrics, encoder_key, sentence_encoder
 from assets.text_workers import (
     LoadEncoder,

@@ -16,10 +16,10 @@ import pyarrow as pa
 import pyarrow.compute as pc
 from dagster import AssetCheckResult
 
+from assets.documents.schemas import DATASET, DOCUMENTS_SCHEMA
 from assets.embeddings.schemas import DIMENSION, EMBEDDINGS
 from assets.gates import SuiteRun, conservation_figures
 from assets.partitions import PartitionReport
-from assets.summaries.schemas import DATASET, DOCUMENTS_SCHEMA
 from inference.engine.invariants import StreamStats
 from resources.quality import load_suites, sample_output
 from resources.storage import DataStore

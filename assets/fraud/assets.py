@@ -24,7 +24,6 @@ from pydantic import Field
 from assets.days import DayRecorder, daily_assets
 from assets.errors import fail_fast_on_bad_input
 from assets.fraud import pipeline
-from assets.fraud.features import FEATURES
 from assets.fraud.gates import (
     LANDING_SUITES,
     TRANSACTIONS_GATE,
@@ -38,6 +37,7 @@ from assets.landing import LandingSpec, deadline, land
 from assets.model_asset import champion_data_version, materialized_in_run
 from assets.partitions import partition_dates
 from assets.runner import score, scoring_asset
+from inference.fraud.features import FEATURES
 from inference.models.modelstore import ModelNotFoundError, load_model
 from inference.models.registry import trained_window
 from inference.tabular.tabular import TrainConfig

@@ -16,17 +16,7 @@ import pyarrow as pa
 import pyarrow.compute as pc
 import pyarrow.dataset as ds
 
-from assets.fraud.features import (
-    FEATURE_COLUMNS,
-    PROFILE_COLUMNS,
-    PartitionProfile,
-    check_feature_names,
-)
-from assets.fraud.quality import (
-    SCREEN_BATCH_ROWS,
-    SCREEN_COLUMNS,
-    score_histogram,
-)
+from assets.fraud.quality import SCREEN_BATCH_ROWS, SCREEN_COLUMNS
 from assets.fraud.schemas import (
     ALERTS,
     ALERTS_SCHEMA,
@@ -43,6 +33,13 @@ from assets.fraud.schemas import (
 )
 from assets.promotion import Gate, held_out_days, training_days
 from inference.engine.device import Runtime
+from inference.fraud.features import (
+    FEATURE_COLUMNS,
+    PROFILE_COLUMNS,
+    PartitionProfile,
+    check_feature_names,
+)
+from inference.fraud.score_figures import score_histogram
 from inference.models.modelstore import load_model
 from inference.models.registry import champion_version, register, window_of
 from inference.tabular.ranges import FeatureRanges

@@ -1,10 +1,11 @@
-"""Fraud data quality as plain functions: which transactions cannot be scored, and the exact
-figures the checks read.
+"""Fraud data quality as plain functions: which transactions cannot be scored, and the recent
+days' flagged rates the drift check reads.
 
 One screening pass over a landing partition (the columns the model needs) finds the rows that
 cannot be scored, each with a reason, and builds the feature profile from the clean rows only,
 so a duplicate or a malformed row never skews another transaction's features. While the clean
-rows stream through the model, :func:`score_observer` keeps exact statistics of the scores.
+rows stream through the model, ``inference/fraud/score_figures.py`` keeps exact statistics of
+the scores.
 """
 
 from __future__ import annotations
@@ -18,16 +19,9 @@ import numpy as np
 import pyarrow as pa
 import pyarrow.compute as pc
 
-from assets.fraud.features import (
-    FEATURE_COLUMNS,
-    PROFILE_COLUMNS,
-    PartitionProfile,
-    ProfileBuilder,
-)
 from assets.fraud.schemas import AMOUNT_CEILING, SCORES, SCREENS, TRANSACTIONS, TRANSACTIONS_SCHEMA
 from assets.gates import day_bounds, empty_landing_error
 from inference.engine.batching import prefetch
-from inference.engine.invariants import StreamStats
 from inference.engine.output_partition import input_fingerprint
 from inference.engine.quarantine import (
     QuarantinePlan,
@@ -38,13 +32,18 @@ from inference.engine.quarantine import (
     not_finite,
     outside,
 )
+from inference.fraud.features import (
+    FEATURE_COLUMNS,
+    PROFILE_COLUMNS,
+    PartitionProfile,
+    ProfileBuilder,
+)
 from resources.quality import PositionCursor, sample_positions
 from resources.storage import DataStore
 
 SCREEN_COLUMNS = ["transaction_id", *FEATURE_COLUMNS]
 # Currency is carried to alerts but not scored: a missing one is no reason to skip a transaction.
 REQUIRED = ["transaction_id", "account_id", "merchant_id", "amount", "ts", "channel", "country"]
-SCORE_BINS = 20
 # The screening pass reads bigger batches than the model takes: its per-batch costs (Arrow
 # hashing the accounts seen so far, one sort per batch) shrink with fewer batches, while a
 # batch of this size stays a few tens of MB.
@@ -233,53 +232,6 @@ def load_screen(
 
 def _schema(columns: list[str]) -> pa.Schema:
     return pa.schema([TRANSACTIONS_SCHEMA.field(c) for c in columns])
-
-
-def score_observer(threshold: float, version: str):
-    """Exact statistics of ``fraud_scores`` batches, for the output checks.
-
-    Counts scores that are null, not finite or outside [0, 1], flags that disagree with the
-    threshold, missing model versions, and rows whose transaction_id is not the id of the input
-    row they scored (so the output ids are exactly the screened, duplicate-free input ids).
-    """
-    cut = np.float32(threshold)
-
-    def observe(scored: pa.RecordBatch, out: pa.Table, stats: StreamStats) -> None:
-        score = out["score"]
-        values = score.to_numpy(zero_copy_only=False).astype(np.float64)
-        finite = np.isfinite(values)
-        stats.count("score_null", score.null_count)
-        stats.count("score_not_finite", int((~finite).sum()) - score.null_count)
-        stats.count("score_outside_unit_interval", int(((values < 0) | (values > 1)).sum()))
-        stats.extremes("score", values)
-        stats.histogram("score", values, SCORE_BINS, 0.0, 1.0)
-        flagged = out["flagged"].to_numpy(zero_copy_only=False)
-        stats.count("flagged", int(flagged.sum()))
-        expected = values.astype(np.float32) >= cut
-        stats.count("flag_mismatch", int((flagged != expected).sum()))
-        versions = out["model_version"]
-        wrong = pc.fill_null(pc.not_equal(versions, version), True)
-        stats.count("model_version_missing", int(pc.sum(wrong).as_py() or 0))
-        ids = out["transaction_id"]
-        same = ids.equals(pa.chunked_array([scored["transaction_id"]]))
-        stats.count("ids_not_passed_through", 0 if same else _mismatches(ids, scored))
-        stats.count("transaction_id_null", ids.null_count)
-
-    return observe
-
-
-def _mismatches(ids: pa.ChunkedArray, scored: pa.RecordBatch) -> int:
-    if len(ids) != scored.num_rows:
-        return max(len(ids), scored.num_rows)
-    differs = pc.fill_null(pc.not_equal(ids, scored["transaction_id"]), True)
-    return int(pc.sum(differs).as_py() or 0)
-
-
-def score_histogram(scores: np.ndarray) -> list[int]:
-    """Scores in the fixed bins the output statistics use (the training reference)."""
-    stats = StreamStats()
-    stats.histogram("score", np.asarray(scores, np.float64), SCORE_BINS, 0.0, 1.0)
-    return stats.histograms["score"]
 
 
 def trailing_flagged_rates(store: DataStore, date: str, days: int) -> list[float]:

@@ -17,12 +17,6 @@ import pyarrow as pa
 from pydantic import Field
 
 from assets.checkpointing import SpotSafeRun
-from assets.fraud.accounts import (
-    AccountShardProgram,
-    AccountShards,
-    DayWide,
-    shard_count,
-)
 from assets.fraud.gates import SCORE_SUITES, score_check_results
 from assets.fraud.pipeline import (
     flagged_details,
@@ -30,8 +24,7 @@ from assets.fraud.pipeline import (
     score_reference,
     scored_transactions,
 )
-from assets.fraud.profile import PartitionProfile
-from assets.fraud.quality import load_screen, score_observer, screen_transactions
+from assets.fraud.quality import load_screen, screen_transactions
 from assets.fraud.schemas import (
     AMOUNT_CEILING,
     FLAGGED,
@@ -45,6 +38,14 @@ from assets.runner import Day, Model, ScoringSpec
 from inference.engine.device import make_runtime
 from inference.engine.shard_worker import ModelStep, ShardInput
 from inference.engine.work import Input, Output, Sizes, Work
+from inference.fraud.accounts import (
+    AccountShardProgram,
+    AccountShards,
+    DayWide,
+    shard_count,
+)
+from inference.fraud.profile import PartitionProfile
+from inference.fraud.score_figures import score_observer
 from inference.models.registry import champion_version
 from inference.tabular.ranges import REVIEW, Guarded
 from inference.tabular.tabular import TabularScorer
@@ -105,7 +106,7 @@ def day(run: SpotSafeRun, date: str, model: Model, config: FraudQualityConfig, l
 
     Transactions that cannot be scored are quarantined to ``fraud_scores_quarantine`` with
     their reason; above ``limit`` of the day the step fails before any inference. Each shard
-    holds every row of its accounts (assets/fraud/accounts.py), so the account profile is built
+    holds every row of its accounts (inference/fraud/accounts.py), so the account profile is built
     per shard and memory follows the shard, not the day. Features beyond the model's training
     range are clamped to it and their rows marked ``needs_review`` (see inference.tabular.ranges).
     """

@@ -5,8 +5,8 @@ from functools import partial
 
 from assets.fraud.schemas import ALERTS, MODEL_NAME
 from assets.fraud.scoring import FRAUD_SCORES, FraudQualityConfig
-from assets.shadow.agreement import Limit, flagged_agreement
 from assets.shadow.asset import Shadow, shadow_asset
+from inference.models.agreement import Limit, flagged_agreement
 
 FRAUD_SHADOW_LIMITS = (
     # Both read the same screened input: a transaction scored by one version only is a fault.

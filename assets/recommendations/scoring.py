@@ -4,7 +4,7 @@ rank the day's audience.
 The audience is every user seen within the trailing window (or ever); each user's history is
 every landed day up to and including the scored one, so re-running an old day does not exclude
 items the user only found later. Users are scored in checkpointed shards of users, each carrying
-its users' history (assets/recommendations/user_shards), wherever the shards run.
+its users' history (inference/recs/user_shards.py), wherever the shards run.
 """
 
 from __future__ import annotations
@@ -23,25 +23,23 @@ from assets.recommendations.audience import (
 from assets.recommendations.gates import RECOMMENDATION_SUITES, recommendation_check_results
 from assets.recommendations.history import read_day, read_interactions
 from assets.recommendations.list_checks import list_check_results, list_check_specs
-from assets.recommendations.quality import eligible_items, user_plan
 from assets.recommendations.schemas import (
     INTERACTIONS,
     RECOMMENDATION_MODEL,
     RECOMMENDATIONS_SCHEMA,
     USER_RECOMMENDATIONS,
 )
-from assets.recommendations.training import current_recommender_version, load_recommender
-from assets.recommendations.user_shards import (
+from assets.recommendations.training import (
     LoadRecommender,
-    UserShardProgram,
-    ranking_counts,
-    shard_counts,
-    user_shards,
+    current_recommender_version,
+    load_recommender,
 )
 from assets.runner import Day, Model, ScoringSpec
 from inference.engine.quarantine import QuarantinePlan
 from inference.engine.work import DEFAULT_SHARD_ROWS, Input, Output, Sizes, Work
+from inference.recs.lists import eligible_items, user_plan
 from inference.recs.recommend import block_size_for
+from inference.recs.user_shards import UserShardProgram, ranking_counts, shard_counts, user_shards
 from resources.inference import InferenceResource
 from resources.quality import QualityConfig
 from resources.storage import DataStore
@@ -179,6 +177,7 @@ def _program(run: SpotSafeRun, model: Model, config: UserRecommendationsConfig) 
         model.version,
         config.k,
         model.metadata["block_users"],
+        RECOMMENDATIONS_SCHEMA,
     )
 
 

@@ -3,8 +3,8 @@ beside the champion (assets/shadow/), agreeing on each user's top-K."""
 
 from assets.recommendations.schemas import RECOMMENDATION_MODEL
 from assets.recommendations.scoring import USER_RECOMMENDATIONS_SPEC, UserRecommendationsConfig
-from assets.shadow.agreement import Limit, topk_agreement
 from assets.shadow.asset import Shadow, shadow_asset
+from inference.models.agreement import Limit, topk_agreement
 
 RECOMMENDATION_SHADOW_LIMITS = (
     # Both rank the same audience: a user only one version ranked is a fault.

@@ -42,10 +42,10 @@ from assets.days import daily_assets
 from assets.handed import handed, read_at
 from assets.partitions import partition_dates
 from assets.runner import Day, ScoringSpec, score
-from assets.shadow.agreement import Agreement, Limit, breaches
 from assets.shadow.nights import ShadowNight, record_night
 from assets.staleness import CHAMPION_CHOICE, model_choice
 from inference.engine.shards import Interrupted
+from inference.models.agreement import Agreement, Limit, breaches
 from inference.models.registry import challenger_version, champion_version
 from policy.automation import GPU_POOL
 from resources.inference import InferenceResource

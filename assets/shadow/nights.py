@@ -28,7 +28,7 @@ class ShadowNight:
         asset: the shadow asset (``<scored asset>_shadow``).
         challenger: the version that shadow-scored the day.
         champion: the version that scored it for real.
-        figures: the agreement figures (assets/shadow/agreement.py).
+        figures: the agreement figures (inference/models/agreement.py).
         breaches: the limits the figures broke; empty on a clean night.
         error: why the shadow could not score or compare the day (then never clean).
         run_id: the run that recorded it.

@@ -13,17 +13,13 @@ from dagster import AssetExecutionContext
 from pydantic import Field
 
 from assets.checkpointing import SpotSafeRun
+from assets.documents.assets import documents
+from assets.documents.quality import SCREEN_COLUMNS, screen_documents
+from assets.documents.schemas import DATASET, DOCUMENTS_SCHEMA
 from assets.partitions import PartitionReport
 from assets.runner import Day, Model, ScoringSpec, score, scoring_asset
-from assets.summaries.documents import documents
 from assets.summaries.gates import SUMMARY_SUITES, summary_check_results
-from assets.summaries.quality import (
-    SCREEN_COLUMNS,
-    document_text,
-    screen_documents,
-    summary_observer,
-)
-from assets.summaries.schemas import DATASET, DOCUMENTS_SCHEMA, SUMMARIES
+from assets.summaries.schemas import SUMMARIES
 from assets.text_models import (
     ModelMetrics,
     abstractive_generator,
@@ -45,6 +41,7 @@ from inference.generation.decoding import static_sizing
 from inference.generation.generate import Generator, generate_summaries
 from inference.text.rank import RankerSettings
 from inference.text.segment import LengthCap, fit_summary
+from inference.text.summary_figures import document_text, summary_observer
 from inference.text.text import SentenceEncoder, extractive_summaries, summary_spans
 from resources.inference import InferenceResource
 from resources.quality import QualityConfig, locate_in_landing

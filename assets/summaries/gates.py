@@ -1,6 +1,7 @@
-"""The summaries domain's quality gates: Great Expectations suites (``suites/*.json``) over
-exact figures from the screening pass and from the summariser as every document streamed
-through it, plus a seeded sample of rows. The assets that produce the data evaluate them, so a
+"""The summaries domain's quality gate: Great Expectations suites
+(``suites/document_summaries.json``) over exact figures from the summariser as every document
+streamed through it, plus a seeded sample of rows (the documents' own gate is
+``assets/documents/gates.py``). The assets that produce the data evaluate them, so a
 failing ERROR check stops the digest (or anything else downstream) in the same run.
 """
 
@@ -11,20 +12,15 @@ from pathlib import Path
 
 from dagster import AssetCheckResult, MetadataValue
 
-from assets.gates import LandingGate, SuiteRun, conservation_figures
+from assets.documents.schemas import DATASET, DOCUMENTS_SCHEMA
+from assets.gates import SuiteRun, conservation_figures
 from assets.partitions import PartitionReport
-from assets.summaries.quality import QUARANTINED_REASONS
-from assets.summaries.schemas import DATASET, DOCUMENTS_SCHEMA, SUMMARIES
+from assets.summaries.schemas import SUMMARIES
 from inference.text.segment import LengthCap
 from resources.quality import load_suites, sample_output
 from resources.storage import DataStore
 
-SUITES = Path(__file__).parent / "suites"
-DOCUMENT_SUITES = load_suites(SUITES / "documents.json")
-SUMMARY_SUITES = load_suites(SUITES / "document_summaries.json")
-# The `documents` suites over each day's screening figures and a sample of documents.
-DOCUMENTS_GATE = LandingGate(DATASET, DOCUMENT_SUITES, QUARANTINED_REASONS)
-documents_check_results = DOCUMENTS_GATE.check_results
+SUMMARY_SUITES = load_suites(Path(__file__).parent / "suites" / "document_summaries.json")
 # Counted per summary while streaming; the suite reads them by these names.
 SUMMARY_COUNTS = (
     "summary_blank",

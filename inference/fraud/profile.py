@@ -368,7 +368,7 @@ class PartitionProfile:
         return counts[_search(keys, query, np.argsort(query))]
 
     def columns(self, batch: pa.RecordBatch) -> dict[str, np.ndarray]:
-        """Every feature in :data:`assets.fraud.features.FEATURES` for the rows of one batch."""
+        """Every feature in :data:`inference.fraud.features.FEATURES` for the rows of one batch."""
         acc = self._codes(self.accounts, batch["account_id"], "account_id")
         merch = self._codes(self.merchants, batch["merchant_id"], "merchant_id")
         country = self._codes(self.countries, batch["country"], "country")

@@ -1,16 +1,15 @@
-"""The day's documents as they land from the content systems: the summaries domain's source."""
+"""The day's documents as they land from the content systems: the source of the summaries and
+the embeddings."""
 
 from dagster import AssetExecutionContext, AssetSpec
 
 from assets.days import daily_assets
+from assets.documents.gates import DOCUMENT_SUITES, DOCUMENTS_GATE
+from assets.documents.quality import screen_documents
+from assets.documents.schemas import DATASET, DOCUMENTS_SCHEMA
 from assets.landing import LandingSpec, deadline, land
-from assets.summaries.gates import DOCUMENT_SUITES, DOCUMENTS_GATE
-from assets.summaries.quality import screen_documents
-from assets.summaries.schemas import DATASET, DOCUMENTS_SCHEMA
 from resources.quality import QualityConfig
 from resources.storage import StorageResource
-
-__all__ = ["DATASET", "DOCUMENTS_SCHEMA", "documents"]
 
 
 class DocumentsConfig(QualityConfig):

@@ -30,10 +30,10 @@ import pyarrow as pa
 import pyarrow.compute as pc
 import pyarrow.ipc as ipc
 
-from assets.fraud.profile import PROFILE_COLUMNS, PartitionProfile, ProfileBuilder
 from inference.engine.batching import Prefetcher
 from inference.engine.quarantine import QuarantinePlan
 from inference.engine.shard_worker import ModelStep, ShardInput, worker_model
+from inference.fraud.profile import PROFILE_COLUMNS, PartitionProfile, ProfileBuilder
 
 POSITION = "_position"
 # Rows held back across all shards while the day is written into shard files (a few tens of

@@ -1,7 +1,7 @@
 """Which fraud features exist, the raw columns they read, and where they are computed.
 
 The features themselves come from a day's :class:`PartitionProfile` (built by
-:class:`ProfileBuilder`, both in :mod:`assets.fraud.profile`); this module names them for the
+:class:`ProfileBuilder`, both in :mod:`inference.fraud.profile`); this module names them for the
 model, training and scoring, which select them by name.
 """
 
@@ -9,7 +9,7 @@ from __future__ import annotations
 
 from collections.abc import Sequence
 
-from assets.fraud.profile import (
+from inference.fraud.profile import (
     BURST_WINDOWS,
     CHANNELS,
     PROFILE_COLUMNS,

@@ -1,7 +1,7 @@
-"""Demo news for the summaries domain: a day's articles on a handful of topics.
+"""Demo news for the documents dataset: a day's articles on a handful of topics.
 
 Each article belongs to one topic and is composed from that topic's sentence templates (in
-:mod:`assets.summaries.news_corpus`), filled with a few entities chosen once per article (one
+:mod:`assets.documents.news_corpus`), filled with a few entities chosen once per article (one
 company, one team, one city), plus some boilerplate lines any newsroom adds. Topics differ in
 vocabulary, so clustering can recover them, and the lead sentences carry the story, so an
 extractive summary has something to find.
@@ -14,8 +14,8 @@ from datetime import UTC, datetime
 import numpy as np
 import pyarrow as pa
 
-from assets.summaries.documents import DATASET, DOCUMENTS_SCHEMA
-from assets.summaries.news_corpus import BOILERPLATE, FILL, SOURCES, TOPICS, WEEKDAYS
+from assets.documents.news_corpus import BOILERPLATE, FILL, SOURCES, TOPICS, WEEKDAYS
+from assets.documents.schemas import DATASET, DOCUMENTS_SCHEMA
 from resources.storage import DataStore
 
 DOCUMENTS_PER_DAY = 500

@@ -17,21 +17,17 @@ driver sums them.
 from __future__ import annotations
 
 from collections import Counter
-from collections.abc import Iterator
+from collections.abc import Callable, Iterator
 from dataclasses import dataclass
 
 import numpy as np
 import pyarrow as pa
 import pyarrow.compute as pc
 
-from assets.recommendations.quality import eligible_items, list_observer, users_answered
-from assets.recommendations.schemas import RECOMMENDATIONS_SCHEMA
-from assets.recommendations.training import load_recommender
-from inference.engine.device import make_runtime
 from inference.engine.invariants import StreamStats
 from inference.engine.shard_worker import ModelStep, ShardInput, worker_model
+from inference.recs.lists import eligible_items, list_observer, users_answered
 from inference.recs.recommend import RecommendationBatch, recommend
-from resources.storage import DataStore
 
 SEEN = "seen_items"
 # Shard statistics of the ranking itself, apart from the list observer's own counts.
@@ -48,24 +44,25 @@ def rank_block(
     k: int,
     block: int,
     version: str,
+    schema: pa.Schema,
     counts: Counter,
 ) -> pa.Table:
     """The lists of one model call's users (sorted), adding to ``counts`` as it ranks."""
     if not len(block_users):
-        return RECOMMENDATIONS_SCHEMA.empty_table()
+        return schema.empty_table()
     seen_users, seen_items = seen
     lo = np.searchsorted(seen_users, block_users[0], "left")
     hi = np.searchsorted(seen_users, block_users[-1], "right")
     mine = (seen_users[lo:hi], seen_items[lo:hi])
     blocks = recommend(recommender, block_users, mine, k, block)
-    return pa.Table.from_batches(
-        list(record_batches(blocks, version, counts)), RECOMMENDATIONS_SCHEMA
-    )
+    return pa.Table.from_batches(list(record_batches(blocks, version, schema, counts)), schema)
 
 
 def record_batches(
-    batches: Iterator[RecommendationBatch], version: str, counts: Counter
+    batches: Iterator[RecommendationBatch], version: str, schema: pa.Schema, counts: Counter
 ) -> Iterator[pa.RecordBatch]:
+    """Each block's lists as rows of ``schema`` (user_id, rank, item_id, score,
+    model_version), adding its ranking figures to ``counts``."""
     for b in batches:
         counts["users_short_of_k"] += b.users_short_of_k
         if b.cold_start:
@@ -78,7 +75,7 @@ def record_batches(
                 pa.array(b.scores.astype(np.float32)),
                 pa.array(np.full(len(b.user_ids), version, dtype=object), pa.string()),
             ],
-            schema=RECOMMENDATIONS_SCHEMA,
+            schema=schema,
         )
 
 
@@ -142,28 +139,16 @@ def _user_ids(batch: pa.RecordBatch) -> np.ndarray:
 
 
 @dataclass(frozen=True)
-class LoadRecommender:
-    """Loads the recommender in a worker process, on the device the worker has."""
-
-    store: DataStore
-    version: str
-    device: str
-    precision: str
-
-    def __call__(self):
-        return load_recommender(self.store, self.version, make_runtime(self.device, self.precision))
-
-
-@dataclass(frozen=True)
 class UserShardProgram:
     """Builds a shard's model step where it runs from its users and their history; the model
     is the step's own in its process, else loaded once per worker process."""
 
     key: str
-    loader: LoadRecommender
+    loader: Callable[[], object]  # () -> the recommender, picklable
     version: str
     k: int
     block: int
+    schema: pa.Schema  # the published lists' columns, in the order record_batches fills them
 
     def __call__(self, rows: pa.Table) -> ModelStep:
         recommender = worker_model(self.key, self.loader)
@@ -178,7 +163,14 @@ class UserShardProgram:
         def transform(batch: pa.RecordBatch, block_users: np.ndarray) -> pa.Table:
             ooms = recommender.block_sizings.ooms
             out = rank_block(
-                recommender, seen, block_users, self.k, self.block, self.version, counts
+                recommender,
+                seen,
+                block_users,
+                self.k,
+                self.block,
+                self.version,
+                self.schema,
+                counts,
             )
             counts["oom_backoffs"] += recommender.block_sizings.ooms - ooms
             return out

@@ -1,4 +1,4 @@
-"""The words of the summaries demo news: topics, their sentence templates, and the fillers.
+"""The words of the documents' demo news: topics, their sentence templates, and the fillers.
 
 Each topic has its own titles, sentence templates and attributions, so topics differ in
 vocabulary (clustering can recover them); the templates' slots (``{company}``, ``{team}``,

@@ -1,112 +1,31 @@
-"""Summaries data quality as plain functions: which documents cannot be summarised, and the
-exact figures the checks on the summaries read.
+"""The summaries' exact figures as plain functions, read by the checks on the summaries, and
+the text a document is summarised from.
 
-Documents that cannot be summarised — no id, a repeated id, text that is not UTF-8, no text at
-all, text too long to summarise in reasonable time, or a publication time outside the day —
-are quarantined with their reason. While the rest stream through the model,
-:func:`summary_observer` checks every summary against its document: not blank, not longer than
-the document, within the hard length cap, and drawn from it (extractive: the sentences the
-summariser recorded, by their offsets, are sentences of the normalised document, and the summary
-is exactly their join; abstractive: most of its words occur in the document).
+While the documents stream through the model, :func:`summary_observer` checks every summary
+against its document: not blank, not longer than the document, within the hard length cap, and
+drawn from it (extractive: the sentences the summariser recorded, by their offsets, are
+sentences of the normalised document, and the summary is exactly their join; abstractive: most
+of its words occur in the document). Which documents are screened out before is the documents'
+own (``assets/documents/quality.py``); no Dagster here.
 """
 
 from __future__ import annotations
 
 import re
-from dataclasses import dataclass
-from typing import Any
 
 import numpy as np
 import pyarrow as pa
 import pyarrow.compute as pc
 
-from assets.gates import day_bounds, landed_rows
-from assets.summaries.schemas import DATASET, DOCUMENTS_SCHEMA
 from inference.engine.invariants import StreamStats
-from inference.engine.quarantine import (
-    QuarantinePlan,
-    Screener,
-    blank,
-    invalid_utf8,
-    is_blank_text,
-    is_null,
-    longer_than,
-    outside,
-)
+from inference.engine.quarantine import is_blank_text
 from inference.text.normalise import normalise_text
 from inference.text.segment import LengthCap, join_sentences, measure, sentence_spans, within_cap
-from resources.quality import PositionCursor, sample_positions
-from resources.storage import DataStore
 
-# About 30,000 words: longer texts are dumps, logs or concatenated feeds rather than articles,
-# and embedding their thousands of sentences would take minutes of a nightly run each.
-MAX_DOCUMENT_BYTES = 256 * 1024
 # Abstractive summaries may paraphrase; at least this share of their words must occur in the
 # document for the summary to count as grounded in it.
 MIN_GROUNDED_WORDS = 0.6
-SCREEN_COLUMNS = ["doc_id", "published_at", "title", "body"]
-REASONS = (
-    "null_doc_id",
-    "invalid_utf8",
-    "empty_text",
-    "text_too_long",
-    "null_published_at",
-    "published_outside_day",
-    "duplicate_doc_id",
-)
-QUARANTINED_REASONS = {
-    "document_ids_present_and_unique": ("null_doc_id", "duplicate_doc_id"),
-    "document_texts_usable": REASONS[1:6],
-}
 _WORD = re.compile(r"\w+")
-
-
-@dataclass
-class DocumentScreen:
-    """What the screening pass found in one day of documents."""
-
-    plan: QuarantinePlan
-    figures: dict[str, Any]
-    sample: pa.Table
-
-
-def screen_documents(store: DataStore, date: str, sample_rows: int = 0, seed: int = 0):
-    """Screens one day of documents: quarantine plan, exact figures and a seeded sample.
-
-    Raises:
-        LandingDataError: the partition is missing, unreadable, malformed or empty.
-    """
-    day = day_bounds(date, DOCUMENTS_SCHEMA.field("published_at").type)
-    rows = landed_rows(store, DATASET, date, DOCUMENTS_SCHEMA, noun="documents")
-    sampler = PositionCursor(sample_positions(rows, sample_rows, seed))
-    screener, sampled = Screener(), []
-    for batch in store.iter_landing(DATASET, date, DOCUMENTS_SCHEMA, SCREEN_COLUMNS):
-        title, body = batch["title"], batch["body"]
-        broken = invalid_utf8(title) | invalid_utf8(body)
-        screener.add(
-            batch.num_rows,
-            {
-                "null_doc_id": is_null(batch["doc_id"]),
-                "invalid_utf8": broken,
-                "empty_text": blank(body, ~broken) & blank(title, ~broken),
-                "text_too_long": longer_than(body, MAX_DOCUMENT_BYTES),
-                "null_published_at": is_null(batch["published_at"]),
-                "published_outside_day": outside(batch["published_at"], *day),
-            },
-        )
-        screener.keys(batch["doc_id"], "duplicate_doc_id")
-        local = sampler.advance(batch.num_rows)
-        if len(local):
-            sampled.append(batch.select(["doc_id", "published_at", "title"]).take(pa.array(local)))
-    plan = screener.plan()
-    figures = {
-        "rows": rows,
-        "rows_quarantined": plan.count,
-        **dict.fromkeys(REASONS, 0),
-        **plan.counts(),
-    }
-    schema = pa.schema([DOCUMENTS_SCHEMA.field(c) for c in ("doc_id", "published_at", "title")])
-    return DocumentScreen(plan, figures, pa.Table.from_batches(sampled, schema=schema))
 
 
 def document_text(title: str | None, body: str | None) -> str:
