@@ -1,5 +1,5 @@
 """Quality gates every domain shares: the landing day and row count a screening starts from,
-suites run over a range's partitions, landing contract checks and row conservation figures.
+suites run over a range's partitions, and landing contract checks.
 
 A domain screens its landing partitions (``assets/<domain>/quality.py``) and hands the screens
 here; the suites (``assets/<domain>/suites/*.json``) decide what passes.
@@ -16,15 +16,12 @@ import pandas as pd
 import pyarrow as pa
 from dagster import AssetCheckResult
 
-from inference.engine.output_partition import ShardReport
 from inference.engine.quarantine import QuarantineLimit, QuarantinePlan
-from inference.engine.work import quarantine_asset
 from policy.partitions import day_end
 from resources.quality import (
     CheckSuite,
     Evidence,
     check_result,
-    published_rows,
     validate,
 )
 from resources.storage import DataStore, LandingDataError
@@ -232,21 +229,3 @@ def _verdict(counts: dict[str, int], shared: dict, limit: QuarantineLimit, withi
         f"{shared['rows_to_quarantine']} of {shared['rows']} rows cannot be scored "
         f"({rate:.2%}, limit {limit.describe(shared['rows'])}): {reasons}; {outcome}"
     )
-
-
-def conservation_figures(
-    store: DataStore, asset: str, date: str, shards: ShardReport, landed_rows: int
-) -> dict[str, int]:
-    """Rows in, scored and quarantined as the engine counted them (it refuses any model call
-    that answers for more or fewer rows than it was given), beside what was landed and what the
-    published files hold (their footers), for the row-conservation suite."""
-    return {
-        "rows_in": shards.rows_in,
-        "landed_rows": landed_rows,
-        "rows_scored": shards.rows_scored,
-        "rows_quarantined": shards.rows_quarantined,
-        "rows_scored_plus_quarantined": shards.rows_scored + shards.rows_quarantined,
-        "rows_out": shards.rows_out,
-        "published_rows": published_rows(store, asset, date),
-        "published_quarantine_rows": published_rows(store, quarantine_asset(asset), date),
-    }

@@ -59,6 +59,8 @@ LANDINGS: dict[str, LandingSpec] = {}
 # What a landing day's metadata says about the check it had: the files' fingerprint, and
 # whether its blocking checks passed.
 CHECKED, PASSED = "landing_checks", "passed"
+# The day's rows, under the name Dagster's UI shows.
+ROW_COUNT = "dagster/row_count"
 
 # What a day's screening publishes beside it: metadata for the dataset's own materialisation
 # and for each companion asset recorded with it (e.g. the saved screen).
@@ -150,11 +152,12 @@ def land_day(
     date: str,
     limit: Any,
     days: DayRecorder,
-) -> Iterator[Any]:
-    """Checks and screens one day and records it (with its companions), through ``days``.
+) -> Generator[Any, None, int]:
+    """Checks and screens one day and records it (with its companions), through ``days``;
+    returns its rows.
 
     The day's metadata names the files it was checked against (their fingerprint) and whether
-    its blocking checks passed: :func:`unchecked` reads both back.
+    its blocking checks passed: :func:`checked_rows` reads both back.
     """
     fingerprint = store.landing_fingerprint(spec.dataset, date)
     landed = landing_day(context, store, spec.dataset, spec.schema, date)
@@ -188,6 +191,7 @@ def land_day(
     yield from days.record(spec.dataset, date, metadata, checks)
     for asset, companion in published.items():
         yield from days.record(asset, date, companion)
+    return int(landed[ROW_COUNT])
 
 
 def _blocks(spec: LandingSpec, result: AssetCheckResult) -> bool:
@@ -254,7 +258,7 @@ def landing_day(
         named = ", ".join(f"{cast} ({files} file(s))" for cast, files in casts.items())
         context.log.info(f"{dataset} {date}: columns read with a cast to the contract: {named}")
     return {
-        "dagster/row_count": rows,
+        ROW_COUNT: rows,
         **landing_timezone_metadata(store, dataset),
         "landing_casts": MetadataValue.json(casts),
         "landing_files_skipped": len(listing.skipped),
@@ -302,11 +306,13 @@ def landing_timezone_metadata(store: DataStore, dataset: str) -> dict[str, str]:
 
 @dataclass(frozen=True)
 class LandedDay:
-    """A scoring step's input day, landed and checked: its files, and why it must not be
-    scored (its blocking landing checks failed), or None."""
+    """A scoring step's input day, landed and checked: its files, its rows (as the landing
+    check counted them), and why it must not be scored (its blocking landing checks failed), or
+    None."""
 
     date: str
     files: list[str]
+    rows: int
     refusal: str | None
 
 
@@ -331,7 +337,8 @@ def land_for_scoring(
         the day, with why it must not be scored where its blocking landing checks failed.
     """
     failed: list[str] = []
-    if not checked(context, store, dataset, date):
+    rows = checked_rows(context, store, dataset, date)
+    if rows is None:
         spec = LANDINGS.get(dataset)
         if spec is None or spec.config is None:
             how = how_to_land(context, asset, dataset, [date])
@@ -342,7 +349,7 @@ def land_for_scoring(
         )
         days = DayRecorder(context, blocking=spec.blocking)
         landing_config = _landing_config(spec, config)
-        yield from land_day(context, spec, landing_config, store, date, limit, days)
+        rows = yield from land_day(context, spec, landing_config, store, date, limit, days)
         failed = [failure.rsplit(": ", 1)[-1] for failure in days.failed]
     refusal = (
         f"{asset} {date}: not scored: blocking checks of {dataset} {date} failed "
@@ -351,18 +358,22 @@ def land_for_scoring(
         if failed
         else None
     )
-    return LandedDay(date, store.landing_files(dataset, date), refusal)
+    return LandedDay(date, store.landing_files(dataset, date), rows, refusal)
 
 
-def checked(context: AssetExecutionContext, store: DataStore, dataset: str, date: str) -> bool:
-    """Whether the dataset's day was last materialised from its current files, with its
-    blocking checks passed."""
+def checked_rows(
+    context: AssetExecutionContext, store: DataStore, dataset: str, date: str
+) -> int | None:
+    """The dataset's day's rows where it was last materialised from its current files with its
+    blocking checks passed; else None."""
     latest = latest_materialization(context, dataset, date)
     if latest is None:
-        return False
+        return None
     figures = day_figures(latest.asset_materialization.metadata)
     current = store.landing_fingerprint(dataset, date) or ""
-    return figures.get(LANDING_FINGERPRINT) == current and figures.get(CHECKED) == PASSED
+    if figures.get(LANDING_FINGERPRINT) != current or figures.get(CHECKED) != PASSED:
+        return None
+    return int(figures[ROW_COUNT])
 
 
 def how_to_land(

@@ -33,6 +33,8 @@ class PartitionReport:
     sample: pd.DataFrame | None = None
     # Where the shards ran: {"executor": "ray", "workers": 2, ...}; empty on the local engine.
     executor: dict = field(default_factory=dict)
+    # Rows landed, in, scored, quarantined and published: the engine's, for the checks.
+    conservation: dict = field(default_factory=dict)
 
 
 def partition_dates(context: AssetExecutionContext) -> list[str]:

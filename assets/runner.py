@@ -20,7 +20,7 @@ import datetime as dt
 import inspect
 import time
 from collections.abc import Callable, Iterator, Mapping, Sequence
-from dataclasses import dataclass, field
+from dataclasses import dataclass, field, replace
 from typing import Any, Generic, TypeVar
 
 from dagster import (
@@ -59,6 +59,7 @@ from resources.quality import (
     CheckSuite,
     QualityConfig,
     StreamedSample,
+    conservation_figures,
     fail_fast_on_bad_rows,
     preload_great_expectations,
     quarantine_limit,
@@ -94,15 +95,19 @@ class Day:
 
     Args:
         work: what the spot-safe engine runs (input stream, model step, quarantine, ...).
-        checks: the day's check results from its report.
+        checks: the day's check results from its report (``report.conservation`` holds the
+            engine's row counts: landed, in, scored, quarantined, published).
         metadata: the day's own figures for its materialisation (flagged rows, model calls).
         on_commit: anything the domain records once the day is committed.
+        input_rows: the rows the day's output answers for, where they are not the landing
+            day's (recommendations: one list per user of the audience).
     """
 
     work: Work
     checks: Callable[[PartitionReport], Sequence[AssetCheckResult]]
     metadata: Callable[[PartitionReport], Mapping[str, Any]] = lambda report: {}
     on_commit: Callable[[PartitionReport], None] | None = None
+    input_rows: int | None = None
 
 
 @dataclass(frozen=True)
@@ -201,6 +206,10 @@ def score(
             with store.reading(staged):
                 if day.on_commit is not None:
                     day.on_commit(report)
+                if report.shards is not None:
+                    landed_rows = landed.rows if day.input_rows is None else day.input_rows
+                    rows = conservation_figures(store, spec.asset, date, report.shards, landed_rows)
+                    report = replace(report, conservation=rows)
                 own = day.metadata(report)
                 started = time.perf_counter()
                 checks = day.checks(report)

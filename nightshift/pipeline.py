@@ -31,7 +31,7 @@ from pydantic import Field, create_model
 
 from assets.checkpointing import SpotSafeRun
 from assets.days import daily_assets
-from assets.gates import SuiteRun, conservation_figures
+from assets.gates import SuiteRun
 from assets.landing import land_files
 from assets.partitions import PartitionReport
 from assets.runner import Day, Model, ScoringSpec, score, scoring_asset
@@ -200,9 +200,8 @@ def nightly(
         )
 
         def judged(report: PartitionReport) -> list[AssetCheckResult]:
-            landed = store.count_landing(landing.dataset, date, landing.schema)
             figures = {
-                **conservation_figures(store, name, date, report.shards, landed),
+                **report.conservation,
                 **_column_figures(report.shards.stats, output.schema),
             }
             run_ = SuiteRun(suites)

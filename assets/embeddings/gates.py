@@ -16,9 +16,8 @@ import pyarrow as pa
 import pyarrow.compute as pc
 from dagster import AssetCheckResult
 
-from assets.documents.schemas import DATASET, DOCUMENTS_SCHEMA
 from assets.embeddings.schemas import DIMENSION, EMBEDDINGS
-from assets.gates import SuiteRun, conservation_figures
+from assets.gates import SuiteRun
 from assets.partitions import PartitionReport
 from inference.engine.invariants import StreamStats
 from resources.quality import load_suites, sample_output
@@ -83,9 +82,8 @@ def embedding_check_results(
     shards = report.shards
     assert shards is not None, "document_embeddings is always written by the sharded engine"
     stats, date = shards.stats, report.date
-    landed = store.count_landing(DATASET, date, DOCUMENTS_SCHEMA)
     figures = {
-        **conservation_figures(store, EMBEDDINGS, date, shards, landed),
+        **report.conservation,
         **{name: stats.counts.get(name, 0) for name in EMBEDDING_COUNTS},
         # A day with no vectors has none of another dimension.
         "embedding_dimension": int(stats.maxima.get("embedding_dimension", dimension)),

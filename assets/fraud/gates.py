@@ -12,8 +12,8 @@ import numpy as np
 from dagster import AssetCheckResult
 
 from assets.fraud.quality import QUARANTINED_REASONS, trailing_flagged_rates
-from assets.fraud.schemas import SCORES, TRANSACTIONS, TRANSACTIONS_SCHEMA
-from assets.gates import LandingGate, SuiteRun, conservation_figures
+from assets.fraud.schemas import SCORES, TRANSACTIONS
+from assets.gates import LandingGate, SuiteRun
 from assets.partitions import PartitionReport
 from inference.engine.invariants import StreamStats, population_stability
 from inference.engine.output_partition import ShardReport
@@ -63,7 +63,7 @@ def score_check_results(
     review: dict[str, int] = {}
     for report in reports:
         date = report.date
-        figures = score_figures(store, report, reference, ranges)
+        figures = score_figures(report, reference, ranges)
         psi[date], flagged_rates[date] = figures["score_psi"], figures["flagged_rate"]
         assert report.shards is not None
         feature_psi = feature_drift(report.shards, ranges)
@@ -108,21 +108,18 @@ def _last(values: dict[str, float]) -> float:
 
 
 def score_figures(
-    store: DataStore,
     report: PartitionReport,
     reference: list[int] | None,
     ranges: FeatureRanges | None = None,
 ) -> dict[str, float | int]:
-    """One partition's exact statistics, plus row counts read back from the published files."""
+    """One partition's exact statistics, beside the engine's row conservation figures."""
     shards = report.shards
     assert shards is not None, "fraud_scores is always scored through the sharded engine"
     stats = shards.stats
     counts = stats.counts
-    date = report.date
     rows_out = shards.rows_out
-    landed = store.count_landing(TRANSACTIONS, date, TRANSACTIONS_SCHEMA)
     figures: dict[str, float | int] = {
-        **conservation_figures(store, SCORES, date, shards, landed),
+        **report.conservation,
         "score_min": stats.minima.get("score", 0.0),
         "score_max": stats.maxima.get("score", 0.0),
         "flagged_rate": counts.get("flagged", 0) / rows_out if rows_out else 0.0,

@@ -9,7 +9,7 @@ from pathlib import Path
 
 from dagster import AssetCheckResult
 
-from assets.gates import LandingGate, SuiteRun, conservation_figures
+from assets.gates import LandingGate, SuiteRun
 from assets.partitions import PartitionReport
 from assets.recommendations.history import QUARANTINE_REASONS
 from assets.recommendations.schemas import INTERACTIONS, USER_RECOMMENDATIONS
@@ -49,9 +49,7 @@ def recommendation_check_results(
         assert shards is not None, "user_recommendations is always written by the sharded engine"
         stats = shards.stats
         figures = {
-            **conservation_figures(
-                store, USER_RECOMMENDATIONS, report.date, shards, audience_users[report.date]
-            ),
+            **report.conservation,
             "audience_users": audience_users[report.date],
             "unknown_item_share": round(unknown_item_shares[report.date], 6),
             **{name: stats.counts.get(name, 0) for name in LIST_COUNTS},

@@ -147,7 +147,14 @@ def day(
             **ranking_counts(report.shards.stats),
         }
 
-    return Day(work, checks, metadata, on_commit=lambda report: save_audience(store, audience))
+    # One list per user of the audience: what the output's rows answer for.
+    return Day(
+        work,
+        checks,
+        metadata,
+        on_commit=lambda report: save_audience(store, audience),
+        input_rows=len(users),
+    )
 
 
 def _by_user(

@@ -12,8 +12,7 @@ from pathlib import Path
 
 from dagster import AssetCheckResult, MetadataValue
 
-from assets.documents.schemas import DATASET, DOCUMENTS_SCHEMA
-from assets.gates import SuiteRun, conservation_figures
+from assets.gates import SuiteRun
 from assets.partitions import PartitionReport
 from assets.summaries.schemas import SUMMARIES
 from inference.text.segment import LengthCap
@@ -52,9 +51,8 @@ def summary_check_results(
     for report in reports:
         shards = report.shards
         assert shards is not None, "document_summaries is always written by the sharded engine"
-        landed = store.count_landing(DATASET, report.date, DOCUMENTS_SCHEMA)
         figures = {
-            **conservation_figures(store, SUMMARIES, report.date, shards, landed),
+            **report.conservation,
             **{name: shards.stats.counts.get(name, 0) for name in SUMMARY_COUNTS},
             "summary_sentences_max": int(shards.stats.maxima.get("summary_sentences", 0)),
         }

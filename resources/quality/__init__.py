@@ -14,7 +14,7 @@ file per asset; each named suite in it is one Dagster check with its severity.
 
 Modules: ``suites`` (the JSON files, a suite's evidence and its Dagster check result),
 ``validation`` (running GE, and the statistics that plainly pass without it), ``sampling``
-(samples and row counts of published partitions), and ``quarantine`` (failing fast, quarantine
+(samples and row counts of published partitions, row conservation), and ``quarantine`` (failing fast, quarantine
 metadata, the run config and the quarantine limit).
 """
 
@@ -29,6 +29,7 @@ from resources.quality.quarantine import (
 from resources.quality.sampling import (
     PositionCursor,
     StreamedSample,
+    conservation_figures,
     published_rows,
     sample_output,
     sample_positions,
@@ -44,6 +45,7 @@ __all__ = [
     "QualityConfig",
     "StreamedSample",
     "check_result",
+    "conservation_figures",
     "fail_fast_on_bad_rows",
     "load_suites",
     "locate_in_landing",
