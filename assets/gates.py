@@ -1,5 +1,5 @@
 """Quality gates every domain shares: the landing day and row count a screening starts from,
-suites run over a range's partitions, and landing contract checks.
+and the landing contract checks (the suites themselves run in resources/quality).
 
 A domain screens its landing partitions (``assets/<domain>/quality.py``) and hands the screens
 here; the suites (``assets/<domain>/suites/*.json``) decide what passes.
@@ -7,23 +7,17 @@ here; the suites (``assets/<domain>/suites/*.json``) decide what passes.
 
 from __future__ import annotations
 
-from collections.abc import Collection, Mapping, Sequence
+from collections.abc import Mapping, Sequence
 from dataclasses import dataclass
 from datetime import UTC, datetime, timedelta
 from typing import Any, Protocol
 
-import pandas as pd
 import pyarrow as pa
 from dagster import AssetCheckResult
 
 from inference.engine.quarantine import QuarantineLimit, QuarantinePlan
 from policy.partitions import day_end
-from resources.quality import (
-    CheckSuite,
-    Evidence,
-    check_result,
-    validate,
-)
+from resources.quality import CheckSuite, SuiteRun, check_result
 from resources.storage import DataStore, LandingDataError
 
 # Landing deadlines are judged for partitions whose day ended at most this long ago.
@@ -85,61 +79,6 @@ def empty_landing_error(
         f"landing partition empty: dataset '{dataset}', date {date}: no {noun} under "
         f"{store.uri(folder)}: {found}"
     )
-
-
-class SuiteRun:
-    """A domain's suites over the partitions of one run: one validation a partition, one check
-    result a suite."""
-
-    def __init__(self, suites: Mapping[str, CheckSuite]) -> None:
-        self.suites = suites
-        self.evidence: dict[str, list[Evidence]] = {name: [] for name in suites}
-        self.sampled = 0  # rows in the partitions' samples: a small day has fewer than asked
-
-    def add(
-        self,
-        date: str,
-        figures: dict[str, Any],
-        sample: pd.DataFrame,
-        parameters: dict[str, Any],
-    ) -> None:
-        """Validates one partition's exact figures and row sample against every suite."""
-        self.sampled += 0 if sample is None else len(sample)
-        found = validate(list(self.suites.values()), date, figures, sample, parameters)
-        for name, e in found.items():
-            self.evidence[name].append(e)
-
-    def sample_figures(self, metadata: dict[str, Any]) -> dict[str, Any]:
-        """``sample_rows`` as the rows actually sampled, the setting as ``sample_rows_limit``."""
-        if "sample_rows" not in metadata:
-            return metadata
-        return {
-            **metadata,
-            "sample_rows": self.sampled,
-            "sample_rows_limit": metadata["sample_rows"],
-        }
-
-    def failed(self, name: str) -> bool:
-        return any(not e.passed for e in self.evidence[name])
-
-    def results(
-        self,
-        metadata: dict[str, Any],
-        extra: Mapping[str, dict[str, Any]] | None = None,
-        warn: Collection[str] = (),
-    ) -> list[AssetCheckResult]:
-        """One result a suite, with the run's shared metadata and the suite's own ``extra``;
-        the suites named in ``warn`` fail as WARN, whatever their severity."""
-        metadata = self.sample_figures(metadata)
-        return [
-            check_result(
-                suite,
-                self.evidence[name],
-                {**metadata, **(extra or {}).get(name, {})},
-                "WARN" if name in warn else None,
-            )
-            for name, suite in self.suites.items()
-        ]
 
 
 @dataclass(frozen=True)

@@ -31,7 +31,6 @@ from pydantic import Field, create_model
 
 from assets.checkpointing import SpotSafeRun
 from assets.days import daily_assets
-from assets.gates import SuiteRun
 from assets.landing import land_files
 from assets.partitions import PartitionReport
 from assets.runner import Day, Model, ScoringSpec, score, scoring_asset
@@ -44,7 +43,7 @@ from inference.engine.work import Input, Work
 from inference.engine.work import Output as WorkOutput
 from inference.generation.checkpoints import load_weights, safetensors_folder, weights_version
 from resources.inference import InferenceResource
-from resources.quality import CheckSuite, QualityConfig, load_suites
+from resources.quality import CheckSuite, QualityConfig, SuiteRun, load_suites
 from resources.storage import DataStore, StorageResource
 
 VERSION_COLUMN = "model_version"

@@ -17,10 +17,9 @@ import pyarrow.compute as pc
 from dagster import AssetCheckResult
 
 from assets.embeddings.schemas import DIMENSION, EMBEDDINGS
-from assets.gates import SuiteRun
 from assets.partitions import PartitionReport
 from inference.engine.invariants import StreamStats
-from resources.quality import load_suites, sample_output
+from resources.quality import SuiteRun, load_suites, sample_output
 from resources.storage import DataStore
 
 EMBEDDING_SUITES = load_suites(Path(__file__).parent / "suites" / "document_embeddings.json")

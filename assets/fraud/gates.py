@@ -13,12 +13,12 @@ from dagster import AssetCheckResult
 
 from assets.fraud.quality import QUARANTINED_REASONS, trailing_flagged_rates
 from assets.fraud.schemas import SCORES, TRANSACTIONS
-from assets.gates import LandingGate, SuiteRun
+from assets.gates import LandingGate
 from assets.partitions import PartitionReport
 from inference.engine.invariants import StreamStats, population_stability
 from inference.engine.output_partition import ShardReport
 from inference.tabular.ranges import CLAMPED_PREFIX, REVIEW, FeatureRanges
-from resources.quality import load_suites, sample_output
+from resources.quality import SuiteRun, load_suites, sample_output
 from resources.storage import DataStore
 
 SUITES = Path(__file__).parent / "suites"

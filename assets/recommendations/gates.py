@@ -9,11 +9,11 @@ from pathlib import Path
 
 from dagster import AssetCheckResult
 
-from assets.gates import LandingGate, SuiteRun
+from assets.gates import LandingGate
 from assets.partitions import PartitionReport
 from assets.recommendations.history import QUARANTINE_REASONS
 from assets.recommendations.schemas import INTERACTIONS, USER_RECOMMENDATIONS
-from resources.quality import load_suites, sample_output
+from resources.quality import SuiteRun, load_suites, sample_output
 from resources.storage import DataStore
 
 SUITES = Path(__file__).parent / "suites"

@@ -12,11 +12,10 @@ from pathlib import Path
 
 from dagster import AssetCheckResult, MetadataValue
 
-from assets.gates import SuiteRun
 from assets.partitions import PartitionReport
 from assets.summaries.schemas import SUMMARIES
 from inference.text.segment import LengthCap
-from resources.quality import load_suites, sample_output
+from resources.quality import SuiteRun, load_suites, sample_output
 from resources.storage import DataStore
 
 SUMMARY_SUITES = load_suites(Path(__file__).parent / "suites" / "document_summaries.json")

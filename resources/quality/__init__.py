@@ -35,7 +35,7 @@ from resources.quality.sampling import (
     sample_positions,
 )
 from resources.quality.suites import CheckSuite, Evidence, check_result, load_suites
-from resources.quality.validation import preload_great_expectations, validate
+from resources.quality.validation import SuiteRun, preload_great_expectations, validate
 
 __all__ = [
     "DEFAULT_SAMPLE_ROWS",
@@ -44,6 +44,7 @@ __all__ = [
     "PositionCursor",
     "QualityConfig",
     "StreamedSample",
+    "SuiteRun",
     "check_result",
     "conservation_figures",
     "fail_fast_on_bad_rows",

@@ -18,14 +18,15 @@ import json
 import logging
 import math
 import threading
-from collections.abc import Mapping, Sequence
+from collections.abc import Collection, Mapping, Sequence
 from functools import cache
 from numbers import Integral, Real
 from typing import Any
 
 import pandas as pd
+from dagster import AssetCheckResult
 
-from resources.quality.suites import CheckSuite, Evidence
+from resources.quality.suites import CheckSuite, Evidence, check_result
 
 # Offending values shown per failed expectation: enough to recognise the problem in the UI.
 EXAMPLES = 5
@@ -233,3 +234,58 @@ def _finite(value: Any) -> Any:
     if isinstance(value, Integral):
         return value
     return value if math.isfinite(value) else _UNKNOWN
+
+
+class SuiteRun:
+    """A domain's suites over the partitions of one run: one validation a partition, one check
+    result a suite."""
+
+    def __init__(self, suites: Mapping[str, CheckSuite]) -> None:
+        self.suites = suites
+        self.evidence: dict[str, list[Evidence]] = {name: [] for name in suites}
+        self.sampled = 0  # rows in the partitions' samples: a small day has fewer than asked
+
+    def add(
+        self,
+        date: str,
+        figures: dict[str, Any],
+        sample: pd.DataFrame,
+        parameters: dict[str, Any],
+    ) -> None:
+        """Validates one partition's exact figures and row sample against every suite."""
+        self.sampled += 0 if sample is None else len(sample)
+        found = validate(list(self.suites.values()), date, figures, sample, parameters)
+        for name, e in found.items():
+            self.evidence[name].append(e)
+
+    def sample_figures(self, metadata: dict[str, Any]) -> dict[str, Any]:
+        """``sample_rows`` as the rows actually sampled, the setting as ``sample_rows_limit``."""
+        if "sample_rows" not in metadata:
+            return metadata
+        return {
+            **metadata,
+            "sample_rows": self.sampled,
+            "sample_rows_limit": metadata["sample_rows"],
+        }
+
+    def failed(self, name: str) -> bool:
+        return any(not e.passed for e in self.evidence[name])
+
+    def results(
+        self,
+        metadata: dict[str, Any],
+        extra: Mapping[str, dict[str, Any]] | None = None,
+        warn: Collection[str] = (),
+    ) -> list[AssetCheckResult]:
+        """One result a suite, with the run's shared metadata and the suite's own ``extra``;
+        the suites named in ``warn`` fail as WARN, whatever their severity."""
+        metadata = self.sample_figures(metadata)
+        return [
+            check_result(
+                suite,
+                self.evidence[name],
+                {**metadata, **(extra or {}).get(name, {})},
+                "WARN" if name in warn else None,
+            )
+            for name, suite in self.suites.items()
+        ]
