@@ -101,7 +101,7 @@ def test_every_domain_lands_its_input_when_scored_alone(
     domain, asset, dataset, model, tmp_path: Path
 ) -> None:
     root = tmp_path / "data"
-    demo = "summaries" if domain == "embeddings" else domain
+    demo = "documents" if domain == "embeddings" else domain
     generate = importlib.import_module(f"assets.{demo}.demo_data").generate_day
     from resources.storage import DataStore
 

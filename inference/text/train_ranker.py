@@ -39,7 +39,7 @@ from inference.engine.device import make_runtime
 from inference.text.encoder import load_sentence_encoder
 from inference.text.rank import RankerSettings
 from inference.text.ranker import WEIGHTS, TrainedRanker, load_ranker, sentence_features
-from inference.text.segment import split_sentences
+from inference.text.segment import LengthCap, split_sentences
 
 # See et al.'s training split lists its 90,266 CNN articles before the Daily Mail ones, in chunks
 # of 1,000; these chunks are the ones github.com/habiburrahmankhan/Abstractive_text_summarization
@@ -251,11 +251,11 @@ def _labels(doc: Article) -> torch.Tensor:
 
 def margins(docs: Sequence[Article], ranker: TrainedRanker, scratch: Path) -> dict[str, float]:
     """Mean ROUGE-1 margin over Lead-3 per dataset, source and form, through the asset's own
-    summariser (:func:`inference.text.text.summarise_sentences`) with ``ranker``'s weights."""
-    from assets.summaries.document_summaries import SummariesConfig, length_cap
+    summariser (:func:`inference.text.text.summarise_sentences`) with ``ranker``'s weights,
+    under the asset's default length cap."""
     from inference.text.text import summarise_sentences
 
-    cap = length_cap(SummariesConfig())
+    cap = LengthCap()
     ranker.save(scratch, {})
     settings = RankerSettings(weights=str(scratch))
     load_ranker.cache_clear()  # the scratch file is the same path for every candidate
