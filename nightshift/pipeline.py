@@ -34,7 +34,7 @@ from assets.days import daily_assets
 from assets.landing import land_files
 from assets.partitions import PartitionReport
 from assets.runner import Day, Model, ScoringSpec, score, scoring_asset
-from assets.wiring import DomainWiring, Pipeline
+from assets.wiring import DemoDay, DomainWiring, Pipeline
 from inference.engine.device import resolve_device
 from inference.engine.invariants import StreamStats
 from inference.engine.screen import screen_required
@@ -165,11 +165,16 @@ def nightly(
     *,
     hour_utc: int = 4,
     description: str = "",
+    demo: DemoDay | None = None,
 ) -> NightlyPipeline:
     """The Dagster definitions of a nightly pipeline: the landing asset, the scoring asset
     ``name`` with its checks, the job ``<name>_job``, its schedule at ``hour_utc`` (UTC, for
     the day that just ended) and its landing trigger (``landing_sensor``, off by default, as the
-    shipped one); as a domain, its place in the code location's landing sensor instead."""
+    shipped one); as a domain, its place in the code location's landing sensor instead.
+
+    ``demo``: ``(store, date, scale, seed) -> {dataset: rows}``, one seeded day of demo landing
+    data, which ``nightshift generate`` writes once the pipeline's wiring is listed in
+    ``assets/domains.py``."""
     from orchestration.jobs import pipeline_job
     from orchestration.resources import build_resources
     from orchestration.schedules import nightly_schedule
@@ -245,7 +250,7 @@ def nightly(
         landing=(landing.dataset,),
         scored=name,
     )
-    wiring = DomainWiring(Definitions(assets=[landed, scoring]), (pipeline,))
+    wiring = DomainWiring(Definitions(assets=[landed, scoring]), (pipeline,), demo_day=demo)
     job = pipeline_job(pipeline)
     defs = Definitions(
         assets=[landed, scoring],

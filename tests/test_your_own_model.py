@@ -252,3 +252,27 @@ def test_the_examples_own_landing_trigger_asks_for_a_landed_day(landed, data_roo
     assert [(r.job_name, r.partition_key) for r in requests] == [
         ("churn_scores_job", day) for day in DAYS
     ]
+
+
+def test_a_pipelines_demo_day_is_generated_once_its_wiring_is_listed(tmp_path, monkeypatch):
+    import assets.domains
+    from nightshift import Landing, Output, nightly
+    from orchestration.cli import generate
+    from resources.storage import DataStore
+
+    def demo(store, date: str, scale: float, seed: int) -> dict[str, int]:
+        return {example.CUSTOMERS: len(land(store, date, seed)) + len(BAD)}
+
+    churn = nightly(
+        "churn_demo_scores",
+        example.ChurnModel,
+        Landing(example.CUSTOMERS, example.CUSTOMERS_SCHEMA, key="customer_id"),
+        Output(example.SCORES),
+        demo=demo,
+    )
+    assert churn.wiring.demo_day is demo
+    monkeypatch.setattr(assets.domains, "DOMAINS", (churn.wiring,))  # its one line there
+    store = DataStore(str(tmp_path / "data"))
+    written = generate(store, DAYS[-1], len(DAYS), 1.0, 0)
+    assert written == [(example.CUSTOMERS, date, GOOD + len(BAD)) for date in DAYS]
+    assert store.landing_dates(example.CUSTOMERS) == DAYS
