@@ -9,7 +9,7 @@ articles, 1,093 of them CNN, that exist here only in See et al.'s tokenised form
 (:mod:`evaluation.cnn_dailymail_bins`), so they are scored in that form alone; and two sets of
 cased test articles, mostly Daily Mail, from the BUMP and FRANK annotation benchmarks
 (:mod:`evaluation.cnn_dailymail_cased`), both forms. The trained sentence scorer
-(:mod:`inference.text.train_ranker`) learns from other articles: training chunks and the validation
+(:mod:`evaluation.train_ranker`) learns from other articles: training chunks and the validation
 articles outside these samples. Articles are drawn every k-th across a file, not the first N: the
 ranker is tuned on such samples (``--tune``, each set's ``tuning`` offsets) and reported on
 three disjoint ones pooled (offsets k/4, k/2, 3k/4). Each article's source, CNN or Daily Mail,

@@ -80,7 +80,7 @@ def test_weights_round_trip_and_refuse_other_features(tmp_path):
     save_file(load_file(path), stale, metadata=header)
     with pytest.raises(
         ValueError,
-        match=r"stale\.safetensors.*retrain with python -m inference\.text\.train_ranker",
+        match=r"stale\.safetensors.*retrain with python -m evaluation\.train_ranker",
     ):
         load_ranker(stale)
 

@@ -4,11 +4,11 @@ Centrality and a lead prior (:mod:`inference.text.rank`) cannot tell a byline, a
 quotation from the news itself; a model over each sentence's embedding, its place and its shape
 can, because those sentences look alike from one article to the next. The model is a small
 network with one hidden layer, or logistic regression, whichever the trainer
-(:mod:`inference.text.train_ranker`) finds better on its tuning samples, trained on CNN/DailyMail
-articles whose label is the sentences a greedy ROUGE oracle picks against the highlights; its
-weights ship beside this module (``ranker_weights.safetensors``, whose header records the
-features and the data they were trained on), so the summaries need no download and no training
-run.
+(:mod:`evaluation.train_ranker`, fitting with :mod:`inference.text.train_ranker`) finds better
+on its tuning samples, trained on CNN/DailyMail articles whose label is the sentences a greedy
+ROUGE oracle picks against the highlights; its weights ship beside this module
+(``ranker_weights.safetensors``, whose header records the features and the data they were
+trained on), so the summaries need no download and no training run.
 
 :func:`sentence_features` is the one place the features are computed: the training script
 calls it too, so what is trained is what runs.
@@ -240,7 +240,7 @@ def load_ranker(path: Path = WEIGHTS) -> TrainedRanker:
     if tuple(features) != SHAPE_FEATURES:
         raise ValueError(
             f"{path}: trained on features {features}, this code computes "
-            f"{list(SHAPE_FEATURES)}; retrain with python -m inference.text.train_ranker"
+            f"{list(SHAPE_FEATURES)}; retrain with python -m evaluation.train_ranker"
         )
     # Copied out of the file's buffer: its tensors sit at arbitrary byte offsets, and an
     # unaligned operand sends the matmul down another kernel, moving the scores in the 7th digit.
