@@ -1,9 +1,10 @@
 """One fraud day's route through the project (tests/day_route.py): where it starts, that it is
-published once, and that it never goes back to landing once the engine has it."""
+published once, and that it never goes back to landing once the engine has it; a day on the
+public module returns to a file it left at most five times (issue 45)."""
 
 from __future__ import annotations
 
-from day_route import one_fraud_day
+from day_route import one_churn_day, one_fraud_day
 
 
 def test_a_day_is_landed_then_scored_then_published_once():
@@ -23,3 +24,10 @@ def test_a_day_is_landed_then_scored_then_published_once():
     # The day is recorded after it is published, and nothing is published after its record.
     recorded = max(n for n, (_, fns) in enumerate(stays) if "DayRecorder.record" in fns)
     assert published[0] < recorded
+
+
+def test_a_day_on_the_public_module_comes_back_to_a_file_at_most_five_times():
+    route = one_churn_day()
+    print(route.describe())
+    assert route.returns <= 5
+    assert route.stays[0] == ("assets/runner.py", ["score"])
