@@ -9,13 +9,11 @@ check every pipeline gets), the ``model_version`` column, the landing fingerprin
 cost and each day's metadata.
 """
 
-import hashlib
 import inspect
-import json
 from collections.abc import Callable, Mapping, Sequence
 from dataclasses import dataclass, field
 from pathlib import Path
-from typing import Any, ClassVar, get_origin, get_type_hints
+from typing import Any
 
 import numpy as np
 import pyarrow as pa
@@ -35,72 +33,22 @@ from assets.landing import land_files
 from assets.partitions import PartitionReport
 from assets.runner import Day, Model, ScoringSpec, score, scoring_asset
 from assets.wiring import DemoDay, DomainWiring, Pipeline
-from inference.engine.device import resolve_device
 from inference.engine.invariants import StreamStats
+from inference.engine.predictor import (
+    VERSION_COLUMN,
+    Predictor,
+    PredictorLoader,
+    PredictorProgram,
+    numeric,
+)
 from inference.engine.screen import screen_required
-from inference.engine.shard_worker import ModelStep, worker_model
 from inference.engine.work import Input, Work
 from inference.engine.work import Output as WorkOutput
-from inference.generation.checkpoints import load_weights, safetensors_folder, weights_version
 from resources.inference import InferenceResource
 from resources.quality import CheckSuite, QualityConfig, SuiteRun, load_suites
 from resources.storage import DataStore, StorageResource
 
-VERSION_COLUMN = "model_version"
 CONSERVATION = "row_count_matches_input"
-
-
-class Predictor:
-    """Your model: ``load(device)`` runs once per process (or Ray actor) before its first batch,
-    and ``__call__(batch)`` returns the output's columns for a ``pyarrow.RecordBatch`` of the
-    day's screened rows, one value per row.
-
-    Class annotations are settings: each is a field of the scoring asset's config (the
-    Launchpad, ``--config-json``), set on the instance before ``load``. A setting whose name ends
-    in ``_path`` names the weights, a ``.safetensors`` file or a Hugging Face folder: its
-    content hash is the model version recorded on every row, and a missing or pickled one fails
-    the day before any input is read.
-    """
-
-    _settings: ClassVar[dict[str, tuple[type, Any]]] = {}
-
-    def __init_subclass__(cls, **kwargs: Any) -> None:
-        super().__init_subclass__(**kwargs)
-        hints = get_type_hints(cls)
-        cls._settings = {
-            name: (hint, getattr(cls, name, ...))
-            for name, hint in hints.items()
-            if not name.startswith("_")
-            and name in cls.__annotations__
-            and get_origin(hint) is not ClassVar
-        }
-
-    def __init__(self, **settings: Any) -> None:
-        for name, value in settings.items():
-            setattr(self, name, value)
-
-    device: ClassVar[str] = "cpu"  # where it runs: set before ``load``
-
-    def load(self, device: str) -> None:
-        """Loads the model onto ``device`` (``cpu``, ``cuda``, ``cuda:1``), also ``self.device``."""
-
-    def __call__(self, batch: pa.RecordBatch) -> Mapping[str, Any]:
-        raise NotImplementedError(f"{type(self).__name__} must define __call__(batch)")
-
-    def version(self) -> str:
-        """What changes exactly when the model's answers may: the weights files' content
-        hashes, else the class and its settings."""
-        files = [_weights(getattr(self, n)) for n in self._settings if n.endswith("_path")]
-        if files:
-            return "+".join(files)
-        values = json.dumps({n: str(getattr(self, n, "")) for n in self._settings}, sort_keys=True)
-        code = _source(type(self))
-        digest = hashlib.sha256(f"{code}\n{values}".encode()).hexdigest()[:12]
-        return f"{type(self).__name__}@{digest}"
-
-    def load_weights(self, module: Any, path: str | Path) -> Any:
-        """``module`` with the weights of a ``.safetensors`` file (never unpickled)."""
-        return load_weights(module, path)
 
 
 @dataclass(frozen=True)
@@ -190,12 +138,14 @@ def nightly(
     def load(store: DataStore, inference: InferenceResource, settings: Any) -> Model:
         model = predictor(**{n: getattr(settings, n) for n in predictor._settings})
         version = model.version()  # a missing or pickled weights file fails here
-        return Model(version, f"{name}:{version}", _Loader(model, inference.device))
+        return Model(version, f"{name}:{version}", PredictorLoader(model, inference.device))
 
     def day(run: SpotSafeRun, date: str, model: Model, settings: Any, limit: float) -> Day:
         store = run.store
         rows = lambda: store.iter_landing(landing.dataset, date, landing.schema)  # noqa: E731
-        program = _Program(model.key, model.value, landing.key, scores, model.version, output)
+        program = PredictorProgram(
+            model.key, model.value, landing.key, scores, model.version, output.counts
+        )
         work = Work(
             Input(rows(), quarantine=screen_required(rows(), landing.key, landing.reads)),
             program,
@@ -262,86 +212,15 @@ def nightly(
     return NightlyPipeline(landed, scoring, wiring, defs)
 
 
-@dataclass(frozen=True)
-class _Loader:
-    """Loads the predictor where its shards run: once per process or Ray actor."""
-
-    predictor: Predictor
-    device: str
-
-    def __call__(self) -> Predictor:
-        device = str(resolve_device(self.device))
-        self.predictor.device = device
-        self.predictor.load(device)
-        return self.predictor
-
-
-@dataclass(frozen=True)
-class _Program:
-    """A shard's model step, built where the shard runs (picklable: the predictor travels
-    unloaded, and loads once per worker)."""
-
-    key: str
-    loader: _Loader
-    id_column: str
-    schema: pa.Schema
-    version: str
-    output: Output
-
-    def __call__(self, rows: pa.Table) -> ModelStep:
-        predictor = worker_model(self.key, self.loader)
-        fields = [f for f in self.schema if f.name not in (self.id_column, VERSION_COLUMN)]
-
-        def transform(batch: pa.RecordBatch, _: Any) -> pa.RecordBatch:
-            answered = predictor(batch)
-            columns = [batch[self.id_column]]
-            for f in fields:
-                if f.name not in answered:
-                    raise ValueError(f"{type(predictor).__name__} returned no column {f.name!r}")
-                columns.append(pa.array(np.asarray(answered[f.name])).cast(f.type))
-            columns.append(pa.repeat(pa.scalar(self.version), batch.num_rows))
-            return pa.record_batch(columns, self.schema)
-
-        def observe(scored: pa.RecordBatch, out: pa.Table, stats: StreamStats) -> None:
-            values = {f.name: out[f.name].to_numpy(zero_copy_only=False) for f in fields}
-            for f in fields:
-                if _numeric(f):
-                    column = values[f.name].astype(np.float64)
-                    stats.extremes(f.name, column)
-                    stats.count(f"{f.name}_non_finite", (~np.isfinite(column)).sum())
-            for count, fn in self.output.counts.items():
-                stats.count(count, int(fn(values)))
-
-        return ModelStep(transform, observe=observe)
-
-
-def _weights(path: str | Path) -> str:
-    """``<name>@<content hash>`` of a weights file, or of a Hugging Face folder's config,
-    tokenizer and safetensors; refuses pickled weights, saying how to convert them."""
-    if not Path(path).is_dir():
-        return weights_version(path)
-    from inference.text.encoder import folder_fingerprint
-
-    config = Path(path) / "config.json"
-    architectures = json.loads(config.read_text()).get("architectures") if config.exists() else 0
-    folder = safetensors_folder(path, architectures[0] if architectures else "AutoModel")
-    return f"{folder.name}@{folder_fingerprint(folder)}"
-
-
 def _scores_schema(landing: Landing, output: Output) -> pa.Schema:
     key = landing.schema.field(landing.key)
     return pa.schema([key, *output.schema, pa.field(VERSION_COLUMN, pa.string())])
 
 
-def _numeric(f: pa.Field) -> bool:
-    """A column whose minimum, maximum and non-finite count the checks can read."""
-    return pa.types.is_integer(f.type) or pa.types.is_floating(f.type)
-
-
 def _column_figures(stats: StreamStats, schema: pa.Schema) -> dict[str, float | int]:
     figures: dict[str, float | int] = {}
     for f in schema:
-        if _numeric(f):
+        if numeric(f):
             figures[f"{f.name}_min"] = stats.minima.get(f.name, float("nan"))
             figures[f"{f.name}_max"] = stats.maxima.get(f.name, float("nan"))
             figures[f"{f.name}_non_finite"] = stats.counts.get(f"{f.name}_non_finite", 0)
@@ -383,11 +262,3 @@ def _config_class(name: str, predictor: type[Predictor]) -> type[QualityConfig]:
     }
     camel = "".join(part.title() for part in name.split("_"))
     return create_model(f"{camel}Config", __base__=QualityConfig, **fields)
-
-
-def _source(cls: type) -> str:
-    """The class's source, or its name where there is none (defined in a REPL, say)."""
-    try:
-        return inspect.getsource(cls)
-    except (OSError, TypeError):
-        return cls.__name__
