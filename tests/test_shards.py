@@ -294,3 +294,24 @@ def test_a_side_output_survives_a_resume_exactly_once_in_the_same_commit(any_sto
     assert sorted(side["id"].to_pylist()) == list(range(0, 1000, 2))
     assert report.rows_side == 500 and report.shards_resumed >= 2
     assert store.output_commit("out_side", day) == store.output_commit("out", day) == report.commit
+
+
+def test_a_workers_peak_memory_is_its_own_not_its_parents() -> None:
+    """A shard's ``peak_rss_mib`` is read in the worker that ran it; a worker started from a
+    process that once held much more must report its own peak, not the parent's (a child's
+    ``ru_maxrss`` starts at the parent's high-water mark)."""
+    import subprocess
+    import sys
+
+    child = "from inference.engine.shard_worker import peak_rss_mb; print(round(peak_rss_mb()))"
+    parent = (
+        "import subprocess, sys\n"
+        "held = bytearray(1024 ** 3)\n"
+        "for i in range(0, len(held), 4096): held[i] = 1\n"
+        f"print(subprocess.run([sys.executable, '-c', {child!r}], capture_output=True,"
+        " text=True, check=True).stdout.strip())\n"
+    )
+    done = subprocess.run(
+        [sys.executable, "-c", parent], capture_output=True, text=True, timeout=120, check=True
+    )
+    assert int(done.stdout.strip()) < 512  # the parent held 1,024 MiB; the worker far less

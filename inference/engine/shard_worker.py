@@ -16,7 +16,6 @@ redone. A graceful stop between model calls writes how many of the shard's rows 
 from __future__ import annotations
 
 import os
-import resource
 import socket
 import threading
 import time
@@ -31,7 +30,7 @@ import numpy as np
 import pyarrow as pa
 
 from inference.engine.invariants import StreamStats
-from inference.engine.metrics import BatchMetrics
+from inference.engine.metrics import BatchMetrics, peak_rss_mb
 from inference.engine.output_partition import QUARANTINED_PREFIX, PartitionIO
 from inference.engine.quarantine import REASON, QuarantinePlan, RowConservationError
 from inference.engine.shard_writer import (
@@ -179,11 +178,6 @@ def worker_loads() -> int:
     return sum(_LOADS.values())
 
 
-def peak_rss_mib() -> float:
-    """This process's peak resident memory (Linux reports KiB)."""
-    return resource.getrusage(resource.RUSAGE_SELF).ru_maxrss / 1024
-
-
 @dataclass
 class _Outputs:
     """What one shard's model calls produced so far."""
@@ -261,7 +255,7 @@ class StartedShard:
             redone,
             done.metrics,
             _worker_name(),
-            peak_rss_mib(),
+            peak_rss_mb(),
             worker_loads(),
         )
 
