@@ -174,9 +174,8 @@ class SpotSafeRun:
         day = self.ledger.open(asset, date, writer, quarantine.rows if quarantine else None)
         if len(day.ledger.attempts) == 1 and RETRY_NUMBER_TAG not in tags:
             # The policy's view at the day's first launch, from its ledger.
-            facts = partial(
-                day.night_facts, 0, capacity_of(tags), tags, self.inference.on_demand_after
-            )
+            capacity, on_demand_after = self.ledger.capacity, self.inference.on_demand_after
+            facts = partial(day.night_facts, 0, capacity, tags, on_demand_after)
             say_at_launch(self.context, f"{asset} {date}", *decide(facts))
 
         def progress(rows: int, resumed: int, shards: int) -> None:
@@ -216,7 +215,7 @@ class SpotSafeRun:
             gpu=gpu.stats(),
             # The ledger's figures (metadata()) price the day over all its attempts.
             price=None,
-            capacity=capacity_of(self.context.run.tags),
+            capacity=self.ledger.capacity,
             sample=sample.frame(published.rows) if sample is not None else None,
             executor={**self._where(pool, watch), **work.input.layout},
         )

@@ -306,12 +306,10 @@ def landing_timezone_metadata(store: DataStore, dataset: str) -> dict[str, str]:
 
 @dataclass(frozen=True)
 class LandedDay:
-    """A scoring step's input day, landed and checked: its files, its rows (as the landing
-    check counted them), and why it must not be scored (its blocking landing checks failed), or
-    None."""
+    """A scoring step's input day, landed and checked: its rows (as the landing check counted
+    them), and why it must not be scored (its blocking landing checks failed), or None."""
 
     date: str
-    files: list[str]
     rows: int
     refusal: str | None
 
@@ -326,7 +324,7 @@ def land_for_scoring(
     limit: Any,
 ) -> Generator[Any, None, LandedDay]:
     """The scoring step's input day: landed and checked in this step first unless it was
-    checked against its current files, and its files listed once.
+    checked against its current files.
 
     Args:
         asset: the scoring asset, for messages.
@@ -358,7 +356,7 @@ def land_for_scoring(
         if failed
         else None
     )
-    return LandedDay(date, store.landing_files(dataset, date), rows, refusal)
+    return LandedDay(date, rows, refusal)
 
 
 def checked_rows(

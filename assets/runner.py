@@ -42,7 +42,6 @@ from assets.days import DayRecorder, daily_assets, latest_materialization
 from assets.errors import fail_fast_on_bad_input
 from assets.handed import SNAPSHOTS
 from assets.landing import (
-    LandedDay,
     jobs_holding,
     land_for_scoring,
     landing_timezone_metadata,
@@ -187,7 +186,7 @@ def score(
                 )
             with fail_fast_on_bad_input(), fail_fast_on_bad_rows():
                 day = spec.day(run, date, model, config, limit)
-                sample = _prepare(day.work, landed, f"{spec.asset} {date}", config, limit)
+                sample = _prepare(day.work, spec, store, date, config, limit)
                 # After the domain's own screening, whose message names the rows' figures.
                 if landed.refusal is not None:
                     raise Failure(description=landed.refusal, allow_retries=False)
@@ -280,17 +279,18 @@ def _publish_or_reject(
 
 
 def _prepare(
-    work: Work, landed: LandedDay, what: str, config: QualityConfig, limit: float
+    work: Work, spec: ScoringSpec, store: DataStore, date: str, config: QualityConfig, limit: float
 ) -> StreamedSample | None:
-    """What every day's work gets before it runs: its input files (by default the landing
-    day's), the quarantine limit (above it the day fails before any inference) and, if it asks
-    for one, the output checks' sample taken as rows stream."""
+    """What every day's work gets before it runs: its input files (by default the spec's
+    dataset's landing files of the day, listed only where the domain did not name its own),
+    the quarantine limit (above it the day fails before any inference) and, if it asks for one,
+    the output checks' sample taken as rows stream."""
     if work.input.files is None:
-        work.input.files = landed.files
+        work.input.files = store.landing_files(spec.dataset, date)
     plan = work.input.quarantine
     if plan is None:
         return None
-    plan.check_rate(limit, what)
+    plan.check_rate(limit, f"{spec.asset} {date}")
     if not work.output.sample:
         return None
     return StreamedSample(plan.rows - plan.count, config.check_sample_rows, config.check_seed)

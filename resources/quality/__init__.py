@@ -13,9 +13,10 @@ Suites live beside each domain as reviewable JSON (``assets/<domain>/suites/<ass
 file per asset; each named suite in it is one Dagster check with its severity.
 
 Modules: ``suites`` (the JSON files, a suite's evidence and its Dagster check result),
-``validation`` (running GE, and the statistics that plainly pass without it), ``sampling``
-(samples and row counts of published partitions, row conservation), and ``quarantine`` (failing fast, quarantine
-metadata, the run config and the quarantine limit).
+``validation`` (running GE and the suites over a run's partitions, and the statistics that
+plainly pass without GE), ``sampling`` (samples and row counts of published partitions, row
+conservation), and ``quarantine`` (failing fast, quarantine metadata, the run config and the
+quarantine limit).
 """
 
 from resources.quality.quarantine import (

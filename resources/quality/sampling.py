@@ -100,12 +100,12 @@ def published_rows(store: DataStore, asset: str, date: str) -> int:
 
 
 def conservation_figures(
-    store: DataStore, asset: str, date: str, shards: ShardReport, landed_rows: int | None
+    store: DataStore, asset: str, date: str, shards: ShardReport, landed_rows: int
 ) -> dict[str, int]:
     """Rows in, scored and quarantined as the engine counted them (it refuses any model call
     that answers for more or fewer rows than it was given), beside what was landed and what the
     published files hold (their footers), for the row-conservation suite."""
-    figures = {
+    return {
         "rows_in": shards.rows_in,
         "landed_rows": landed_rows,
         "rows_scored": shards.rows_scored,
@@ -115,4 +115,3 @@ def conservation_figures(
         "published_rows": published_rows(store, asset, date),
         "published_quarantine_rows": published_rows(store, quarantine_asset(asset), date),
     }
-    return {name: value for name, value in figures.items() if value is not None}
