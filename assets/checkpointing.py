@@ -20,26 +20,21 @@ counts both as retries of the same step, so nightshift keeps the interruption co
 
 from __future__ import annotations
 
-from collections.abc import Callable, Iterable, Iterator
+from collections.abc import Callable, Iterator
 from contextlib import ExitStack, contextmanager
-from functools import partial
 from typing import Any
 
 from dagster import AssetExecutionContext, Failure, RetryRequested
 
 from assets.capacity import capacity_of, decide, retry_capacity, say_at_launch
 from assets.observability import GpuMonitor
-from assets.partitions import PartitionReport, log_partition
+from assets.partitions import PartitionReport
+from inference.engine.day_run import AtLaunch, DaySettings, run_day
 from inference.engine.interrupt import InterruptionWatcher
 from inference.engine.ledger import RunLedger, StartupShares
 from inference.engine.local_pool import LocalPool
-from inference.engine.metrics import BatchMetrics
-from inference.engine.output_partition import fingerprint, input_fingerprint
-from inference.engine.progress import ProgressLog
-from inference.engine.shard_worker import FixedProgram, ModelStep, ShardInput, ShardJob
-from inference.engine.shard_writer import ShardedWriter, ShardFileTargets
-from inference.engine.shards import Interrupted, ShardPool, Watch, row_range_shards, run_partition
-from inference.engine.work import SampledProgram, Work, quarantine_asset
+from inference.engine.shards import Interrupted, ShardPool, Watch
+from inference.engine.work import Work
 from policy.tags import (
     CAPACITY_REASON_TAG,
     INTERRUPTED_TAG,
@@ -165,105 +160,48 @@ class SpotSafeRun:
         ``sample`` takes the checks' sample as the rows stream, where shards run here. With
         ``audit`` the day is only staged (``report.shards.staged``): the caller publishes it
         once its checks pass."""
-        writer = self._writer(asset, date, work, audit)
-        quarantine = work.input.quarantine
-        log = ProgressLog(
-            self.context.log.info, f"{asset} {date}", quarantine.rows if quarantine else None
+        settings = DaySettings(
+            self.store.partition_target,
+            self.store.fs,
+            run_lineage(self.context),
+            self.inference.lease_seconds,
+            self.shard_rows,
+            self.inference.max_batch_size,
         )
-        tags = self.context.run.tags
-        day = self.ledger.open(asset, date, writer, quarantine.rows if quarantine else None)
-        if len(day.ledger.attempts) == 1 and RETRY_NUMBER_TAG not in tags:
+        at_launch = None
+        if RETRY_NUMBER_TAG not in self.context.run.tags:
             # The policy's view at the day's first launch, from its ledger.
-            capacity, on_demand_after = self.ledger.capacity, self.inference.on_demand_after
-            facts = partial(day.night_facts, 0, capacity, tags, on_demand_after)
-            say_at_launch(self.context, f"{asset} {date}", *decide(facts))
-
-        def progress(rows: int, resumed: int, shards: int) -> None:
-            log(rows, resumed, shards)
-            day.attempt.rows, day.saving = rows - resumed, True
-            day.save()
-
+            where = f"{asset} {date}"
+            tell = lambda facts: say_at_launch(self.context, where, *decide(facts))  # noqa: E731
+            at_launch = AtLaunch(tell, self.context.run.tags, self.inference.on_demand_after)
         pool = self.pool()
-        sample = sample if pool.in_process else None
-        watch = Watch(self.stop, progress, BatchMetrics())
-        try:
-            with GpuMonitor(str(self.inference.runtime.device)) as gpu:
-                shards = run_partition(
-                    writer, self._shards(work, writer), self._job(work, writer, sample), pool, watch
-                )
-        except BaseException as exc:
-            self.ledger.left(day, interrupted=isinstance(exc, Interrupted))
-            raise
-        finally:
-            day.save()
-        self.ledger.close(day, shards)
-        if shards.shards_resumed or shards.rows_redone:
-            self.context.log.info(
-                f"{asset} {date}: resumed {shards.shards_resumed} finished shards, "
-                f"redid {shards.rows_redone} rows (attempt {shards.attempt})"
+        with GpuMonitor(str(self.inference.runtime.device)) as gpu:
+            ran = run_day(
+                asset,
+                date,
+                work,
+                settings,
+                self.ledger,
+                pool,
+                self.stop,
+                self.context.log.info,
+                sample=sample,
+                audit=audit,
+                at_launch=at_launch,
             )
-        # Rows in and out describe the whole partition, resumed shards included; the batch
-        # figures (batches, rows_computed) describe the work this attempt did.
-        metrics = watch.metrics
-        metrics.rows_in, metrics.rows_out = shards.rows_in, shards.rows_out
+        shards = ran.shards
         published = Published(uri=shards.uri, rows=shards.rows_out, files=shards.shards)
-        report = PartitionReport(
+        return PartitionReport(
             date,
-            metrics.finish(),
+            ran.metrics,
             published,
             shards,
             gpu=gpu.stats(),
             # The ledger's figures (metadata()) price the day over all its attempts.
             price=None,
             capacity=self.ledger.capacity,
-            sample=sample.frame(published.rows) if sample is not None else None,
-            executor={**self._where(pool, watch), **work.input.layout},
-        )
-        log_partition(self.context, asset, report)
-        return report
-
-    def _writer(self, asset: str, date: str, work: Work, audit: bool = False) -> ShardedWriter:
-        """The partition's writer, its fingerprint made of everything that decides the output."""
-        quarantine, side = work.input.quarantine, work.output.side
-        decided_by = [input_fingerprint(self.store.fs, work.input.files or []), work.depends_on]
-        if quarantine is not None:
-            decided_by.append(quarantine.digest())
-        decided_by.append(work.input.layout)
-        where = ShardFileTargets(
-            self.store.partition_target(asset, date),
-            work.output.schema,
-            self.store.partition_target(quarantine_asset(asset), date) if quarantine else None,
-            self.store.partition_target(side[0], date) if side else None,
-            side[1] if side else None,
-        )
-        return ShardedWriter(
-            where,
-            fingerprint(*decided_by),
-            self.shard_rows(work.sizes.default_shard_rows, work.sizes.shard_rows),
-            run_lineage(self.context),
-            self.inference.lease_seconds,
-            audit=audit,
-        )
-
-    def _shards(self, work: Work, writer: ShardedWriter) -> Callable[[], Iterable[ShardInput]]:
-        """The partition's shards: the domain's own cut, else row ranges of its batches."""
-        if work.input.shards is not None:
-            return work.input.shards
-        return lambda: row_range_shards(work.input.batches, writer.shard_rows)
-
-    def _job(self, work: Work, writer: ShardedWriter, sample: StreamedSample | None) -> ShardJob:
-        program = work.program
-        if isinstance(program, ModelStep):
-            program = FixedProgram(program)
-        if sample is not None:
-            columns = work.output.sample
-            program = SampledProgram(program, sample, None if columns is True else columns)
-        return ShardJob(
-            writer.files(),
-            program,
-            work.sizes.batch_size or self.inference.max_batch_size,
-            work.input.quarantine,
-            writer.target.uri(writer.target.data_dir()),
+            sample=sample.frame(published.rows) if sample is not None and pool.in_process else None,
+            executor={**self._where(pool, ran.watch), **work.input.layout},
         )
 
     def _where(self, pool: ShardPool, watch: Watch) -> dict[str, Any]:

@@ -48,7 +48,7 @@ from assets.days import DayRecorder, latest_materialization
 from assets.errors import fail_fast_on_bad_input
 from assets.gates import LandingGate, Screen
 from assets.partitions import partition_dates
-from resources.landing_files import NOT_PARQUET_ENV, LandingListing
+from resources.landing_files import NOT_PARQUET_ENV, LandingListing, LandingRead
 from resources.quality import QualityConfig, preload_great_expectations, quarantine_limit
 from resources.storage import DataStore, StorageResource
 
@@ -307,11 +307,13 @@ def landing_timezone_metadata(store: DataStore, dataset: str) -> dict[str, str]:
 @dataclass(frozen=True)
 class LandedDay:
     """A scoring step's input day, landed and checked: its rows (as the landing check counted
-    them), and why it must not be scored (its blocking landing checks failed), or None."""
+    them), why it must not be scored (its blocking landing checks failed) or None, and the
+    listing its check was made against, whose files the step scores."""
 
     date: str
     rows: int
     refusal: str | None
+    read: LandingRead
 
 
 def land_for_scoring(
@@ -324,7 +326,8 @@ def land_for_scoring(
     limit: Any,
 ) -> Generator[Any, None, LandedDay]:
     """The scoring step's input day: landed and checked in this step first unless it was
-    checked against its current files.
+    checked against its current files. One listing of the day gives both the fingerprint
+    compared and the files the step scores, so it scores exactly the files that were checked.
 
     Args:
         asset: the scoring asset, for messages.
@@ -335,7 +338,8 @@ def land_for_scoring(
         the day, with why it must not be scored where its blocking landing checks failed.
     """
     failed: list[str] = []
-    rows = checked_rows(context, store, dataset, date)
+    read = store.landing_read(dataset, date)
+    rows = checked_rows(context, dataset, date, read.fingerprint)
     if rows is None:
         spec = LANDINGS.get(dataset)
         if spec is None or spec.config is None:
@@ -349,6 +353,7 @@ def land_for_scoring(
         landing_config = _landing_config(spec, config)
         rows = yield from land_day(context, spec, landing_config, store, date, limit, days)
         failed = [failure.rsplit(": ", 1)[-1] for failure in days.failed]
+        read = store.landing_read(dataset, date)  # the files this step just checked
     refusal = (
         f"{asset} {date}: not scored: blocking checks of {dataset} {date} failed "
         f"({', '.join(failed)}); see their results on {dataset}'s page, fix the landing files "
@@ -356,20 +361,19 @@ def land_for_scoring(
         if failed
         else None
     )
-    return LandedDay(date, rows, refusal)
+    return LandedDay(date, rows, refusal, read)
 
 
 def checked_rows(
-    context: AssetExecutionContext, store: DataStore, dataset: str, date: str
+    context: AssetExecutionContext, dataset: str, date: str, fingerprint: str | None
 ) -> int | None:
-    """The dataset's day's rows where it was last materialised from its current files with its
-    blocking checks passed; else None."""
+    """The dataset's day's rows where it was last materialised from the files of
+    ``fingerprint`` with its blocking checks passed; else None."""
     latest = latest_materialization(context, dataset, date)
     if latest is None:
         return None
     figures = day_figures(latest.asset_materialization.metadata)
-    current = store.landing_fingerprint(dataset, date) or ""
-    if figures.get(LANDING_FINGERPRINT) != current or figures.get(CHECKED) != PASSED:
+    if figures.get(LANDING_FINGERPRINT) != (fingerprint or "") or figures.get(CHECKED) != PASSED:
         return None
     return int(figures[ROW_COUNT])
 

@@ -1,19 +1,17 @@
-"""A scored partition as every domain's assets report it: partition keys, the report and its metadata."""
+"""A scored partition as every domain's assets report it: partition keys, the report, its log
+line and its checkpoint totals (the runner turns a report into the day's metadata)."""
 
 from __future__ import annotations
 
 from dataclasses import dataclass, field
 
 import pandas as pd
-from dagster import (
-    AssetExecutionContext,
-    Failure,
-    MetadataValue,
-)
+from dagster import AssetExecutionContext, Failure
 
-from assets.observability import GpuStats, NodePrice, observability_metadata
+from assets.observability import GpuStats, NodePrice
 from inference.engine.metrics import BatchMetrics
 from inference.engine.output_partition import ShardReport
+from inference.engine.progress import partition_line
 from policy.partitions import partition_key_error
 from resources.storage import Published
 
@@ -52,35 +50,7 @@ def partition_dates(context: AssetExecutionContext) -> list[str]:
 
 
 def log_partition(context: AssetExecutionContext, asset: str, report: PartitionReport) -> None:
-    m = report.metrics
-    context.log.info(
-        f"{asset} {report.date}: {m.rows_in} rows in, {m.rows_out} out in {m.seconds:.2f}s "
-        f"({m.rows_per_second:,.0f} rows/s, {m.batches} batches) -> {report.published.uri}"
-    )
-
-
-def scoring_metadata(
-    report: PartitionReport, *, model_version: str, device: str, model_loads: int
-) -> dict:
-    """A scored day's materialisation metadata, which the UI plots per partition: rows, time,
-    throughput, batches, checkpoint figures, model, device."""
-    metadata: dict = {
-        **observability_metadata(
-            report.metrics,
-            device=device,
-            price=report.price,
-            capacity=report.capacity,
-            gpu=report.gpu,
-        ),
-        **checkpoint_totals([report]),
-        "dagster/row_count": report.metrics.rows_out,
-        "model_version": model_version,
-        "device": device,
-        "model_loads": model_loads,
-        "output": MetadataValue.path(report.published.uri),
-        **report.executor,
-    }
-    return metadata
+    context.log.info(partition_line(asset, report.date, report.metrics, report.published.uri))
 
 
 def checkpoint_totals(reports: list[PartitionReport]) -> dict[str, int]:

@@ -33,6 +33,7 @@ from dagster import (
     AssetsDefinition,
     AssetSpec,
     Failure,
+    MetadataValue,
     Output,
 )
 
@@ -42,13 +43,15 @@ from assets.days import DayRecorder, daily_assets, latest_materialization
 from assets.errors import fail_fast_on_bad_input
 from assets.handed import SNAPSHOTS
 from assets.landing import (
+    LandedDay,
     jobs_holding,
     land_for_scoring,
     landing_timezone_metadata,
     record_landing_read,
 )
-from assets.partitions import PartitionReport, partition_dates, scoring_metadata
-from assets.staleness import load_chosen, model_window, point_in_time
+from assets.observability import observability_metadata
+from assets.partitions import PartitionReport, checkpoint_totals, partition_dates
+from assets.staleness import load_chosen, model_window
 from inference.engine.tables import StagedDay
 from inference.engine.work import Work
 from policy.automation import GPU_POOL, scored_by_0700_utc
@@ -186,7 +189,7 @@ def score(
                 )
             with fail_fast_on_bad_input(), fail_fast_on_bad_rows():
                 day = spec.day(run, date, model, config, limit)
-                sample = _prepare(day.work, spec, store, date, config, limit)
+                sample = _prepare(day.work, spec, landed, config, limit)
                 # After the domain's own screening, whose message names the rows' figures.
                 if landed.refusal is not None:
                     raise Failure(description=landed.refusal, allow_retries=False)
@@ -196,6 +199,8 @@ def score(
                 model_version=model.version,
                 device=model.device or inference.runtime.describe(),
                 model_loads=inference.load_count(model.key),
+                window=window,
+                choice=choice,
             )
             if _recorded_before(context, spec.asset, report):
                 continue
@@ -203,16 +208,18 @@ def score(
             # Write-audit-publish: what the domain records at the commit, its figures and the
             # checks read the day as staged, before main has it.
             with store.reading(staged):
-                if day.on_commit is not None:
-                    day.on_commit(report)
-                own = day.metadata(report)
                 started = time.perf_counter()  # the checks' cost: their figures, then suites
                 if report.shards is not None:
                     landed_rows = landed.rows if day.input_rows is None else day.input_rows
                     rows = conservation_figures(store, spec.asset, date, report.shards, landed_rows)
                     report = replace(report, conservation=rows)
+                check_seconds = time.perf_counter() - started
+                if day.on_commit is not None:
+                    day.on_commit(report)
+                own = day.metadata(report)
+                started = time.perf_counter()
                 checks = day.checks(report)
-                check_seconds = round(time.perf_counter() - started, 4)
+                check_seconds = round(check_seconds + time.perf_counter() - started, 4)
             refused = days.refused(checks)
             verdicts = {str(c.check_name): bool(c.passed) for c in checks}
             outcome = _publish_or_reject(
@@ -224,7 +231,6 @@ def score(
                 **landing_timezone_metadata(store, spec.dataset),
                 **model.metadata,
                 **own,
-                **point_in_time(window, date, choice),
                 **quarantine_metadata([report.shards] if report.shards else []),
                 "partitions": len(dates),  # days this run covers
                 "check_seconds": check_seconds,
@@ -279,18 +285,18 @@ def _publish_or_reject(
 
 
 def _prepare(
-    work: Work, spec: ScoringSpec, store: DataStore, date: str, config: QualityConfig, limit: float
+    work: Work, spec: ScoringSpec, landed: LandedDay, config: QualityConfig, limit: float
 ) -> StreamedSample | None:
-    """What every day's work gets before it runs: its input files (by default the spec's
-    dataset's landing files of the day, listed only where the domain did not name its own),
-    the quarantine limit (above it the day fails before any inference) and, if it asks for one,
-    the output checks' sample taken as rows stream."""
+    """What every day's work gets before it runs: its input files (by default the landing
+    files whose fingerprint the landing check was compared with, where the domain did not
+    name its own), the quarantine limit (above it the day fails before any inference) and, if
+    it asks for one, the output checks' sample taken as rows stream."""
     if work.input.files is None:
-        work.input.files = store.landing_files(spec.dataset, date)
+        work.input.files = landed.read.files
     plan = work.input.quarantine
     if plan is None:
         return None
-    plan.check_rate(limit, f"{spec.asset} {date}")
+    plan.check_rate(limit, f"{spec.asset} {landed.date}")
     if not work.output.sample:
         return None
     return StreamedSample(plan.rows - plan.count, config.check_sample_rows, config.check_seed)
@@ -325,6 +331,52 @@ def _model_version_changed(
         return 0
     previous = day_figures(latest.asset_materialization.metadata).get("model_version")
     return int(previous is not None and previous != version)
+
+
+def scoring_metadata(
+    report: PartitionReport,
+    *,
+    model_version: str,
+    device: str,
+    model_loads: int,
+    window: tuple[str, str] | None = None,
+    choice: str | None = None,
+) -> dict:
+    """A scored day's materialisation metadata, which the UI plots per partition: rows, time,
+    throughput, batches, checkpoint figures, model, device, and, given the backfill's model
+    ``choice``, the model's data window against the day (:func:`point_in_time`)."""
+    metadata: dict = {
+        **observability_metadata(
+            report.metrics,
+            device=device,
+            price=report.price,
+            capacity=report.capacity,
+            gpu=report.gpu,
+        ),
+        **checkpoint_totals([report]),
+        "dagster/row_count": report.metrics.rows_out,
+        "model_version": model_version,
+        "device": device,
+        "model_loads": model_loads,
+        "output": MetadataValue.path(report.published.uri),
+        **report.executor,
+        **(point_in_time(window, report.date, choice) if choice is not None else {}),
+    }
+    return metadata
+
+
+def point_in_time(window: tuple[str, str] | None, date: str, choice: str) -> dict[str, object]:
+    """What a scored day records of its model's data window and of the backfill's choice.
+
+    ``trained_through`` is the last day the model trained on; ``trained_after_day`` is true
+    when that day is after ``date``: the model saw data from the day's future. Both are absent
+    without a window (:func:`assets.staleness.model_window`).
+    """
+    figures: dict[str, object] = {"model_choice": choice}
+    if window is not None:
+        figures["trained_from"], figures["trained_through"] = window
+        figures["trained_after_day"] = window[1] > date
+    return figures
 
 
 def label_asset_job_run(context: AssetExecutionContext, asset: str) -> None:

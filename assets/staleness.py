@@ -1,5 +1,5 @@
-"""Staleness by model version: which scored days a new champion made stale, and what each day
-records of the model that scored it (point in time).
+"""Staleness by model version: which scored days a new champion made stale, and the data
+window of the model that scored a day, which the day records (``assets.runner.point_in_time``).
 
 A scored day's materialisation records its ``model_version``; a day is stale when that version
 is not the champion's. Dagster's own staleness serves code and data versions, and per partition
@@ -222,20 +222,6 @@ def model_window(store: DataStore, version: str) -> tuple[str, str] | None:
     no day of ours) or a version the store does not hold."""
     manifest = version_manifest(store, version)
     return trained_window(manifest) if manifest is not None else None
-
-
-def point_in_time(window: tuple[str, str] | None, date: str, choice: str) -> dict[str, object]:
-    """What a scored day records of its model's data window and of the backfill's choice.
-
-    ``trained_through`` is the last day the model trained on; ``trained_after_day`` is true
-    when that day is after ``date``: the model saw data from the day's future. Both are absent
-    without a window (:func:`model_window`).
-    """
-    figures: dict[str, object] = {"model_choice": choice}
-    if window is not None:
-        figures["trained_from"], figures["trained_through"] = window
-        figures["trained_after_day"] = window[1] > date
-    return figures
 
 
 def version_manifest(store: DataStore, version: str) -> dict | None:

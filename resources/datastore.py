@@ -32,6 +32,7 @@ from resources.landing_files import (
     NOT_PARQUET_ENV,
     LandingDataError,
     LandingListing,
+    LandingRead,
     Sniffer,
     claims_parquet,
     classify,
@@ -96,48 +97,62 @@ class DataStore(OutputStore):
 
     def landing_files(self, dataset: str, date: str) -> list[str]:
         """The partition's parquet files; raises LandingDataError if there are none."""
-        return [f.path for f in self._landing_infos(dataset, date)]
+        return self.landing_read(dataset, date).files
 
     def landing_fingerprint(self, dataset: str, date: str) -> str | None:
         """A short hash of the partition's data files (path, size, modification time) and of
         the files that fail it (not parquet, duplicates, broken links), or None when it has
         neither yet: any data file added, replaced, rewritten or removed changes it, and so does
         removing or mending a file that failed the day."""
+        return self.landing_read(dataset, date).fingerprint
+
+    def landing_read(self, dataset: str, date: str) -> LandingRead:
+        """One listing of the partition: its fingerprint, and the parquet files a scoring step
+        reads, so that the files scored are the files whose fingerprint was checked."""
         path = self.landing_path(dataset, date)
         listing = self.landing_listing(dataset, date)
         failing = {**listing.rejected, **listing.repeated, **listing.broken}
-        if not listing.files and not failing:
-            return None
-        digest = hashlib.sha256()
-        for f in listing.files:
-            digest.update(f"{f.path[len(path) :]}\t{f.size}\t{f.mtime_ns}\n".encode())
-        for file, what in failing.items():
-            digest.update(f"{file[len(path) :]}\t{what}\n".encode())
-        return digest.hexdigest()[:16]
+        fingerprint = None
+        if listing.files or failing:
+            digest = hashlib.sha256()
+            for f in listing.files:
+                digest.update(f"{f.path[len(path) :]}\t{f.size}\t{f.mtime_ns}\n".encode())
+            for file, what in failing.items():
+                digest.update(f"{file[len(path) :]}\t{what}\n".encode())
+            fingerprint = digest.hexdigest()[:16]
+        return LandingRead(fingerprint, listing.paths, self._unreadable(dataset, date, listing))
 
     def _landing_infos(self, dataset: str, date: str) -> list[pafs.FileInfo]:
         """The partition's parquet files, as :meth:`landing_listing` places them.
 
         Raises:
-            LandingDataError: a link is broken, naming it and why; a file repeats another, or
-                is not parquet (under the ``fail`` policy), naming it and the file it repeats
-                or what it looks like; or the partition has no parquet file.
+            LandingDataError: see :meth:`_unreadable`.
         """
-        path = self.landing_path(dataset, date)
         listing = self.landing_listing(dataset, date)
+        if (problem := self._unreadable(dataset, date, listing)) is not None:
+            raise problem
+        return listing.files
+
+    def _unreadable(
+        self, dataset: str, date: str, listing: LandingListing
+    ) -> LandingDataError | None:
+        """Why the partition cannot be read, or None: a link is broken, naming it and why; a
+        file repeats another, or is not parquet (under the ``fail`` policy), naming it and the
+        file it repeats or what it looks like; or the partition has no parquet file."""
+        path = self.landing_path(dataset, date)
         if listing.broken:
-            raise self._broken_error(dataset, date, listing.broken)
+            return self._broken_error(dataset, date, listing.broken)
         if listing.repeated:
-            raise self._duplicate_error(dataset, date, listing.repeated)
+            return self._duplicate_error(dataset, date, listing.repeated)
         if listing.rejected:
-            raise self._not_parquet_error(dataset, date, listing.rejected)
+            return self._not_parquet_error(dataset, date, listing.rejected)
         if not listing.files:
-            raise LandingDataError(
+            return LandingDataError(
                 f"landing partition missing: dataset '{dataset}', date {date}: "
                 f"no parquet files under {self.uri(path)}{self._skipped_note(path, listing)}. "
                 "To fix it, land the day's parquet files there, then run this day again"
             )
-        return listing.files
+        return None
 
     def _not_parquet_error(
         self, dataset: str, date: str, rejected: dict[str, str], shown: int = 5

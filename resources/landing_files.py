@@ -115,6 +115,23 @@ class LandingListing:
         return self.duplicates if self.policy == "fail" else {}
 
 
+@dataclass(frozen=True)
+class LandingRead:
+    """One listing of a landing partition, as a scoring step reads it: the fingerprint the
+    landing sensor and the landing check compare, and the parquet files of that same listing,
+    or why there are none to read (raised when they are asked for)."""
+
+    fingerprint: str | None
+    paths: list[str]
+    problem: Exception | None = None
+
+    @property
+    def files(self) -> list[str]:
+        if self.problem is not None:
+            raise self.problem
+        return self.paths
+
+
 def looks_like(head: bytes, size: int) -> str:
     """What a file that is not parquet looks like, from its first bytes, for an error or log."""
     if size == 0:

@@ -1,6 +1,7 @@
 """One fraud day's route through the project (tests/day_route.py): where it starts, that it is
 published once, and that it never goes back to landing once the engine has it; a day on the
-public module returns to a file it left at most five times (issue 45)."""
+public module enters at most ten project files and returns to a file it left at most five
+times (issue 45)."""
 
 from __future__ import annotations
 
@@ -26,8 +27,9 @@ def test_a_day_is_landed_then_scored_then_published_once():
     assert published[0] < recorded
 
 
-def test_a_day_on_the_public_module_comes_back_to_a_file_at_most_five_times():
+def test_a_day_on_the_public_module_enters_ten_files_and_comes_back_at_most_five_times():
     route = one_churn_day()
     print(route.describe())
+    assert len(route.files) <= 10
     assert route.returns <= 5
     assert route.stays[0] == ("assets/runner.py", ["score"])

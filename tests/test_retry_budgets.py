@@ -19,7 +19,8 @@ from dagster import (
 from helpers import asset_metadata, cpu_resources
 
 from assets.checkpointing import spot_safe
-from assets.partitions import partition_dates, scoring_metadata
+from assets.partitions import partition_dates
+from assets.runner import scoring_metadata
 from inference.engine.shard_worker import ModelStep
 from inference.engine.work import Input, Output, Sizes, Work
 from orchestration.jobs import pipeline_jobs

@@ -24,6 +24,7 @@ from assets import fraud
 from assets.day_metadata import day_figures, day_metadata
 from assets.fraud.demo_data import generate_day
 from assets.fraud.schemas import MODEL_NAME, SCORES
+from assets.runner import point_in_time
 from assets.staleness import (
     ON_DAY_CHOICE,
     ScoredDay,
@@ -31,7 +32,6 @@ from assets.staleness import (
     load_chosen,
     model_choice,
     model_window,
-    point_in_time,
     scored_days,
     stale_days,
     version_for_day,

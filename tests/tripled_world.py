@@ -14,7 +14,8 @@ from helpers import cpu_resources
 
 from assets.checkpointing import spot_safe
 from assets.day_metadata import day_metadata
-from assets.partitions import partition_dates, scoring_metadata
+from assets.partitions import partition_dates
+from assets.runner import scoring_metadata
 from inference.engine.shard_worker import ModelStep
 from inference.engine.work import Input, Output, Sizes, Work
 from policy.partitions import daily_partitions

@@ -8,7 +8,8 @@ from pydantic import Field
 
 from assets.days import DayRecorder, daily_assets
 from assets.handed import handed, read_at, snapshot_metadata
-from assets.partitions import PartitionReport, log_partition, partition_dates, scoring_metadata
+from assets.partitions import PartitionReport, log_partition, partition_dates
+from assets.runner import scoring_metadata
 from assets.summaries.document_summaries import ASSET as SUMMARIES
 from assets.summaries.document_summaries import document_summaries
 from assets.text_models import encoder_key, sentence_encoder

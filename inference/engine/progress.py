@@ -1,9 +1,12 @@
-"""A partition's progress in its log: rows, shards, rate and time to go, throttled."""
+"""A partition's progress in its log: rows, shards, rate and time to go, throttled; and its
+line once scored."""
 
 from __future__ import annotations
 
 import time
 from collections.abc import Callable
+
+from inference.engine.metrics import BatchMetrics
 
 # At most one progress line per partition this often: a long partition shows how far it got
 # without a line per shard in the event log.
@@ -44,3 +47,13 @@ class ProgressLog:
         if self.total and rate > 0 and rows < self.total:
             line += f", about {(self.total - rows) / rate:,.0f} s to go"
         self.log(line)
+
+
+def partition_line(asset: str, date: str, metrics: BatchMetrics, uri: str) -> str:
+    """The line a scored partition leaves in the log: rows in and out, time, rate, batches and
+    where the output went."""
+    m = metrics
+    return (
+        f"{asset} {date}: {m.rows_in} rows in, {m.rows_out} out in {m.seconds:.2f}s "
+        f"({m.rows_per_second:,.0f} rows/s, {m.batches} batches) -> {uri}"
+    )

@@ -13,9 +13,9 @@ Suites live beside each domain as reviewable JSON (``assets/<domain>/suites/<ass
 file per asset; each named suite in it is one Dagster check with its severity.
 
 Modules: ``suites`` (the JSON files, a suite's evidence and its Dagster check result),
-``validation`` (running GE and the suites over a run's partitions, and the statistics that
-plainly pass without GE), ``sampling`` (samples and row counts of published partitions, row
-conservation), and ``quarantine`` (failing fast, quarantine metadata, the run config and the
+``validation`` (running GE and the suites over a run's partitions, the statistics that
+plainly pass without GE, and a day's row-conservation figures), ``sampling`` (samples and row
+counts of published partitions), and ``quarantine`` (failing fast, quarantine metadata, the run config and the
 quarantine limit).
 """
 
@@ -30,13 +30,17 @@ from resources.quality.quarantine import (
 from resources.quality.sampling import (
     PositionCursor,
     StreamedSample,
-    conservation_figures,
     published_rows,
     sample_output,
     sample_positions,
 )
 from resources.quality.suites import CheckSuite, Evidence, check_result, load_suites
-from resources.quality.validation import SuiteRun, preload_great_expectations, validate
+from resources.quality.validation import (
+    SuiteRun,
+    conservation_figures,
+    preload_great_expectations,
+    validate,
+)
 
 __all__ = [
     "DEFAULT_SAMPLE_ROWS",

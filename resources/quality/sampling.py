@@ -1,5 +1,4 @@
-"""Seeded row samples of published partitions, their row counts from the files' footers, and a
-scored day's row conservation figures."""
+"""Seeded row samples of published partitions, and their row counts from the files' footers."""
 
 from __future__ import annotations
 
@@ -9,8 +8,6 @@ import pyarrow as pa
 import pyarrow.dataset as ds
 import pyarrow.parquet as pq
 
-from inference.engine.output_partition import ShardReport
-from inference.engine.work import quarantine_asset
 from resources.storage import DataStore
 
 
@@ -97,21 +94,3 @@ def published_rows(store: DataStore, asset: str, date: str) -> int:
     if not files:
         return 0
     return ds.dataset(files, filesystem=store.fs, format="parquet").count_rows()
-
-
-def conservation_figures(
-    store: DataStore, asset: str, date: str, shards: ShardReport, landed_rows: int
-) -> dict[str, int]:
-    """Rows in, scored and quarantined as the engine counted them (it refuses any model call
-    that answers for more or fewer rows than it was given), beside what was landed and what the
-    published files hold (their footers), for the row-conservation suite."""
-    return {
-        "rows_in": shards.rows_in,
-        "landed_rows": landed_rows,
-        "rows_scored": shards.rows_scored,
-        "rows_quarantined": shards.rows_quarantined,
-        "rows_scored_plus_quarantined": shards.rows_scored + shards.rows_quarantined,
-        "rows_out": shards.rows_out,
-        "published_rows": published_rows(store, asset, date),
-        "published_quarantine_rows": published_rows(store, quarantine_asset(asset), date),
-    }

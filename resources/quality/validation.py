@@ -26,7 +26,11 @@ from typing import Any
 import pandas as pd
 from dagster import AssetCheckResult
 
+from inference.engine.output_partition import ShardReport
+from inference.engine.work import quarantine_asset
+from resources.quality.sampling import published_rows
 from resources.quality.suites import CheckSuite, Evidence, check_result
+from resources.storage import DataStore
 
 # Offending values shown per failed expectation: enough to recognise the problem in the UI.
 EXAMPLES = 5
@@ -289,3 +293,21 @@ class SuiteRun:
             )
             for name, suite in self.suites.items()
         ]
+
+
+def conservation_figures(
+    store: DataStore, asset: str, date: str, shards: ShardReport, landed_rows: int
+) -> dict[str, int]:
+    """Rows in, scored and quarantined as the engine counted them (it refuses any model call
+    that answers for more or fewer rows than it was given), beside what was landed and what the
+    published files hold (their footers), for the row-conservation suite."""
+    return {
+        "rows_in": shards.rows_in,
+        "landed_rows": landed_rows,
+        "rows_scored": shards.rows_scored,
+        "rows_quarantined": shards.rows_quarantined,
+        "rows_scored_plus_quarantined": shards.rows_scored + shards.rows_quarantined,
+        "rows_out": shards.rows_out,
+        "published_rows": published_rows(store, asset, date),
+        "published_quarantine_rows": published_rows(store, quarantine_asset(asset), date),
+    }
