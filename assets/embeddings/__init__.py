@@ -2,8 +2,10 @@
 documents dataset, ``assets/documents/``, that the summaries read too)."""
 
 from assets.embeddings.document_embeddings import PIPELINE
+from assets.wiring import DomainWiring
 
-# The checks on document_embeddings are declared on the asset itself (suites/*.json); its job,
-# document_embeddings_job, includes the documents landing asset the summaries' wiring registers.
-wiring = PIPELINE.wiring
-defs = wiring.defs
+# As nightly declared it: the scoring asset with its checks (suites/*.json), and
+# document_embeddings_job, which includes the documents landing asset the summaries' wiring
+# registers. Its landing dataset is the summaries', so it writes no demo day of its own.
+defs = PIPELINE.wiring.defs
+wiring = DomainWiring(defs, PIPELINE.wiring.pipelines)
