@@ -168,7 +168,9 @@ class PredictorProgram:
 def _column(values: Any, f: pa.Field) -> pa.Array:
     """An answered column as ``f``'s type: an Arrow array as it is, a matrix as fixed-size
     lists (a vector per row), anything else through numpy."""
-    if isinstance(values, pa.Array | pa.ChunkedArray):
+    if isinstance(values, pa.ChunkedArray):
+        values = values.combine_chunks()
+    if isinstance(values, pa.Array):
         return values.cast(f.type)
     array = np.asarray(values)
     if array.ndim == 2 and pa.types.is_fixed_size_list(f.type):
