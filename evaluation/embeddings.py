@@ -1,7 +1,7 @@
 """document_embeddings on real articles: highlight -> article retrieval on CNN/DailyMail.
 
-Each article is embedded by the asset's own model step (``document_texts`` and ``embed_batch``
-of ``assets/embeddings/document_embeddings.py``, with its default config) and each article's
+Each article is embedded by the asset's own model (``EmbeddingPredictor`` of
+``assets/embeddings/document_embeddings.py``, with its default config) and each article's
 highlights as a query, embedded the same way (``embed_documents`` with the asset's chunking:
 a query is a short document); the query's own article should rank first among all. Beside it:
 the first-window embedding (``encode``: the encoder reads the first 256 tokens; ranked only
@@ -38,13 +38,12 @@ import torch
 from sklearn.feature_extraction.text import TfidfVectorizer
 
 from assets.embeddings.document_embeddings import (
+    EmbeddingPredictor,
     EmbeddingsConfig,
     document_chunking,
     document_texts,
-    embed_batch,
-    vectors_version,
 )
-from assets.text_models import ModelMetrics, sentence_encoder
+from assets.text_models import sentence_encoder
 from evaluation.summaries import CACHE, VALIDATION_CHUNKS, dataset_path, load_examples
 from inference.text.chunks import Chunking
 from inference.text.embeddings import (
@@ -89,11 +88,12 @@ def asset_embeddings(
 ) -> np.ndarray:
     """The articles' vectors as ``document_embeddings`` writes them: the asset's model step,
     in batches of its ``docs_per_chunk``, under the inference resource's token budget."""
-    chunking = document_chunking(encoder, config)
-    version = vectors_version(encoder, chunking)
-    transform = embed_batch(
-        encoder, chunking, version, ModelMetrics(), inference.batch_tokens, inference.max_batch_size
+    predictor = EmbeddingPredictor(
+        chunks_per_document=config.chunks_per_document, chunk_decay=config.chunk_decay
     )
+    predictor.max_batch_size = inference.max_batch_size
+    predictor.max_batch_tokens = inference.batch_tokens
+    predictor.use(encoder)
     out = []
     for start in range(0, len(articles), config.docs_per_chunk):
         part = list(articles[start : start + config.docs_per_chunk])
@@ -104,7 +104,7 @@ def asset_embeddings(
                 "body": part,
             }
         )
-        written = transform(batch, document_texts(batch))
+        written = predictor(batch, predictor.prepare(batch))
         out.append(np.stack(written["embedding"].to_numpy(zero_copy_only=False)))
     return np.concatenate(out).astype(np.float32)
 

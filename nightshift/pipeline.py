@@ -9,9 +9,12 @@ check every pipeline gets), the ``model_version`` column, the landing fingerprin
 cost and each day's metadata.
 """
 
+import copy
 import inspect
+import json
 from collections.abc import Callable, Mapping, Sequence
 from dataclasses import dataclass, field
+from functools import cached_property
 from pathlib import Path
 from typing import Any
 
@@ -41,14 +44,18 @@ from inference.engine.predictor import (
     PredictorProgram,
     numeric,
 )
+from inference.engine.quarantine import QuarantinePlan
 from inference.engine.screen import screen_required
-from inference.engine.work import Input, Work
+from inference.engine.shard_worker import Observe
+from inference.engine.work import Input, Sizes, Work
 from inference.engine.work import Output as WorkOutput
 from resources.inference import InferenceResource
-from resources.quality import CheckSuite, QualityConfig, SuiteRun, load_suites
+from resources.quality import CheckSuite, QualityConfig, SuiteRun, load_suites, locate_in_landing
 from resources.storage import DataStore, StorageResource
 
 CONSERVATION = "row_count_matches_input"
+# A pipeline's own evaluation of its suite: (store, report, model_version, config) -> results.
+Judge = Callable[[DataStore, PartitionReport, str, Any], Sequence[AssetCheckResult]]
 
 
 @dataclass(frozen=True)
@@ -57,6 +64,12 @@ class Landing:
 
     Rows with no ``key``, a repeated ``key``, or a null or non-finite value in a ``required``
     column (default: every column but the key) go to ``<name>_quarantine`` with the reason.
+
+    A dataset that other pipelines read too has a landing asset already: ``asset`` is it, and
+    the pipeline depends on it instead of declaring its own. ``screen``, ``(store, date) ->``
+    the quarantine plan of the day's rows in the order they are read, replaces the key and
+    required-column screen (the engine locates each quarantined row in its landing file).
+    ``columns``: the only columns the predictor reads (default: all).
     """
 
     dataset: str
@@ -64,6 +77,9 @@ class Landing:
     key: str
     required: Sequence[str] | None = None
     description: str = ""
+    asset: AssetsDefinition | None = None
+    screen: Callable[[DataStore, str], QuarantinePlan] | None = None
+    columns: Sequence[str] | None = None
 
     @property
     def reads(self) -> list[str]:
@@ -75,11 +91,18 @@ class Landing:
 @dataclass(frozen=True)
 class Output:
     """The columns the predictor returns (the engine adds the key first and ``model_version``
-    last), and counts of the day's rows recorded in its metadata: ``name -> fn(columns)``."""
+    last), and counts of the day's rows recorded in its metadata: ``name -> fn(columns)``.
+
+    ``observe``: given the model version, ``fn(rows, output, stats)`` that adds exact figures of
+    each model call to the day's statistics (what custom ``Checks.results`` read). ``sample``:
+    the columns of a seeded sample of the day's rows, taken as they stream, for the checks.
+    """
 
     schema: pa.Schema
     counts: Mapping[str, Callable[[Mapping[str, np.ndarray]], int]] = field(default_factory=dict)
     description: str = ""
+    observe: Callable[[str], Observe] | None = None
+    sample: Sequence[str] = ()
 
 
 @dataclass(frozen=True)
@@ -87,10 +110,16 @@ class Checks:
     """How a day is judged before it is published: a Great Expectations suite file over the
     day's figures (a relative path is read from the predictor's folder), and custom checks, ``fn(figures) -> bool``, each a blocking check named
     after its function. The figures: rows in, out and quarantined, and for each numeric output
-    column its ``_min``, ``_max`` and ``_non_finite`` count."""
+    column its ``_min``, ``_max`` and ``_non_finite`` count.
+
+    ``results``: ``fn(store, report, model_version, config) -> check results``, the suite's
+    results from figures of the pipeline's own (``Output.observe``, ``Output.sample``) in place
+    of these; the suite then checks row conservation itself (no ``row_count_matches_input``).
+    """
 
     suite: str | Path | None = None
     custom: Sequence[Callable[[Mapping[str, Any]], bool]] = ()
+    results: Judge | None = None
 
 
 @dataclass(frozen=True)
@@ -101,7 +130,26 @@ class NightlyPipeline:
     landing_asset: AssetsDefinition
     scoring_asset: AssetsDefinition
     wiring: DomainWiring
-    defs: Definitions
+
+    @cached_property
+    def defs(self) -> Definitions:
+        """The pipeline on its own: its assets, job, schedule, landing trigger and the local
+        resources. Built on first use: a shipped domain's module is imported while the code
+        location's jobs are (``orchestration/jobs.py``), and needs only its wiring."""
+        from orchestration.jobs import pipeline_job
+        from orchestration.resources import build_resources
+        from orchestration.schedules import nightly_schedule
+        from orchestration.sensors import build_landing_sensor
+
+        [pipeline] = self.wiring.pipelines
+        job = pipeline_job(pipeline)
+        return Definitions(
+            assets=[self.landing_asset, self.scoring_asset],
+            jobs=[job],
+            schedules=[nightly_schedule(pipeline, job)],
+            sensors=[build_landing_sensor([pipeline], [job])],
+            resources=build_resources(),
+        )
 
 
 def nightly(
@@ -114,6 +162,9 @@ def nightly(
     hour_utc: int = 4,
     description: str = "",
     demo: DemoDay | None = None,
+    group: str | None = None,
+    config: type[QualityConfig] | None = None,
+    sizes: Callable[[Any], Sizes] | None = None,
 ) -> NightlyPipeline:
     """The Dagster definitions of a nightly pipeline: the landing asset, the scoring asset
     ``name`` with its checks, the job ``<name>_job``, its schedule at ``hour_utc`` (UTC, for
@@ -122,35 +173,55 @@ def nightly(
 
     ``demo``: ``(store, date, scale, seed) -> {dataset: rows}``, one seeded day of demo landing
     data, which ``nightshift generate`` writes once the pipeline's wiring is listed in
-    ``assets/domains.py``."""
-    from orchestration.jobs import pipeline_job
-    from orchestration.resources import build_resources
-    from orchestration.schedules import nightly_schedule
-    from orchestration.sensors import build_landing_sensor
-
+    ``assets/domains.py``. ``group``: the assets' group in the UI (default: ``name``).
+    ``config``: the scoring asset's config class (default: the quality settings and the
+    predictor's settings), which must hold the predictor's settings. ``sizes``: ``fn(config)``,
+    the rows per model call and per shard (default: the inference resource's)."""
     scores = _scores_schema(landing, output)
-    suites = {CONSERVATION: _conservation_suite(name)}
+    suites = {} if checks.results is not None else {CONSERVATION: _conservation_suite(name)}
     if checks.suite is not None:
         suites |= load_suites(Path(inspect.getfile(predictor)).parent / checks.suite)
     custom = [AssetCheckSpec(c.__name__, asset=name, blocking=True) for c in checks.custom]
-    config = _config_class(name, predictor)
+    config = config or _config_class(name, predictor)
+    missing = [n for n in predictor._settings if n not in config.model_fields]
+    if missing:
+        raise TypeError(f"{config.__name__} has no field for {predictor.__name__}'s {missing}")
 
     def load(store: DataStore, inference: InferenceResource, settings: Any) -> Model:
         model = predictor(**{n: getattr(settings, n) for n in predictor._settings})
-        version = model.version()  # a missing or pickled weights file fails here
-        return Model(version, f"{name}:{version}", PredictorLoader(model, inference.device))
+        model.precision = inference.precision
+        model.max_batch_size = inference.max_batch_size
+        model.max_batch_tokens = inference.max_batch_tokens
+        # The value: how shards load the model, and the instance the day's figures ask.
+        shards = PredictorLoader(model, inference.device)
+        if not predictor.loaded_in_step:
+            version = model.version()  # a missing or pickled weights file fails here
+            return Model(version, f"{name}:{version}", (shards, model))
+        # The step's own copy, on the step's device (the CPU where Ray workers score): the one
+        # sent to workers travels unloaded.
+        key = f"{name}:{predictor.__name__}:{_settings(model)}"
+        loaded = PredictorLoader(copy.copy(model), str(inference.runtime.device))
+        here = inference.model(key, lambda runtime: loaded())
+        return Model(here.version(), key, (shards, here))
 
     def day(run: SpotSafeRun, date: str, model: Model, settings: Any, limit: float) -> Day:
         store = run.store
-        rows = lambda: store.iter_landing(landing.dataset, date, landing.schema)  # noqa: E731
+        loader, here = model.value
+        columns = list(landing.columns) if landing.columns is not None else None
+        rows = lambda: store.iter_landing(landing.dataset, date, landing.schema, columns)  # noqa: E731
+        if landing.screen is not None:
+            plan = locate_in_landing(landing.screen(store, date), store, landing.dataset, date)
+        else:
+            plan = screen_required(rows(), landing.key, landing.reads)
         program = PredictorProgram(
-            model.key, model.value, landing.key, scores, model.version, output.counts
+            model.key, loader, landing.key, scores, model.version, output.counts, output.observe
         )
         work = Work(
-            Input(rows(), quarantine=screen_required(rows(), landing.key, landing.reads)),
+            Input(rows(), quarantine=plan),
             program,
-            WorkOutput(scores),
+            WorkOutput(scores, sample=tuple(output.sample)),
             depends_on={"model": model.version},  # new weights: old progress is discarded
+            sizes=sizes(settings) if sizes is not None else Sizes(),
         )
 
         def judged(report: PartitionReport) -> list[AssetCheckResult]:
@@ -158,28 +229,27 @@ def nightly(
                 **report.conservation,
                 **_column_figures(report.shards.stats, output.schema),
             }
-            run_ = SuiteRun(suites)
-            run_.add(date, figures, None, {})
             own = [
                 AssetCheckResult(check_name=c.__name__, asset_key=name, passed=bool(c(figures)))
                 for c in checks.custom
             ]
+            if checks.results is not None:
+                return [*checks.results(store, report, model.version, settings), *own]
+            run_ = SuiteRun(suites)
+            run_.add(date, figures, None, {})
             return [*run_.results({}), *own]
 
-        def counted(report: PartitionReport) -> dict[str, int]:
-            return {n: report.shards.stats.counts.get(n, 0) for n in output.counts}
+        def counted(report: PartitionReport) -> dict[str, Any]:
+            stats = report.shards.stats
+            return {
+                **here.describe(stats),
+                **{n: stats.counts.get(n, 0) for n in output.counts},
+            }
 
         return Day(work, judged, counted)
 
     spec = ScoringSpec(name, landing.dataset, suites, load, day, checks=custom)
-
-    def landed(context: AssetExecutionContext, storage: StorageResource):
-        yield from land_files(context, storage, landing.dataset, landing.schema)
-
-    landed.__name__ = landed.__qualname__ = landing.dataset  # the op's name is the asset's
-    landed = daily_assets(
-        AssetSpec(landing.dataset, group_name=name, description=landing.description)
-    )(landed)
+    landed = landing.asset or _landing_asset(landing, group or name)
 
     def scored(context: AssetExecutionContext, config, storage, inference):
         yield from score(context, spec, config, storage, inference)
@@ -192,7 +262,7 @@ def nightly(
         "storage": StorageResource,
         "inference": InferenceResource,
     }
-    scoring = scoring_asset(spec, deps=[landed], group=name)(scored)
+    scoring = scoring_asset(spec, deps=[landed], group=group or name)(scored)
     pipeline = Pipeline(
         job=f"{name}_job",
         assets=(landing.dataset, name),
@@ -200,16 +270,26 @@ def nightly(
         landing=(landing.dataset,),
         scored=name,
     )
-    wiring = DomainWiring(Definitions(assets=[landed, scoring]), (pipeline,), demo_day=demo)
-    job = pipeline_job(pipeline)
-    defs = Definitions(
-        assets=[landed, scoring],
-        jobs=[job],
-        schedules=[nightly_schedule(pipeline, job)],
-        sensors=[build_landing_sensor([pipeline], [job])],
-        resources=build_resources(),
-    )
-    return NightlyPipeline(landed, scoring, wiring, defs)
+    # A landing asset of the pipeline's own is registered with it; a shared one, by its owner.
+    owned = [scoring] if landing.asset is not None else [landed, scoring]
+    wiring = DomainWiring(Definitions(assets=owned), (pipeline,), demo_day=demo)
+    return NightlyPipeline(landed, scoring, wiring)
+
+
+def _landing_asset(landing: Landing, group: str) -> AssetsDefinition:
+    """The landing asset of a dataset no other pipeline lands."""
+
+    def landed(context: AssetExecutionContext, storage: StorageResource):
+        yield from land_files(context, storage, landing.dataset, landing.schema)
+
+    landed.__name__ = landed.__qualname__ = landing.dataset  # the op's name is the asset's
+    spec = AssetSpec(landing.dataset, group_name=group, description=landing.description)
+    return daily_assets(spec)(landed)
+
+
+def _settings(model: Predictor) -> str:
+    """The predictor's settings, as a key of the model the step loads under them."""
+    return json.dumps({n: str(getattr(model, n)) for n in model._settings}, sort_keys=True)
 
 
 def _scores_schema(landing: Landing, output: Output) -> pa.Schema:

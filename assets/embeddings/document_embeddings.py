@@ -2,47 +2,33 @@
 
 A document is embedded in chunks of the encoder's window, pooled into one vector
 (:func:`inference.text.embeddings.embed_documents`). Each document is embedded alone, so shards are
-row ranges of the day; the encoder is taken where each shard runs (:class:`EmbeddingProgram`),
-never sent from the step.
+row ranges of the day; the encoder is loaded where each shard runs (:class:`EmbeddingPredictor`,
+once per process or Ray actor), never sent from the step. The pipeline is declared on the public
+module (``nightshift``), over the documents landing asset it shares with the summaries.
 """
-
-from dataclasses import dataclass
 
 import numpy as np
 import pyarrow as pa
-from dagster import AssetExecutionContext
 from pydantic import Field
 
-from assets.checkpointing import SpotSafeRun
 from assets.documents.assets import documents
 from assets.documents.quality import SCREEN_COLUMNS, screen_documents
 from assets.documents.schemas import DATASET, DOCUMENTS_SCHEMA
-from assets.embeddings.gates import (
-    EMBEDDING_SUITES,
-    SAMPLE_COLUMNS,
-    embedding_check_results,
-    embedding_observer,
-)
+from assets.embeddings.gates import SAMPLE_COLUMNS, embedding_check_results, embedding_observer
 from assets.embeddings.schemas import DIMENSION, EMBEDDINGS, EMBEDDINGS_SCHEMA
-from assets.partitions import PartitionReport
-from assets.runner import Day, Model, ScoringSpec, score, scoring_asset
-from assets.text_models import ModelMetrics, encoder_key, sentence_encoder
-from assets.text_workers import (
-    LoadEncoder,
-    ShardFigures,
-    worker_batch_tokens,
-    worker_metadata,
-)
-from inference.engine.shard_worker import ModelStep, worker_model
-from inference.engine.work import Input, Output, Sizes, Work
+from assets.text_models import ModelMetrics
+from assets.text_workers import ShardFigures, worker_batch_tokens, worker_metadata
+from inference.engine.adaptive import AdaptiveBatchSize
+from inference.engine.device import make_runtime
+from inference.engine.invariants import StreamStats
+from inference.engine.work import Sizes
 from inference.generation.checkpoints import CheckpointError
 from inference.text.chunks import Chunking
 from inference.text.embeddings import embed_documents
-from inference.text.encoder import SentenceEncoder
+from inference.text.encoder import SentenceEncoder, load_sentence_encoder
 from inference.text.normalise import normalise_text
-from resources.inference import InferenceResource
-from resources.quality import QualityConfig, locate_in_landing
-from resources.storage import DataStore, StorageResource
+from nightshift import Checks, Landing, Output, Predictor, nightly
+from resources.quality import QualityConfig
 
 # The encoder's padded-token budget per call, as the metadata names it.
 BUDGET = "model_batch_tokens"
@@ -75,8 +61,11 @@ class EmbeddingsConfig(QualityConfig):
     )
 
 
-def document_chunking(encoder: SentenceEncoder, config: EmbeddingsConfig) -> Chunking:
-    """The configured chunking, in chunks of the encoder's whole window."""
+def document_chunking(
+    encoder: SentenceEncoder, config: "EmbeddingsConfig | EmbeddingPredictor"
+) -> Chunking:
+    """The configured chunking (the asset's config, or the predictor's settings from it), in
+    chunks of the encoder's whole window."""
     return Chunking(encoder.max_length, config.chunks_per_document, config.chunk_decay)
 
 
@@ -98,138 +87,115 @@ def document_texts(chunk: pa.RecordBatch) -> list[str]:
     return [search_text(t, b) for t, b in zip(titles, bodies, strict=True)]
 
 
-def embed_batch(
-    encoder: SentenceEncoder,
-    chunking: Chunking,
-    version: str,
-    metrics: ModelMetrics,
-    tokens: int,
-    rows: int,
-):
-    """The model step for one batch of documents: (batch, texts) -> doc_id, embedding, version."""
+class EmbeddingPredictor(Predictor):
+    """The packaged all-MiniLM-L6-v2 with the configured chunking: a batch of documents in, one
+    unit vector each out, model calls under the device's token budget. Its version is the
+    encoder's and the chunking's, known once the encoder is loaded, so the step loads it too
+    (and checks its width against the contract before any document is read)."""
 
-    def transform(chunk: pa.RecordBatch, texts: list[str]) -> pa.RecordBatch:
+    chunks_per_document: int
+    chunk_decay: float
+    loaded_in_step = True
+
+    def load(self, device: str) -> None:
+        self.use(load_sentence_encoder(make_runtime(device, self.precision)))
+
+    def use(self, encoder: SentenceEncoder) -> None:
+        """Embeds with ``encoder``, already loaded.
+
+        Raises:
+            CheckpointError: its vectors under this chunking do not have the contract's width.
+        """
+        chunking = document_chunking(encoder, self)
+        width = chunking.dimension(encoder.model.config.hidden_size)
+        if width != DIMENSION:
+            raise CheckpointError(
+                f"{encoder.version} with {chunking.describe()} writes {width}-dimensional "
+                f"vectors but {EMBEDDINGS} holds {DIMENSION}: change the contract "
+                "(assets/embeddings/schemas.py) with the model"
+            )
+        self.encoder, self.chunking = encoder, chunking
+        self.tokens = worker_batch_tokens(self.max_batch_tokens, encoder.runtime.device)
+        self.metrics = ModelMetrics()
+        self.figures = ShardFigures(self.metrics, self.budget, BUDGET)
+
+    def budget(self) -> AdaptiveBatchSize:
+        return self.encoder.token_budget(self.tokens)
+
+    def version(self) -> str:
+        return vectors_version(self.encoder, self.chunking)
+
+    def prepare(self, batch: pa.RecordBatch) -> list[str]:
+        return document_texts(batch)
+
+    def __call__(self, batch: pa.RecordBatch, texts: list[str]) -> dict[str, pa.Array]:
         embedded = embed_documents(
-            encoder, texts, chunking, max_batch_tokens=tokens, max_batch_size=rows
+            self.encoder,
+            texts,
+            self.chunking,
+            max_batch_tokens=self.tokens,
+            max_batch_size=self.max_batch_size,
         )
-        metrics.model_calls += embedded.model_calls
+        self.metrics.model_calls += embedded.model_calls
         flat = np.ascontiguousarray(embedded.vectors.numpy(), np.float32).reshape(-1)
-        vectors = pa.FixedSizeListArray.from_arrays(pa.array(flat), DIMENSION)
-        versions = pa.repeat(pa.scalar(version, pa.string()), len(texts))
-        return pa.record_batch([chunk["doc_id"], vectors, versions], schema=EMBEDDINGS_SCHEMA)
+        return {"embedding": pa.FixedSizeListArray.from_arrays(pa.array(flat), DIMENSION)}
 
-    return transform
+    def record(self, stats: StreamStats) -> None:
+        self.figures.record(stats)
 
-
-@dataclass(frozen=True)
-class EmbeddingProgram:
-    """A shard's model step, built where it runs: the encoder (the step's own in its process,
-    else loaded once per worker process on its device), model calls sized for that device,
-    model figures in the shard's statistics."""
-
-    key: str
-    loader: LoadEncoder
-    chunking: Chunking
-    version: str
-    max_batch_tokens: int | None
-    max_batch_size: int
-
-    def __call__(self, rows: pa.Table) -> ModelStep:
-        encoder = worker_model(self.key, self.loader)
-        tokens = worker_batch_tokens(self.max_batch_tokens, encoder.runtime.device)
-        metrics = ModelMetrics()
-        figures = ShardFigures(metrics, lambda: encoder.token_budget(tokens), BUDGET)
-        observer = embedding_observer(self.version)
-
-        def observe(scored: pa.RecordBatch, out: pa.Table, stats) -> None:
-            observer(scored, out, stats)
-            figures.record(stats)
-
-        transform = embed_batch(
-            encoder, self.chunking, self.version, metrics, tokens, self.max_batch_size
-        )
-        return ModelStep(transform, document_texts, observe=observe)
-
-
-def load(store: DataStore, inference: InferenceResource, config: EmbeddingsConfig) -> Model:
-    encoder = sentence_encoder(inference)
-    chunking = document_chunking(encoder, config)
-    width = chunking.dimension(encoder.model.config.hidden_size)
-    if width != DIMENSION:
-        raise CheckpointError(
-            f"{encoder.version} with {chunking.describe()} writes {width}-dimensional vectors "
-            f"but {EMBEDDINGS} holds {DIMENSION}: change the contract "
-            "(assets/embeddings/schemas.py) with the model"
-        )
-    metadata = {"dimension": DIMENSION, "encoder_version": encoder.version}
-    return Model(vectors_version(encoder, chunking), encoder_key(), encoder, metadata=metadata)
-
-
-def day(run: SpotSafeRun, date: str, model: Model, config: EmbeddingsConfig, limit: float) -> Day:
-    """One day's documents, screened as for summaries, embedded in checkpointed shards."""
-    store, encoder, version, inference = run.store, model.value, model.version, run.inference
-    program = EmbeddingProgram(
-        model.key,
-        LoadEncoder(inference.device, inference.precision),
-        document_chunking(encoder, config),
-        version,
-        inference.max_batch_tokens,
-        inference.max_batch_size,
-    )
-    work = Work(
-        Input(
-            store.iter_landing(DATASET, date, DOCUMENTS_SCHEMA, SCREEN_COLUMNS),
-            quarantine=locate_in_landing(screen_documents(store, date).plan, store, DATASET, date),
-        ),
-        program,
-        Output(EMBEDDINGS_SCHEMA, sample=tuple(SAMPLE_COLUMNS)),
-        depends_on={"model": version},
-        sizes=Sizes(batch_size=config.docs_per_chunk, shard_rows=config.docs_per_shard),
-    )
-
-    def checks(report: PartitionReport):
-        return embedding_check_results(
-            store,
-            report,
-            version=version,
-            dimension=DIMENSION,
-            sample_rows=config.check_sample_rows,
-            seed=config.check_seed,
-        )
-
-    def metadata(report: PartitionReport) -> dict:
+    def describe(self, stats: StreamStats) -> dict:
         # The model's figures came back with the shards, wherever they ran.
-        budget = encoder.token_budget(inference.batch_tokens)
-        return {**budget.describe(BUDGET), **worker_metadata(report.shards.stats, BUDGET)}
+        return {
+            "dimension": DIMENSION,
+            "encoder_version": self.encoder.version,
+            **self.budget().describe(BUDGET),
+            **worker_metadata(stats, BUDGET),
+        }
 
-    return Day(work, checks, metadata)
 
+DESCRIPTION = """A 1,408-dimensional unit vector for every document published that day, for semantic
+search and related-article lookups: doc_id, embedding (float32, L2 norm 1, so a dot
+product is the cosine similarity) and the model_version that wrote it. A query is embedded
+the same way (`inference.text.embeddings.embed_documents` with the same chunking).
 
-DOCUMENT_EMBEDDINGS = ScoringSpec(EMBEDDINGS, DATASET, EMBEDDING_SUITES, load, day)
+Each document's title and body, normalised to plain text, are cut into chunks of the
+packaged all-MiniLM-L6-v2 sentence encoder's 256-token window at sentence ends; the first
+`chunks_per_document` chunks are embedded (mean pooling over tokens) and pooled into one
+384-dimensional vector, chunk i weighted `chunk_decay ** i`. Beside it come the document's
+words hashed into 1,024 signed buckets (`inference.text.lexical`), so names and numbers a query
+shares with its document count; the two parts weigh equally in a dot product. The model version names the encoder and the
+chunking: vectors of different model versions are not comparable. Blocking checks count, over every row, that
+each screened document has exactly one vector of the model's dimension, finite and of
+unit norm. Documents that cannot be embedded (no or repeated id, no text, not UTF-8, too
+long, published outside the day) go to `document_embeddings_quarantine` with a reason,
+exactly as for summaries; above the quarantine limit the day fails and nothing is published."""
 
-
-@scoring_asset(DOCUMENT_EMBEDDINGS, deps=[documents], group="embeddings")
-def document_embeddings(
-    context: AssetExecutionContext,
-    config: EmbeddingsConfig,
-    storage: StorageResource,
-    inference: InferenceResource,
-):
-    """A 1,408-dimensional unit vector for every document published that day, for semantic
-    search and related-article lookups: doc_id, embedding (float32, L2 norm 1, so a dot
-    product is the cosine similarity) and the model_version that wrote it. A query is embedded
-    the same way (`inference.text.embeddings.embed_documents` with the same chunking).
-
-    Each document's title and body, normalised to plain text, are cut into chunks of the
-    packaged all-MiniLM-L6-v2 sentence encoder's 256-token window at sentence ends; the first
-    `chunks_per_document` chunks are embedded (mean pooling over tokens) and pooled into one
-    384-dimensional vector, chunk i weighted `chunk_decay ** i`. Beside it come the document's
-    words hashed into 1,024 signed buckets (`inference.text.lexical`), so names and numbers a query
-    shares with its document count; the two parts weigh equally in a dot product. The model version names the encoder and the
-    chunking: vectors of different model versions are not comparable. Blocking checks count, over every row, that
-    each screened document has exactly one vector of the model's dimension, finite and of
-    unit norm. Documents that cannot be embedded (no or repeated id, no text, not UTF-8, too
-    long, published outside the day) go to `document_embeddings_quarantine` with a reason,
-    exactly as for summaries; above the quarantine limit the day fails and nothing is published.
-    """
-    yield from score(context, DOCUMENT_EMBEDDINGS, config, storage, inference)
+# 06:00 UTC, last of the night: one encoder pass a document fits the hour before the 07:00
+# deadline. Its job includes `documents`, the landing asset it shares with the summaries, so
+# that a day of documents landing late or re-delivered gets its embeddings as well as its
+# summaries.
+PIPELINE = nightly(
+    EMBEDDINGS,
+    EmbeddingPredictor,
+    Landing(
+        DATASET,
+        DOCUMENTS_SCHEMA,
+        key="doc_id",
+        asset=documents,
+        # Screened as for summaries: no or repeated id, no text, not UTF-8, too long, off-day.
+        screen=lambda store, date: screen_documents(store, date).plan,
+        columns=SCREEN_COLUMNS,
+    ),
+    Output(
+        pa.schema([EMBEDDINGS_SCHEMA.field("embedding")]),
+        observe=embedding_observer,
+        sample=SAMPLE_COLUMNS,
+    ),
+    Checks(suite="suites/document_embeddings.json", results=embedding_check_results),
+    hour_utc=6,
+    description=DESCRIPTION,
+    group="embeddings",
+    config=EmbeddingsConfig,
+    sizes=lambda config: Sizes(batch_size=config.docs_per_chunk, shard_rows=config.docs_per_shard),
+)
+document_embeddings = PIPELINE.scoring_asset

@@ -19,7 +19,7 @@ from dagster import AssetCheckResult
 from assets.embeddings.schemas import DIMENSION, EMBEDDINGS
 from assets.partitions import PartitionReport
 from inference.engine.invariants import StreamStats
-from resources.quality import SuiteRun, load_suites, sample_output
+from resources.quality import QualityConfig, SuiteRun, load_suites, sample_output
 from resources.storage import DataStore
 
 EMBEDDING_SUITES = load_suites(Path(__file__).parent / "suites" / "document_embeddings.json")
@@ -69,29 +69,24 @@ def embedding_observer(version: str, dimension: int = DIMENSION, tolerance: floa
 
 
 def embedding_check_results(
-    store: DataStore,
-    report: PartitionReport,
-    *,
-    version: str,
-    dimension: int,
-    sample_rows: int,
-    seed: int,
+    store: DataStore, report: PartitionReport, version: str, config: QualityConfig
 ) -> list[AssetCheckResult]:
     """The `document_embeddings` suites over one day's exact statistics and row sample."""
     shards = report.shards
     assert shards is not None, "document_embeddings is always written by the sharded engine"
     stats, date = shards.stats, report.date
+    sample_rows, seed = config.check_sample_rows, config.check_seed
     figures = {
         **report.conservation,
         **{name: stats.counts.get(name, 0) for name in EMBEDDING_COUNTS},
         # A day with no vectors has none of another dimension.
-        "embedding_dimension": int(stats.maxima.get("embedding_dimension", dimension)),
+        "embedding_dimension": int(stats.maxima.get("embedding_dimension", DIMENSION)),
         "embedding_norm_error_max": stats.maxima.get("embedding_norm_error", 0.0),
     }
     sample = report.sample
     if sample is None:  # a resumed attempt did not see every row stream past
         sample = sample_output(store, EMBEDDINGS, date, sample_rows, seed, SAMPLE_COLUMNS)
-    limits = {"model_dimension": dimension, "norm_tolerance": NORM_TOLERANCE}
+    limits = {"model_dimension": DIMENSION, "norm_tolerance": NORM_TOLERANCE}
     run = SuiteRun(EMBEDDING_SUITES)
     run.add(date, figures, sample, {"model_versions": [version], **limits})
     return run.results({"sample_rows": sample_rows, "sample_seed": seed, **limits})

@@ -19,7 +19,7 @@ import pyarrow as pa
 
 from inference.engine.device import resolve_device
 from inference.engine.invariants import StreamStats
-from inference.engine.shard_worker import ModelStep, worker_model
+from inference.engine.shard_worker import ModelStep, Observe, worker_model
 from inference.generation.checkpoints import load_weights, safetensors_folder, weights_version
 
 VERSION_COLUMN = "model_version"
@@ -35,9 +35,15 @@ class Predictor:
     in ``_path`` names the weights, a ``.safetensors`` file or a Hugging Face folder: its
     content hash is the model version recorded on every row, and a missing or pickled one fails
     the day before any input is read.
+
+    A model whose version is known only once it is loaded (a packaged model whose settings
+    change its answers) sets ``loaded_in_step``: the step loads it too, on its own device,
+    before any input is read, and asks that one its ``version()`` and ``describe(stats)``;
+    shards run in the step's process use it.
     """
 
     _settings: ClassVar[dict[str, tuple[type, Any]]] = {}
+    loaded_in_step: ClassVar[bool] = False
 
     def __init_subclass__(cls, **kwargs: Any) -> None:
         super().__init_subclass__(**kwargs)
@@ -54,13 +60,33 @@ class Predictor:
         for name, value in settings.items():
             setattr(self, name, value)
 
-    device: ClassVar[str] = "cpu"  # where it runs: set before ``load``
+    # Where it runs and how big its model calls may be, the inference resource's: set before
+    # ``load``. The engine cuts batches of ``max_batch_size`` rows; a text model that buckets
+    # them by length keeps each call under ``max_batch_tokens`` (None: sized to the device).
+    device: ClassVar[str] = "cpu"
+    precision: ClassVar[str] = "auto"
+    max_batch_size: ClassVar[int] = 4096
+    max_batch_tokens: ClassVar[int | None] = None
 
     def load(self, device: str) -> None:
         """Loads the model onto ``device`` (``cpu``, ``cuda``, ``cuda:1``), also ``self.device``."""
 
     def __call__(self, batch: pa.RecordBatch) -> Mapping[str, Any]:
         raise NotImplementedError(f"{type(self).__name__} must define __call__(batch)")
+
+    def prepare(self, batch: pa.RecordBatch) -> Any:
+        """CPU-side work on a batch (parsing, normalising text), run on threads ahead of the
+        model so that it never waits for it. A predictor that defines it is called as
+        ``__call__(batch, prepared)``."""
+        return None
+
+    def record(self, stats: StreamStats) -> None:
+        """Adds the model's own figures of the call just made (model calls, a token budget's
+        back-offs) to the shard's statistics, which come back from wherever the shard ran."""
+
+    def describe(self, stats: StreamStats) -> Mapping[str, Any]:
+        """The model's figures in the day's metadata, from its shards' summed statistics."""
+        return {}
 
     def version(self) -> str:
         """What changes exactly when the model's answers may: the weights files' content
@@ -103,32 +129,54 @@ class PredictorProgram:
     schema: pa.Schema
     version: str
     counts: Mapping[str, Callable[[Mapping[str, np.ndarray]], int]]
+    # Given the model version, an observer of each model call (its rows, its output).
+    observer: Callable[[str], Observe] | None = None
 
     def __call__(self, rows: pa.Table) -> ModelStep:
         predictor = worker_model(self.key, self.loader)
         fields = [f for f in self.schema if f.name not in (self.id_column, VERSION_COLUMN)]
+        prepares = type(predictor).prepare is not Predictor.prepare
+        observer = self.observer(self.version) if self.observer is not None else None
 
-        def transform(batch: pa.RecordBatch, _: Any) -> pa.RecordBatch:
-            answered = predictor(batch)
+        def transform(batch: pa.RecordBatch, prepared: Any) -> pa.RecordBatch:
+            answered = predictor(batch, prepared) if prepares else predictor(batch)
             columns = [batch[self.id_column]]
             for f in fields:
                 if f.name not in answered:
                     raise ValueError(f"{type(predictor).__name__} returned no column {f.name!r}")
-                columns.append(pa.array(np.asarray(answered[f.name])).cast(f.type))
+                columns.append(_column(answered[f.name], f))
             columns.append(pa.repeat(pa.scalar(self.version), batch.num_rows))
             return pa.record_batch(columns, self.schema)
 
         def observe(scored: pa.RecordBatch, out: pa.Table, stats: StreamStats) -> None:
-            values = {f.name: out[f.name].to_numpy(zero_copy_only=False) for f in fields}
             for f in fields:
                 if numeric(f):
-                    column = values[f.name].astype(np.float64)
+                    column = out[f.name].to_numpy(zero_copy_only=False).astype(np.float64)
                     stats.extremes(f.name, column)
                     stats.count(f"{f.name}_non_finite", (~np.isfinite(column)).sum())
-            for count, fn in self.counts.items():
-                stats.count(count, int(fn(values)))
+            if self.counts:
+                values = {f.name: out[f.name].to_numpy(zero_copy_only=False) for f in fields}
+                for count, fn in self.counts.items():
+                    stats.count(count, int(fn(values)))
+            if observer is not None:
+                observer(scored, out, stats)
+            predictor.record(stats)
 
-        return ModelStep(transform, observe=observe)
+        return ModelStep(transform, predictor.prepare if prepares else None, observe=observe)
+
+
+def _column(values: Any, f: pa.Field) -> pa.Array:
+    """An answered column as ``f``'s type: an Arrow array as it is, a matrix as fixed-size
+    lists (a vector per row), anything else through numpy."""
+    if isinstance(values, pa.ChunkedArray):
+        values = values.combine_chunks()
+    if isinstance(values, pa.Array):
+        return values.cast(f.type)
+    array = np.asarray(values)
+    if array.ndim == 2 and pa.types.is_fixed_size_list(f.type):
+        flat = pa.array(np.ascontiguousarray(array).reshape(-1)).cast(f.type.value_type)
+        return pa.FixedSizeListArray.from_arrays(flat, array.shape[1])
+    return pa.array(array).cast(f.type)
 
 
 def _weights(path: str | Path) -> str:
