@@ -91,7 +91,8 @@ class Landing:
 @dataclass(frozen=True)
 class Output:
     """The columns the predictor returns (the engine adds the key first and ``model_version``
-    last), and counts of the day's rows recorded in its metadata: ``name -> fn(columns)``.
+    last, or where ``schema`` names it: an existing table's column order), and counts of the
+    day's rows recorded in its metadata: ``name -> fn(columns)``.
 
     ``observe``: given the model version, ``fn(rows, output, stats)`` that adds exact figures of
     each model call to the day's statistics (what custom ``Checks.results`` read). ``sample``:
@@ -165,6 +166,7 @@ def nightly(
     group: str | None = None,
     config: type[QualityConfig] | None = None,
     sizes: Callable[[Any], Sizes] | None = None,
+    depends_on: Callable[[Any], Mapping[str, Any]] | None = None,
 ) -> NightlyPipeline:
     """The Dagster definitions of a nightly pipeline: the landing asset, the scoring asset
     ``name`` with its checks, the job ``<name>_job``, its schedule at ``hour_utc`` (UTC, for
@@ -176,7 +178,10 @@ def nightly(
     ``assets/domains.py``. ``group``: the assets' group in the UI (default: ``name``).
     ``config``: the scoring asset's config class (default: the quality settings and the
     predictor's settings), which must hold the predictor's settings. ``sizes``: ``fn(config)``,
-    the rows per model call and per shard (default: the inference resource's)."""
+    the rows per model call and per shard (default: the inference resource's). ``depends_on``:
+    ``fn(config)``, what else decides the answers besides the model version (settings that are
+    not part of it, the output's columns): a day's checkpointed progress made under others is
+    discarded, not resumed."""
     scores = _scores_schema(landing, output)
     suites = {} if checks.results is not None else {CONSERVATION: _conservation_suite(name)}
     if checks.suite is not None:
@@ -220,7 +225,8 @@ def nightly(
             Input(rows(), quarantine=plan),
             program,
             WorkOutput(scores, sample=tuple(output.sample)),
-            depends_on={"model": model.version},  # new weights: old progress is discarded
+            # New weights (or settings it depends on): old progress is discarded.
+            depends_on=_depends_on(model.version, depends_on, settings),
             sizes=sizes(settings) if sizes is not None else Sizes(),
         )
 
@@ -292,8 +298,17 @@ def _settings(model: Predictor) -> str:
     return json.dumps({n: str(getattr(model, n)) for n in model._settings}, sort_keys=True)
 
 
+def _depends_on(
+    version: str, depends_on: Callable[[Any], Mapping[str, Any]] | None, settings: Any
+) -> dict[str, Any]:
+    """What a day's checkpointed progress must match to be resumed."""
+    return {"model": version, **(depends_on(settings) if depends_on is not None else {})}
+
+
 def _scores_schema(landing: Landing, output: Output) -> pa.Schema:
     key = landing.schema.field(landing.key)
+    if VERSION_COLUMN in output.schema.names:
+        return pa.schema([key, *output.schema])
     return pa.schema([key, *output.schema, pa.field(VERSION_COLUMN, pa.string())])
 
 

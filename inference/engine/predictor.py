@@ -80,6 +80,12 @@ class Predictor:
         ``__call__(batch, prepared)``."""
         return None
 
+    def observe(self, rows: pa.RecordBatch, output: pa.Table, stats: StreamStats) -> None:
+        """Adds exact figures of the call just made, its rows against the output as written
+        (key and ``model_version`` included), to the shard's statistics: for figures that
+        depend on the predictor's settings (a length cap, a mode), where ``Output.observe``
+        knows only the model version."""
+
     def record(self, stats: StreamStats) -> None:
         """Adds the model's own figures of the call just made (model calls, a token budget's
         back-offs) to the shard's statistics, which come back from wherever the shard ran."""
@@ -140,12 +146,18 @@ class PredictorProgram:
 
         def transform(batch: pa.RecordBatch, prepared: Any) -> pa.RecordBatch:
             answered = predictor(batch, prepared) if prepares else predictor(batch)
-            columns = [batch[self.id_column]]
-            for f in fields:
-                if f.name not in answered:
+            version = pa.repeat(pa.scalar(self.version), batch.num_rows)
+            # In the schema's order: the key first, the version where the schema puts it.
+            columns = []
+            for f in self.schema:
+                if f.name == self.id_column:
+                    columns.append(batch[self.id_column])
+                elif f.name == VERSION_COLUMN:
+                    columns.append(version)
+                elif f.name in answered:
+                    columns.append(_column(answered[f.name], f))
+                else:
                     raise ValueError(f"{type(predictor).__name__} returned no column {f.name!r}")
-                columns.append(_column(answered[f.name], f))
-            columns.append(pa.repeat(pa.scalar(self.version), batch.num_rows))
             return pa.record_batch(columns, self.schema)
 
         def observe(scored: pa.RecordBatch, out: pa.Table, stats: StreamStats) -> None:
@@ -160,6 +172,7 @@ class PredictorProgram:
                     stats.count(count, int(fn(values)))
             if observer is not None:
                 observer(scored, out, stats)
+            predictor.observe(scored, out, stats)
             predictor.record(stats)
 
         return ModelStep(transform, predictor.prepare if prepares else None, observe=observe)
