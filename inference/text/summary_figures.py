@@ -34,15 +34,18 @@ def document_text(title: str | None, body: str | None) -> str:
     return (title or "") if is_blank_text(body) else (body or "")
 
 
+def summary_texts(batch: pa.RecordBatch) -> list[str]:
+    """The texts a batch of documents (``title`` and ``body`` columns) is summarised from."""
+    titles, bodies = batch.column("title").to_pylist(), batch.column("body").to_pylist()
+    return [document_text(t, b) for t, b in zip(titles, bodies, strict=True)]
+
+
 def summary_observer(version: str, extractive: bool, cap: LengthCap):
     """Exact statistics of ``document_summaries`` batches against the documents they summarise,
     and against the hard length cap."""
 
     def observe(scored: pa.RecordBatch, out: pa.Table, stats: StreamStats) -> None:
-        texts = [
-            document_text(t, b)
-            for t, b in zip(scored["title"].to_pylist(), scored["body"].to_pylist(), strict=True)
-        ]
+        texts = summary_texts(scored)
         summaries = out["summary"].to_pylist()
         spans = out["sentence_spans"].to_pylist()
         blank_count = not_shorter = ungrounded = over_cap = 0

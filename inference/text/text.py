@@ -64,6 +64,13 @@ def summary_spans(summary: str) -> tuple[tuple[int, int], ...] | None:
     return summary.spans if isinstance(summary, ExtractiveSummary) else None
 
 
+def span_records(summary: str) -> list[dict[str, int]] | None:
+    """A summary's recorded sentence offsets as ``{"start", "end"}`` records, the values of a
+    list-of-structs column; None when it has no record."""
+    spans = summary_spans(summary)
+    return None if spans is None else [{"start": a, "end": b} for a, b in spans]
+
+
 def extractive_summaries(
     encoder: SentenceEncoder,
     bodies: Sequence[str | None],
