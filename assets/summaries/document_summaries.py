@@ -1,70 +1,44 @@
 """``document_summaries``: a short summary of every document of the day.
 
 Each document is summarised alone, so shards are row ranges of the day; the summariser's model
-is taken where each shard runs (:class:`SummaryProgram`), never sent from the step.
+(the packaged sentence encoder, or an abstractive checkpoint) is loaded where each shard runs
+(:class:`SummaryPredictor`, once per process or Ray actor), never sent from the step. The
+pipeline is declared on the public module (``nightshift``), over the documents landing asset it
+shares with the embeddings.
 """
 
-from collections.abc import Callable
-from dataclasses import dataclass
 from typing import Literal
 
 import pyarrow as pa
-from dagster import AssetExecutionContext
+from dagster import AssetCheckResult
 from pydantic import Field
 
-from assets.checkpointing import SpotSafeRun
 from assets.documents.assets import documents
 from assets.documents.quality import SCREEN_COLUMNS, screen_documents
 from assets.documents.schemas import DATASET, DOCUMENTS_SCHEMA
 from assets.partitions import PartitionReport
-from assets.runner import Day, Model, ScoringSpec, score, scoring_asset
-from assets.summaries.gates import SUMMARY_SUITES, summary_check_results
-from assets.summaries.schemas import SUMMARIES
-from assets.text_models import (
-    ModelMetrics,
-    abstractive_generator,
-    encoder_key,
-    generator_key,
-    sentence_encoder,
-)
-from assets.text_workers import (
-    LoadEncoder,
-    LoadGenerator,
-    ShardFigures,
-    worker_batch_tokens,
-    worker_metadata,
-)
+from assets.summaries.gates import summary_check_results
+from assets.summaries.schemas import SENTENCE_SPANS, SUMMARIES, SUMMARIES_SCHEMA
+from assets.text_models import ModelMetrics
+from assets.text_workers import ShardFigures, worker_batch_tokens, worker_metadata
 from inference.engine.adaptive import AdaptiveBatchSize
-from inference.engine.shard_worker import ModelStep, worker_model
-from inference.engine.work import Input, Output, Sizes, Work
-from inference.generation.decoding import static_sizing
-from inference.generation.generate import Generator, generate_summaries
+from inference.engine.device import make_runtime
+from inference.engine.invariants import StreamStats
+from inference.engine.work import Sizes
+from inference.generation.generate import generate_summaries, load_generator
+from inference.generation.static_decoding import static_sizing
+from inference.text.encoder import load_sentence_encoder
 from inference.text.rank import RankerSettings
 from inference.text.segment import LengthCap, fit_summary
-from inference.text.summary_figures import document_text, summary_observer
-from inference.text.text import SentenceEncoder, extractive_summaries, summary_spans
-from resources.inference import InferenceResource
-from resources.quality import QualityConfig, locate_in_landing
-from resources.storage import DataStore, StorageResource
+from inference.text.summary_figures import summary_observer, summary_texts
+from inference.text.text import extractive_summaries, span_records
+from nightshift import Checks, Landing, Output, Predictor, nightly
+from resources.quality import QualityConfig
+from resources.storage import DataStore
 
 ASSET = SUMMARIES
 # The model's padded-token budget per call, as the metadata names it.
 BUDGET = "model_batch_tokens"
-
-# Where an extractive summary's sentences lie: character offsets into the document's normalised
-# text, recorded as the summariser chose them (null for abstractive summaries, which are written).
-SENTENCE_SPANS = pa.list_(pa.struct([("start", pa.int32()), ("end", pa.int32())]))
-SUMMARIES_SCHEMA = pa.schema(
-    [
-        ("doc_id", pa.string()),
-        ("summary", pa.string()),
-        ("model_version", pa.string()),
-        ("sentence_spans", SENTENCE_SPANS),
-    ]
-)
-
-# Summarises a chunk of document texts; returns the summaries and the model calls it made.
-Summarise = Callable[[list[str]], tuple[list[str], int]]
 
 
 class SummariesConfig(QualityConfig):
@@ -114,211 +88,159 @@ class SummariesConfig(QualityConfig):
     )
 
 
-def length_cap(config: SummariesConfig) -> LengthCap:
-    """The hard cap on every summary the asset publishes, in both modes."""
+def length_cap(config: "SummariesConfig | SummaryPredictor") -> LengthCap:
+    """The hard cap on every summary the asset publishes, in both modes (from the asset's
+    config, or the predictor's settings from it)."""
     return LengthCap(config.max_sentences, config.max_words, config.max_chars)
 
 
-def _output_settings(config: SummariesConfig) -> dict:
-    """The settings that decide the summaries (not the quality gates' limits or sample)."""
-    return config.model_dump(exclude=set(QualityConfig.model_fields))
+def output_settings(config: SummariesConfig) -> dict:
+    """What decides the summaries besides the model version: the settings (not the quality
+    gates' limits or sample), and the columns, so shards checkpointed under another output
+    contract are not resumed."""
+    settings = config.model_dump(exclude=set(QualityConfig.model_fields))
+    return {"config": settings, "columns": SUMMARIES_SCHEMA.to_string()}
 
 
-def _summariser(
-    config: SummariesConfig, inference: InferenceResource
-) -> tuple[Summarise, str, str, Callable[[], AdaptiveBatchSize]]:
-    """The configured summariser, its model version, its cache key and its batch sizing (what
-    out-of-memory back-off did); fails before any I/O."""
-    if config.mode == "abstractive":
-        model = abstractive_generator(inference, config.checkpoint_path)
-        key = generator_key(config.checkpoint_path)
-    else:
-        model, key = sentence_encoder(inference), encoder_key()
-    summarise, sizing = _summarise_with(
-        config, model, inference.batch_tokens, inference.max_batch_size
-    )
-    return summarise, model.version, key, sizing
+class SummaryPredictor(Predictor):
+    """The configured summariser: extractive, the most central sentences of each document by
+    the packaged all-MiniLM-L6-v2; abstractive, text written by the checkpoint at
+    ``checkpoint_path``. A batch of documents in, a summary within the hard length cap each out,
+    model calls under the device's token budget. Its version is the loaded model's, so the step
+    loads it too (a missing or pickled checkpoint fails there, before any document is read)."""
 
+    mode: Literal["extractive", "abstractive"]
+    max_sentences: int
+    max_words: int
+    max_chars: int
+    ranking: Literal["trained", "pacsum", "lead"]
+    checkpoint_path: str | None
+    max_new_tokens: int
+    max_input_tokens: int
+    prompt: str | None
+    loaded_in_step = True
 
-def _summarise_with(
-    config: SummariesConfig, model: Generator | SentenceEncoder, tokens: int, rows: int
-) -> tuple[Summarise, Callable[[], AdaptiveBatchSize]]:
-    """Summarises with a loaded model (the step's, or a worker's) in calls of at most
-    ``tokens`` padded tokens and ``rows`` texts; and the sizing those calls run under."""
-    cap = length_cap(config)
-    limits = {"max_batch_tokens": tokens, "max_batch_size": rows}
-    if config.mode == "abstractive":
-        generator = model
+    def load(self, device: str) -> None:
+        runtime = make_runtime(device, self.precision)
+        if self.mode == "abstractive":
+            self.model = load_generator(self.checkpoint_path, runtime)
+        else:
+            self.model = load_sentence_encoder(runtime)
+        self.cap = length_cap(self)
+        self.tokens = worker_batch_tokens(self.max_batch_tokens, runtime.device)
+        self.metrics = ModelMetrics()
+        self.figures = ShardFigures(self.metrics, self.budget, BUDGET)
+        extractive = self.mode == "extractive"
+        self.observer = summary_observer(self.version(), extractive=extractive, cap=self.cap)
 
-        def abstractive(texts: list[str]) -> tuple[list[str], int]:
+    def budget(self) -> AdaptiveBatchSize:
+        """The sizing the model's calls run under now (what out-of-memory back-off did)."""
+        if self.mode == "abstractive":
+            return static_sizing(self.model.model, self.tokens)
+        return self.model.token_budget(self.tokens)
+
+    def version(self) -> str:
+        return self.model.version
+
+    def prepare(self, batch: pa.RecordBatch) -> list[str]:
+        # A document with no body text is summarised by its title rather than left blank.
+        return summary_texts(batch)
+
+    def __call__(self, batch: pa.RecordBatch, texts: list[str]) -> dict[str, pa.Array]:
+        limits = {"max_batch_tokens": self.tokens, "max_batch_size": self.max_batch_size}
+        if self.mode == "abstractive":
             out = generate_summaries(
-                generator,
+                self.model,
                 texts,
-                max_new_tokens=config.max_new_tokens,
-                max_input_tokens=config.max_input_tokens,
-                prompt=config.prompt,
+                max_new_tokens=self.max_new_tokens,
+                max_input_tokens=self.max_input_tokens,
+                prompt=self.prompt,
                 **limits,
             )
             # A model may write past any token budget's intent: the cap applies to its text.
-            return [fit_summary(t, cap) for t in out.texts], len(out.batch_sizes)
+            summaries = [fit_summary(t, self.cap) for t in out.texts]
+            self.metrics.model_calls += len(out.batch_sizes)
+        else:
+            summaries, embedded = extractive_summaries(
+                self.model,
+                texts,
+                max_sentences=self.max_sentences,
+                cap=self.cap,
+                ranking=RankerSettings(method=self.ranking),
+                **limits,
+            )
+            self.metrics.model_calls += embedded.model_calls
+        return {
+            "summary": pa.array(summaries, pa.string()),
+            "sentence_spans": pa.array([span_records(s) for s in summaries], SENTENCE_SPANS),
+        }
 
-        return abstractive, lambda: static_sizing(generator.model, tokens)
-    encoder = model
+    def observe(self, rows: pa.RecordBatch, output: pa.Table, stats: StreamStats) -> None:
+        self.observer(rows, output, stats)
 
-    def extractive(texts: list[str]) -> tuple[list[str], int]:
-        summaries, embedded = extractive_summaries(
-            encoder,
-            texts,
-            max_sentences=config.max_sentences,
-            cap=cap,
-            ranking=RankerSettings(method=config.ranking),
-            **limits,
-        )
-        return summaries, embedded.model_calls
+    def record(self, stats: StreamStats) -> None:
+        self.figures.record(stats)
 
-    return extractive, lambda: encoder.token_budget(tokens)
-
-
-@dataclass(frozen=True)
-class SummaryProgram:
-    """A shard's model step, built where it runs: the summariser's model (the step's own in its
-    process, else loaded once per worker process on its device), model calls sized for that
-    device, model figures in the shard's statistics (assets/text_workers.py)."""
-
-    config: SummariesConfig
-    key: str
-    loader: LoadEncoder | LoadGenerator
-    version: str
-    max_batch_tokens: int | None
-    max_batch_size: int
-
-    def __call__(self, rows: pa.Table) -> ModelStep:
-        model = worker_model(self.key, self.loader)
-        tokens = worker_batch_tokens(self.max_batch_tokens, model.runtime.device)
-        summarise, sizing = _summarise_with(self.config, model, tokens, self.max_batch_size)
-        metrics = ModelMetrics()
-        figures = ShardFigures(metrics, sizing, BUDGET)
-        extractive = self.config.mode == "extractive"
-        observer = summary_observer(
-            self.version, extractive=extractive, cap=length_cap(self.config)
-        )
-
-        def observe(scored: pa.RecordBatch, out: pa.Table, stats) -> None:
-            observer(scored, out, stats)
-            figures.record(stats)
-
-        transform = _summarise_batch(summarise, self.version, metrics)
-        return ModelStep(transform, _texts, observe=observe)
-
-
-def _program(run: SpotSafeRun, model: Model, config: SummariesConfig) -> SummaryProgram:
-    settings = run.inference
-    if config.mode == "abstractive":
-        loader = LoadGenerator(config.checkpoint_path, settings.device, settings.precision)
-    else:
-        loader = LoadEncoder(settings.device, settings.precision)
-    return SummaryProgram(
-        config,
-        model.key,
-        loader,
-        model.version,
-        settings.max_batch_tokens,
-        settings.max_batch_size,
-    )
-
-
-def _texts(chunk: pa.RecordBatch) -> list[str]:
-    titles, bodies = chunk.column("title").to_pylist(), chunk.column("body").to_pylist()
-    # A document with no body text is summarised by its title rather than left blank.
-    return [document_text(t, b) for t, b in zip(titles, bodies, strict=True)]
-
-
-def _summarise_batch(summarise: Summarise, version: str, metrics: ModelMetrics):
-    """The model step for one chunk of documents: (chunk, texts) -> doc_id, summary, version, spans."""
-
-    def transform(chunk: pa.RecordBatch, texts: list[str]) -> pa.RecordBatch:
-        summaries, calls = summarise(texts)
-        metrics.model_calls += calls
-        versions = pa.array([version] * len(summaries), pa.string())
-        spans = pa.array([_span_rows(s) for s in summaries], SENTENCE_SPANS)
-        columns = [chunk.column("doc_id"), pa.array(summaries, pa.string()), versions, spans]
-        return pa.record_batch(columns, schema=SUMMARIES_SCHEMA)
-
-    return transform
-
-
-def _span_rows(summary: str) -> list[dict[str, int]] | None:
-    """A summary's recorded sentence offsets as column values; None when it has no record."""
-    spans = summary_spans(summary)
-    return None if spans is None else [{"start": a, "end": b} for a, b in spans]
-
-
-def load(store: DataStore, inference: InferenceResource, config: SummariesConfig) -> Model:
-    summarise, version, key, sizing = _summariser(config, inference)
-    return Model(version, key, (summarise, sizing), metadata={"mode": config.mode})
-
-
-def day(run: SpotSafeRun, date: str, model: Model, config: SummariesConfig, limit: float) -> Day:
-    """One day's documents, screened, then summarised in checkpointed shards of documents."""
-    store, (_, sizing) = run.store, model.value
-    extractive, cap = config.mode == "extractive", length_cap(config)
-    work = Work(
-        Input(
-            store.iter_landing(DATASET, date, DOCUMENTS_SCHEMA, SCREEN_COLUMNS),
-            quarantine=locate_in_landing(screen_documents(store, date).plan, store, DATASET, date),
-        ),
-        _program(run, model, config),
-        Output(SUMMARIES_SCHEMA),
-        # The columns too: shards checkpointed under another output contract are not resumed.
-        depends_on={
-            "model": model.version,
-            "config": _output_settings(config),
-            "columns": SUMMARIES_SCHEMA.to_string(),
-        },
-        sizes=Sizes(batch_size=config.docs_per_chunk, shard_rows=config.docs_per_shard),
-    )
-
-    def checks(report: PartitionReport):
-        return summary_check_results(
-            store,
-            [report],
-            version=model.version,
-            extractive=extractive,
-            cap=cap,
-            sample_rows=config.check_sample_rows,
-            seed=config.check_seed,
-        )
-
-    def metadata(report: PartitionReport) -> dict:
+    def describe(self, stats: StreamStats) -> dict:
         # The model's figures came back with the shards, wherever they ran.
-        return {**sizing().describe(BUDGET), **worker_metadata(report.shards.stats, BUDGET)}
+        return {
+            "mode": self.mode,
+            **self.budget().describe(BUDGET),
+            **worker_metadata(stats, BUDGET),
+        }
 
-    return Day(work, checks, metadata)
+
+def check_results(
+    store: DataStore, report: PartitionReport, version: str, config: SummariesConfig
+) -> list[AssetCheckResult]:
+    """The `document_summaries` suites over one day's exact statistics and published sample."""
+    return summary_check_results(
+        store,
+        [report],
+        version=version,
+        extractive=config.mode == "extractive",
+        cap=length_cap(config),
+        sample_rows=config.check_sample_rows,
+        seed=config.check_seed,
+    )
 
 
-DOCUMENT_SUMMARIES = ScoringSpec(ASSET, DATASET, SUMMARY_SUITES, load, day)
+DESCRIPTION = """A two-or-three sentence summary of every document published that day, for newsletters,
+search snippets and the daily digest: doc_id, summary, the model_version that wrote it, and
+(extractive) sentence_spans, where each of its sentences lies in the document's normalised
+text.
 
+By default the summary is the document's best-ranked sentences in their original order
+(extractive, so it never states anything the document does not): position-aware
+centrality over sentence embeddings, on text normalised from whatever landed (HTML to
+plain text, Unicode NFC, whitespace). The abstractive mode writes new text with a
+configured local language model. Every summary fits a hard length cap (sentences and
+words, or characters for text written without spaces), which a blocking check enforces.
+Documents that cannot be summarised (no or repeated id, no text, not UTF-8, too long,
+published outside the day) go to `document_summaries_quarantine` with a reason; above the
+quarantine limit the day fails and nothing is published."""
 
-@scoring_asset(DOCUMENT_SUMMARIES, deps=[documents], group="summaries")
-def document_summaries(
-    context: AssetExecutionContext,
-    config: SummariesConfig,
-    storage: StorageResource,
-    inference: InferenceResource,
-):
-    """A two-or-three sentence summary of every document published that day, for newsletters,
-    search snippets and the daily digest: doc_id, summary, the model_version that wrote it, and
-    (extractive) sentence_spans, where each of its sentences lies in the document's normalised
-    text.
-
-    By default the summary is the document's best-ranked sentences in their original order
-    (extractive, so it never states anything the document does not): position-aware
-    centrality over sentence embeddings, on text normalised from whatever landed (HTML to
-    plain text, Unicode NFC, whitespace). The abstractive mode writes new text with a
-    configured local language model. Every summary fits a hard length cap (sentences and
-    words, or characters for text written without spaces), which a blocking check enforces.
-    Documents that cannot be summarised (no or repeated id, no text, not UTF-8, too long,
-    published outside the day) go to `document_summaries_quarantine` with a reason; above the
-    quarantine limit the day fails and nothing is published.
-    """
-    yield from score(context, DOCUMENT_SUMMARIES, config, storage, inference)
+# The job, its 05:00 UTC schedule and the digest downstream are the domain's
+# (assets/summaries/__init__.py): the summaries' job is the first to land the documents.
+PIPELINE = nightly(
+    ASSET,
+    SummaryPredictor,
+    Landing(
+        DATASET,
+        DOCUMENTS_SCHEMA,
+        key="doc_id",
+        asset=documents,
+        # No or repeated id, no text, not UTF-8, too long, published outside the day.
+        screen=lambda store, date: screen_documents(store, date).plan,
+        columns=SCREEN_COLUMNS,
+    ),
+    Output(pa.schema([f for f in SUMMARIES_SCHEMA if f.name != "doc_id"])),
+    Checks(suite="suites/document_summaries.json", results=check_results),
+    hour_utc=5,
+    description=DESCRIPTION,
+    group="summaries",
+    config=SummariesConfig,
+    sizes=lambda config: Sizes(batch_size=config.docs_per_chunk, shard_rows=config.docs_per_shard),
+    depends_on=output_settings,
+)
+document_summaries = PIPELINE.scoring_asset
