@@ -1,28 +1,24 @@
-"""Text models on shard workers: loaded once per worker process on the worker's device, their
-model calls sized for that device, their figures returned through each shard's statistics.
+"""Text models on shard workers: their model calls sized for the worker's device, their figures
+returned through each shard's statistics.
 
 Under the ``ray`` executor the step only drives: its runtime is the CPU (resources/inference.py),
-so neither its model nor its token budget is a worker's. A worker loads the model itself with the
-resource's ``device`` and ``precision`` (``worker_model``: once per process, whatever the number
-of shards), and what the local engine counts on the driver while the model runs (model calls,
-the token budget's out-of-memory back-offs) goes into the shard's statistics, which the driver
-sums over the partition's shards.
+so neither its model nor its token budget is a worker's. A worker loads the model itself (the
+domain's predictor, once per process or Ray actor, whatever the number of shards), and what the
+local engine counts on the driver while the model runs (model calls, the token budget's
+out-of-memory back-offs) goes into the shard's statistics, which the driver sums over the
+partition's shards.
 """
 
 from __future__ import annotations
 
 from collections.abc import Callable
-from dataclasses import dataclass
 from typing import TYPE_CHECKING
 
 import numpy as np
 
 from assets.text_models import ModelMetrics
 from inference.engine.adaptive import AdaptiveBatchSize
-from inference.engine.device import make_runtime
 from inference.engine.invariants import StreamStats
-from inference.generation.generate import Generator, load_generator
-from inference.text.encoder import SentenceEncoder, load_sentence_encoder
 from resources.inference import CPU_BATCH_TOKENS, GPU_BATCH_TOKENS
 
 if TYPE_CHECKING:
@@ -30,30 +26,6 @@ if TYPE_CHECKING:
 
 # Shard statistics of the model itself, apart from the output observers' counts.
 PREFIX = "model."
-
-
-@dataclass(frozen=True)
-class LoadEncoder:
-    """Loads the packaged sentence encoder in a worker process, on the device it has."""
-
-    device: str
-    precision: str
-
-    def __call__(self) -> SentenceEncoder:
-        return load_sentence_encoder(make_runtime(self.device, self.precision))
-
-
-@dataclass(frozen=True)
-class LoadGenerator:
-    """Loads the abstractive checkpoint in a worker process (the folder must be on the worker's
-    node, at the same path), on the device it has."""
-
-    checkpoint_path: str | None
-    device: str
-    precision: str
-
-    def __call__(self) -> Generator:
-        return load_generator(self.checkpoint_path, make_runtime(self.device, self.precision))
 
 
 def worker_batch_tokens(configured: int | None, device: torch.device) -> int:
