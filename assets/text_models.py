@@ -1,6 +1,6 @@
-"""The packaged sentence encoder as the digest loads it, once per process through the inference
-resource, and the figures of the text models' calls (the summaries' and embeddings' predictors
-load their own models where their shards run)."""
+"""The packaged sentence encoder as the digest and the evaluation load it, once per process
+through the inference resource, and the figures of the text models' calls (the summaries' and
+the embeddings' predictors load their own models where their shards run)."""
 
 from __future__ import annotations
 

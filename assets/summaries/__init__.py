@@ -21,7 +21,9 @@ defs = Definitions(
     asset_checks=[digest_covers_every_document],
 )
 
-# 05:00 UTC: the morning digest is read after 07:00, and documents land by 05:00.
+# 05:00 UTC: the morning digest is read after 07:00, and documents land by 05:00. The job is
+# the domain's, not the one nightly declares for document_summaries alone: it lands the
+# documents and runs the digest downstream too.
 wiring = DomainWiring(
     defs=defs,
     pipelines=(
