@@ -5,9 +5,10 @@ from dagster import AssetExecutionContext, AssetSpec
 
 from assets.days import daily_assets
 from assets.documents.gates import DOCUMENT_SUITES, DOCUMENTS_GATE
-from assets.documents.quality import screen_documents
+from assets.documents.quality import SCREEN_COLUMNS, screen_documents
 from assets.documents.schemas import DATASET, DOCUMENTS_SCHEMA
 from assets.landing import LandingSpec, deadline, land
+from nightshift import Landing
 from resources.quality import QualityConfig
 from resources.storage import StorageResource
 
@@ -40,4 +41,16 @@ DOCUMENTS_LANDING = LandingSpec(
         store, date, config.check_sample_rows, config.check_seed
     ),
     config=DocumentsConfig,
+)
+
+# The day's documents as the summaries and the embeddings read them (the public module's
+# Landing): this asset, its screening (no or repeated id, no text, not UTF-8, too long,
+# published outside the day), and only the columns they read.
+DOCUMENTS_INPUT = Landing(
+    DATASET,
+    DOCUMENTS_SCHEMA,
+    key="doc_id",
+    asset=documents,
+    screen=lambda store, date: screen_documents(store, date).plan,
+    columns=SCREEN_COLUMNS,
 )

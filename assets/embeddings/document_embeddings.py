@@ -11,9 +11,7 @@ import numpy as np
 import pyarrow as pa
 from pydantic import Field
 
-from assets.documents.assets import documents
-from assets.documents.quality import SCREEN_COLUMNS, screen_documents
-from assets.documents.schemas import DATASET, DOCUMENTS_SCHEMA
+from assets.documents.assets import DOCUMENTS_INPUT
 from assets.embeddings.gates import SAMPLE_COLUMNS, embedding_check_results, embedding_observer
 from assets.embeddings.schemas import DIMENSION, EMBEDDINGS, EMBEDDINGS_SCHEMA
 from assets.text_models import ModelMetrics
@@ -27,7 +25,7 @@ from inference.text.chunks import Chunking
 from inference.text.embeddings import embed_documents
 from inference.text.encoder import SentenceEncoder, load_sentence_encoder
 from inference.text.normalise import normalise_text
-from nightshift import Checks, Landing, Output, Predictor, nightly
+from nightshift import Checks, Output, Predictor, nightly
 from resources.quality import QualityConfig
 
 # The encoder's padded-token budget per call, as the metadata names it.
@@ -177,15 +175,7 @@ exactly as for summaries; above the quarantine limit the day fails and nothing i
 PIPELINE = nightly(
     EMBEDDINGS,
     EmbeddingPredictor,
-    Landing(
-        DATASET,
-        DOCUMENTS_SCHEMA,
-        key="doc_id",
-        asset=documents,
-        # Screened as for summaries: no or repeated id, no text, not UTF-8, too long, off-day.
-        screen=lambda store, date: screen_documents(store, date).plan,
-        columns=SCREEN_COLUMNS,
-    ),
+    DOCUMENTS_INPUT,
     Output(
         pa.schema([EMBEDDINGS_SCHEMA.field("embedding")]),
         observe=embedding_observer,

@@ -13,9 +13,7 @@ import pyarrow as pa
 from dagster import AssetCheckResult
 from pydantic import Field
 
-from assets.documents.assets import documents
-from assets.documents.quality import SCREEN_COLUMNS, screen_documents
-from assets.documents.schemas import DATASET, DOCUMENTS_SCHEMA
+from assets.documents.assets import DOCUMENTS_INPUT
 from assets.partitions import PartitionReport
 from assets.summaries.gates import summary_check_results
 from assets.summaries.schemas import SENTENCE_SPANS, SUMMARIES, SUMMARIES_SCHEMA
@@ -32,7 +30,7 @@ from inference.text.rank import RankerSettings
 from inference.text.segment import LengthCap, fit_summary
 from inference.text.summary_figures import summary_observer, summary_texts
 from inference.text.text import extractive_summaries, span_records
-from nightshift import Checks, Landing, Output, Predictor, nightly
+from nightshift import Checks, Output, Predictor, nightly
 from resources.quality import QualityConfig
 from resources.storage import DataStore
 
@@ -225,15 +223,7 @@ quarantine limit the day fails and nothing is published."""
 PIPELINE = nightly(
     ASSET,
     SummaryPredictor,
-    Landing(
-        DATASET,
-        DOCUMENTS_SCHEMA,
-        key="doc_id",
-        asset=documents,
-        # No or repeated id, no text, not UTF-8, too long, published outside the day.
-        screen=lambda store, date: screen_documents(store, date).plan,
-        columns=SCREEN_COLUMNS,
-    ),
+    DOCUMENTS_INPUT,
     Output(pa.schema([f for f in SUMMARIES_SCHEMA if f.name != "doc_id"])),
     Checks(suite="suites/document_summaries.json", results=check_results),
     hour_utc=5,
