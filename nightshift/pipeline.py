@@ -42,6 +42,7 @@ from inference.engine.predictor import (
     Predictor,
     PredictorLoader,
     PredictorProgram,
+    ShardCut,
     numeric,
 )
 from inference.engine.quarantine import QuarantinePlan
@@ -69,7 +70,10 @@ class Landing:
     the pipeline depends on it instead of declaring its own. ``screen``, ``(store, date) ->``
     the quarantine plan of the day's rows in the order they are read, replaces the key and
     required-column screen (the engine locates each quarantined row in its landing file).
-    ``columns``: the only columns the predictor reads (default: all).
+    ``columns``: the only columns the predictor reads (default: all). A ``screen`` that takes a
+    third argument is given the scoring asset's config (a limit the screen applies). ``exact``:
+    columns the predictor reads beside their landed text (``<name>_exact``), where the cast to
+    ``schema`` may round them, to be written out as they came.
     """
 
     dataset: str
@@ -80,6 +84,7 @@ class Landing:
     asset: AssetsDefinition | None = None
     screen: Callable[[DataStore, str], QuarantinePlan] | None = None
     columns: Sequence[str] | None = None
+    exact: Sequence[str] = ()
 
     @property
     def reads(self) -> list[str]:
@@ -96,14 +101,17 @@ class Output:
 
     ``observe``: given the model version, ``fn(rows, output, stats)`` that adds exact figures of
     each model call to the day's statistics (what custom ``Checks.results`` read). ``sample``:
-    the columns of a seeded sample of the day's rows, taken as they stream, for the checks.
+    the columns of a seeded sample of the day's rows, taken as they stream, for the checks
+    (True: every column). ``side``: ``(asset, schema, fn(rows, output))``, a side output
+    published in the same commit, ``fn`` picking each model call's rows of it.
     """
 
     schema: pa.Schema
     counts: Mapping[str, Callable[[Mapping[str, np.ndarray]], int]] = field(default_factory=dict)
     description: str = ""
     observe: Callable[[str], Observe] | None = None
-    sample: Sequence[str] = ()
+    sample: Sequence[str] | bool = ()
+    side: tuple[str, pa.Schema, Callable[[pa.RecordBatch, pa.Table], pa.Table]] | None = None
 
 
 @dataclass(frozen=True)
@@ -116,6 +124,8 @@ class Checks:
     ``results``: ``fn(store, report, model_version, config) -> check results``, the suite's
     results from figures of the pipeline's own (``Output.observe``, ``Output.sample``) in place
     of these; the suite then checks row conservation itself (no ``row_count_matches_input``).
+    One that takes a fifth argument is also given the predictor the step loaded (a threshold or
+    a training reference it read with the model).
     """
 
     suite: str | Path | None = None
@@ -131,6 +141,8 @@ class NightlyPipeline:
     landing_asset: AssetsDefinition
     scoring_asset: AssetsDefinition
     wiring: DomainWiring
+    # The scoring runner's spec of the asset: what a shadow of it (assets/shadow/) runs again.
+    spec: ScoringSpec | None = None
 
     @cached_property
     def defs(self) -> Definitions:
@@ -165,8 +177,11 @@ def nightly(
     demo: DemoDay | None = None,
     group: str | None = None,
     config: type[QualityConfig] | None = None,
-    sizes: Callable[[Any], Sizes] | None = None,
-    depends_on: Callable[[Any], Mapping[str, Any]] | None = None,
+    sizes: Callable[..., Sizes] | None = None,
+    depends_on: Callable[..., Mapping[str, Any]] | None = None,
+    deps: Sequence[Any] = (),
+    kinds: set[str] | None = None,
+    shards: Callable[[QuarantinePlan, int], ShardCut] | None = None,
 ) -> NightlyPipeline:
     """The Dagster definitions of a nightly pipeline: the landing asset, the scoring asset
     ``name`` with its checks, the job ``<name>_job``, its schedule at ``hour_utc`` (UTC, for
@@ -178,10 +193,17 @@ def nightly(
     ``assets/domains.py``. ``group``: the assets' group in the UI (default: ``name``).
     ``config``: the scoring asset's config class (default: the quality settings and the
     predictor's settings), which must hold the predictor's settings. ``sizes``: ``fn(config)``,
-    the rows per model call and per shard (default: the inference resource's). ``depends_on``:
-    ``fn(config)``, what else decides the answers besides the model version (settings that are
-    not part of it, the output's columns): a day's checkpointed progress made under others is
-    discarded, not resumed."""
+    the rows per model call and per shard (default: the inference resource's); one that takes a
+    second argument is also given the inference resource. ``depends_on``: ``fn(config)``, what
+    else decides the answers besides the model version (settings that are not part of it, the
+    output's columns): a day's checkpointed progress made under others is discarded, not
+    resumed; one that takes a second argument is also given the predictor the step loaded (a
+    threshold stored with the model).
+
+    ``deps``: assets the scoring asset depends on besides its landing (a model asset).
+    ``kinds``: its kinds in the UI (default: pytorch, parquet). ``shards``: ``fn(plan,
+    shard_rows)``, the model's own cut of a day into shards (:class:`ShardCut`), given the
+    day's quarantine plan and the rows a shard should hold, instead of row ranges."""
     scores = _scores_schema(landing, output)
     suites = {} if checks.results is not None else {CONSERVATION: _conservation_suite(name)}
     if checks.suite is not None:
@@ -192,42 +214,88 @@ def nightly(
     if missing:
         raise TypeError(f"{config.__name__} has no field for {predictor.__name__}'s {missing}")
 
-    def load(store: DataStore, inference: InferenceResource, settings: Any) -> Model:
+    registered = predictor.choose is not Predictor.choose
+
+    def chosen(
+        store: DataStore, inference: InferenceResource, settings: Any, version: str | None
+    ) -> Model:
+        """The model the run scores with: ``version``, for a registered one, where it was chosen."""
         model = predictor(**{n: getattr(settings, n) for n in predictor._settings})
         model.precision = inference.precision
         model.max_batch_size = inference.max_batch_size
         model.max_batch_tokens = inference.max_batch_tokens
         # The value: how shards load the model, and the instance the day's figures ask.
         shards = PredictorLoader(model, inference.device)
-        if not predictor.loaded_in_step:
+        if not (predictor.loaded_in_step or registered):
             version = model.version()  # a missing or pickled weights file fails here
             return Model(version, f"{name}:{version}", (shards, model))
+        model.choose(store, version)  # before the copies: they travel with the choice
         # The step's own copy, on the step's device (the CPU where Ray workers score): the one
         # sent to workers travels unloaded.
         key = f"{name}:{predictor.__name__}:{_settings(model)}"
+        if registered:
+            key = f"{key}:{model.version()}"
         loaded = PredictorLoader(copy.copy(model), str(inference.runtime.device))
         here = inference.model(key, lambda runtime: loaded())
         return Model(here.version(), key, (shards, here))
+
+    if registered:
+
+        def load(
+            store: DataStore,
+            inference: InferenceResource,
+            settings: Any,
+            version: str | None = None,
+        ) -> Model:
+            """The registry's champion, or ``version`` where the run chose another."""
+            return chosen(store, inference, settings, version)
+
+    else:
+
+        def load(store: DataStore, inference: InferenceResource, settings: Any) -> Model:
+            return chosen(store, inference, settings, None)
 
     def day(run: SpotSafeRun, date: str, model: Model, settings: Any, limit: float) -> Day:
         store = run.store
         loader, here = model.value
         columns = list(landing.columns) if landing.columns is not None else None
-        rows = lambda: store.iter_landing(landing.dataset, date, landing.schema, columns)  # noqa: E731
+        exact = tuple(landing.exact)
+        rows = lambda: store.iter_landing(  # noqa: E731
+            landing.dataset, date, landing.schema, columns, exact=exact
+        )
         if landing.screen is not None:
-            plan = locate_in_landing(landing.screen(store, date), store, landing.dataset, date)
+            screened = _given(landing.screen, store, date, settings)
+            plan = locate_in_landing(screened, store, landing.dataset, date)
         else:
             plan = screen_required(rows(), landing.key, landing.reads)
+        sized = _given(sizes, settings, run.inference) if sizes is not None else Sizes()
+        shard_rows = run.shard_rows(sized.default_shard_rows, sized.shard_rows)
+        cut = shards(plan, shard_rows) if shards is not None else None
         program = PredictorProgram(
-            model.key, loader, landing.key, scores, model.version, output.counts, output.observe
+            model.key,
+            loader,
+            landing.key,
+            scores,
+            model.version,
+            output.counts,
+            output.observe,
+            output.side[2] if output.side is not None else None,
+            cut.context if cut is not None else None,
         )
+        if cut is not None:
+            day_input = Input(
+                shards=lambda: cut.inputs(rows()), quarantine=plan, layout=dict(cut.layout)
+            )
+        else:
+            day_input = Input(rows(), quarantine=plan)
+        sample = output.sample if isinstance(output.sample, bool) else tuple(output.sample)
         work = Work(
-            Input(rows(), quarantine=plan),
+            day_input,
             program,
-            WorkOutput(scores, sample=tuple(output.sample)),
+            WorkOutput(scores, side=output.side and output.side[:2], sample=sample),
             # New weights (or settings it depends on): old progress is discarded.
-            depends_on=_depends_on(model.version, depends_on, settings),
-            sizes=sizes(settings) if sizes is not None else Sizes(),
+            depends_on=_depends_on(model.version, depends_on, settings, here),
+            sizes=sized,
         )
 
         def judged(report: PartitionReport) -> list[AssetCheckResult]:
@@ -240,7 +308,8 @@ def nightly(
                 for c in checks.custom
             ]
             if checks.results is not None:
-                return [*checks.results(store, report, model.version, settings), *own]
+                results = _given(checks.results, store, report, model.version, settings, here)
+                return [*results, *own]
             run_ = SuiteRun(suites)
             run_.add(date, figures, None, {})
             return [*run_.results({}), *own]
@@ -268,7 +337,7 @@ def nightly(
         "storage": StorageResource,
         "inference": InferenceResource,
     }
-    scoring = scoring_asset(spec, deps=[landed], group=group or name)(scored)
+    scoring = scoring_asset(spec, deps=[landed, *deps], group=group or name, kinds=kinds)(scored)
     pipeline = Pipeline(
         job=f"{name}_job",
         assets=(landing.dataset, name),
@@ -279,7 +348,13 @@ def nightly(
     # A landing asset of the pipeline's own is registered with it; a shared one, by its owner.
     owned = [scoring] if landing.asset is not None else [landed, scoring]
     wiring = DomainWiring(Definitions(assets=owned), (pipeline,), demo_day=demo)
-    return NightlyPipeline(landed, scoring, wiring)
+    return NightlyPipeline(landed, scoring, wiring, spec)
+
+
+def _given(fn: Callable[..., Any], *args: Any) -> Any:
+    """``fn`` called with as many of ``args`` as it takes (an optional trailing argument)."""
+    taken = len(inspect.signature(fn).parameters)
+    return fn(*args[:taken])
 
 
 def _landing_asset(landing: Landing, group: str) -> AssetsDefinition:
@@ -299,10 +374,14 @@ def _settings(model: Predictor) -> str:
 
 
 def _depends_on(
-    version: str, depends_on: Callable[[Any], Mapping[str, Any]] | None, settings: Any
+    version: str,
+    depends_on: Callable[..., Mapping[str, Any]] | None,
+    settings: Any,
+    predictor: Predictor,
 ) -> dict[str, Any]:
     """What a day's checkpointed progress must match to be resumed."""
-    return {"model": version, **(depends_on(settings) if depends_on is not None else {})}
+    more = _given(depends_on, settings, predictor) if depends_on is not None else {}
+    return {"model": version, **more}
 
 
 def _scores_schema(landing: Landing, output: Output) -> pa.Schema:

@@ -9,7 +9,7 @@ from __future__ import annotations
 import hashlib
 import inspect
 import json
-from collections.abc import Callable, Mapping
+from collections.abc import Callable, Iterable, Iterator, Mapping
 from dataclasses import dataclass
 from pathlib import Path
 from typing import Any, ClassVar, get_origin, get_type_hints
@@ -19,7 +19,7 @@ import pyarrow as pa
 
 from inference.engine.device import resolve_device
 from inference.engine.invariants import StreamStats
-from inference.engine.shard_worker import ModelStep, Observe, worker_model
+from inference.engine.shard_worker import ModelStep, Observe, ShardInput, worker_model
 from inference.generation.checkpoints import load_weights, safetensors_folder, weights_version
 
 VERSION_COLUMN = "model_version"
@@ -94,6 +94,20 @@ class Predictor:
         """The model's figures in the day's metadata, from its shards' summed statistics."""
         return {}
 
+    def choose(self, store: Any, version: str | None) -> None:
+        """A model of the model registry settles which version the run scores with, before any
+        input is read: its champion in ``store``, or ``version`` where the run chose another (a
+        backfill's champion of the day, the shadow's challenger); it reads here what the run
+        reads once (a training reference). A predictor that defines it is loaded in the step,
+        and its ``version()`` is the one chosen."""
+
+    def shard(self, rows: pa.Table, context: Any) -> Predictor:
+        """The predictor for one shard of a custom cut (:class:`ShardCut`), given the shard's
+        rows and the cut's ``context`` before its first batch, where the shard runs: a model
+        whose features depend on other rows of the shard (an account's history) returns a copy
+        holding them. Default: itself."""
+        return self
+
     def version(self) -> str:
         """What changes exactly when the model's answers may: the weights files' content
         hashes, else the class and its settings."""
@@ -108,6 +122,24 @@ class Predictor:
     def load_weights(self, module: Any, path: str | Path) -> Any:
         """``module`` with the weights of a ``.safetensors`` file (never unpickled)."""
         return load_weights(module, path)
+
+
+@dataclass(frozen=True)
+class ShardCut:
+    """A day cut into shards by the model's own rule instead of row ranges: each shard holds
+    every row its answers depend on (fraud: all of an account's rows).
+
+    Args:
+        inputs: the day's screened-in and quarantined rows, in input order -> its shards, each
+            with its rows' input positions (run once the step holds the day).
+        layout: what decides which rows a shard holds; part of the checkpoint's fingerprint.
+        context: handed with each shard's rows to ``Predictor.shard`` where the shard runs
+            (figures of the whole day that ``inputs`` fills in, say).
+    """
+
+    inputs: Callable[[Iterable[pa.RecordBatch]], Iterator[ShardInput]]
+    layout: Mapping[str, Any]
+    context: Any = None
 
 
 @dataclass(frozen=True)
@@ -137,9 +169,13 @@ class PredictorProgram:
     counts: Mapping[str, Callable[[Mapping[str, np.ndarray]], int]]
     # Given the model version, an observer of each model call (its rows, its output).
     observer: Callable[[str], Observe] | None = None
+    # (a call's rows, its output) -> the rows of a side output published with it.
+    side: Callable[[pa.RecordBatch, pa.Table], pa.Table] | None = None
+    # A custom cut's context, handed to each shard's predictor (Predictor.shard).
+    context: Any = None
 
     def __call__(self, rows: pa.Table) -> ModelStep:
-        predictor = worker_model(self.key, self.loader)
+        predictor = worker_model(self.key, self.loader).shard(rows, self.context)
         fields = [f for f in self.schema if f.name not in (self.id_column, VERSION_COLUMN)]
         prepares = type(predictor).prepare is not Predictor.prepare
         observer = self.observer(self.version) if self.observer is not None else None
@@ -175,7 +211,8 @@ class PredictorProgram:
             predictor.observe(scored, out, stats)
             predictor.record(stats)
 
-        return ModelStep(transform, predictor.prepare if prepares else None, observe=observe)
+        prepare = predictor.prepare if prepares else None
+        return ModelStep(transform, prepare, observe=observe, side=self.side)
 
 
 def _column(values: Any, f: pa.Field) -> pa.Array:
