@@ -2,238 +2,45 @@
 and the model's one standalone check, its quality before it scores anything.
 
 The checks on transactions, scores and alerts are Great Expectations suites evaluated inside
-the assets that produce them (see ``assets/fraud/gates.py``).
+the assets that produce them (see ``assets/fraud/gates.py``). The landing asset, the model and
+the scoring spec live in their own modules (``landing.py``, ``model.py``, ``scoring.py``).
 """
 
-from typing import Any
-
-from dagster import (
-    AssetCheckExecutionContext,
-    AssetCheckResult,
-    AssetCheckSpec,
-    AssetExecutionContext,
-    AssetSpec,
-    Config,
-    MaterializeResult,
-    MetadataValue,
-    asset,
-    asset_check,
-)
-from pydantic import Field
+from dagster import AssetCheckSpec, AssetExecutionContext, AssetSpec, MetadataValue
 
 from assets.days import DayRecorder, daily_assets
 from assets.errors import fail_fast_on_bad_input
 from assets.fraud import pipeline
-from assets.fraud.gates import (
-    LANDING_SUITES,
-    TRANSACTIONS_GATE,
-    alert_check_result,
+from assets.fraud.gates import alert_check_result
+from assets.fraud.landing import TRANSACTIONS_LANDING, TransactionsConfig, transactions
+from assets.fraud.model import (
+    MIN_VALIDATION_AUPRC,
+    FraudModelConfig,
+    fraud_model,
+    fraud_model_auprc_above_floor,
+    model_metadata,
 )
-from assets.fraud.quality import save_screen, screen_transactions
-from assets.fraud.schemas import ALERTS, MODEL_NAME, SCREENS, TRANSACTIONS, TRANSACTIONS_SCHEMA
+from assets.fraud.schemas import ALERTS, GROUP, SCORES, SCREENS, TRANSACTIONS
 from assets.fraud.scoring import FRAUD_SCORES, FraudQualityConfig
 from assets.handed import handed, read_at, snapshot_metadata
-from assets.landing import LandingSpec, deadline, land
-from assets.model_asset import champion_data_version, materialized_in_run
 from assets.partitions import partition_dates
 from assets.runner import score, scoring_asset
-from inference.fraud.features import FEATURES
-from inference.models.modelstore import ModelNotFoundError, load_model
-from inference.models.registry import trained_window
-from inference.tabular.tabular import TrainConfig
-from policy.automation import GPU_POOL, after_parent_passes_checks
+from policy.automation import after_parent_passes_checks
 from resources.inference import InferenceResource
-from resources.storage import DataStore, StorageResource
+from resources.storage import StorageResource
 
-GROUP = "fraud"
-
-# A model that ranks fraud this poorly would flood analysts with false alerts or miss most
-# fraud; at a ~1% fraud rate a random ranking scores about 0.01.
-MIN_VALIDATION_AUPRC = 0.5
-
-
-class TransactionsConfig(FraudQualityConfig):
-    deadline_hours: float = deadline(2.0, "the fraud schedule scores it at 02:00")
-
-
-@daily_assets(
-    AssetSpec(TRANSACTIONS, group_name=GROUP, kinds={"parquet"}),
-    AssetSpec(
-        SCREENS,
-        deps=[TRANSACTIONS],
-        group_name=GROUP,
-        kinds={"json"},
-        description="Each day's screening of the landed transactions against the contract: "
-        "which rows scoring will quarantine and why, tied to the exact files it was made from. "
-        "fraud_scores reuses it instead of screening the day again.",
-    ),
-    checks=[suite.spec() for suite in LANDING_SUITES.values()],
-)
-def transactions(
-    context: AssetExecutionContext, config: TransactionsConfig, storage: StorageResource
-):
-    """Yesterday's card transactions as the payments platform lands them.
-
-    Materialising checks that every landing file carries the agreed columns and types, counts
-    the rows, and screens every row against the contract (ids present and unique, amounts
-    finite and not negative, timestamps inside the day, landed on time), so scoring never
-    starts on a day that is missing, malformed or has more bad rows than may be quarantined.
-    """
-    yield from land(context, TRANSACTIONS_LANDING, config, storage)
-
-
-def _screen(store: DataStore, date: str, config: TransactionsConfig, limit: float):
-    return screen_transactions(
-        store,
-        date,
-        sample_rows=config.check_sample_rows,
-        seed=config.check_seed,
-        amount_ceiling=config.amount_ceiling,
-    )
-
-
-def _save(store: DataStore, date: str, screen, config: TransactionsConfig, limit: float) -> dict:
-    """The day's screen, kept for fraud_scores as the day's transaction_screens partition."""
-    saved = save_screen(store, date, screen, config.amount_ceiling)
-    return {SCREENS: {"rows_to_quarantine": screen.plan.count, "output": MetadataValue.path(saved)}}
-
-
-TRANSACTIONS_LANDING = LandingSpec(
-    TRANSACTIONS,
-    TRANSACTIONS_SCHEMA,
-    TRANSACTIONS_GATE,
-    screen=_screen,
-    publish=_save,
-    config=TransactionsConfig,
-)
-
-
-class FraudModelConfig(Config):
-    retrain: bool = Field(
-        default=False, description="Train a challenger even if a champion exists."
-    )
-    features: list[str] = Field(default=list(FEATURES), description="Feature columns to train on.")
-    history_days: int = Field(default=28, description="Most recent labelled days to train on.")
-    hidden: list[int] = Field(default=[64, 32], description="Hidden layer widths of the MLP.")
-    epochs: int = Field(default=40, description="Most epochs; training stops early on a plateau.")
-    batch_size: int = 1024
-    learning_rate: float = 2e-3
-    validation_fraction: float = 0.2
-    seed: int = 0
-
-
-@asset(group_name=GROUP, kinds={"pytorch"}, pool=GPU_POOL)
-def fraud_model(
-    context: AssetExecutionContext,
-    config: FraudModelConfig,
-    storage: StorageResource,
-    inference: InferenceResource,
-) -> MaterializeResult:
-    """The model that tells fraudulent card transactions from genuine ones.
-
-    An MLP over per-transaction features (amount against the account's usual, time of day,
-    channel, foreign or rare country, merchants new to the account, bursts of activity), trained
-    on the labelled history (confirmed fraud and chargebacks). The champion is reused unless
-    `retrain` is set. A retrain leaves out the most recent labelled days the champion did not
-    train on and waits as challenger: the promotion gate compares both on those days and
-    promotes it only if it is at least as good. The metadata shows the validation AUPRC and
-    ROC-AUC, the alert threshold, the training window and the features with their
-    normalisation.
-    """
-    store = storage.store()
-    # A current model whose files are damaged fails at once, naming the fix: retraining over
-    # it here would replace the champion without anyone deciding to.
-    with fail_fast_on_bad_input():
-        if not config.retrain:
-            try:
-                stored = load_model(store.read_bytes, store.models_dir, MODEL_NAME)
-            except ModelNotFoundError:
-                context.log.info("no fraud model champion: training the first version")
-            else:
-                context.log.info(
-                    f"reusing fraud model champion {stored.version} (set retrain to train a "
-                    "challenger)"
-                )
-                metadata = model_metadata(stored.manifest, stored.version)
-                return MaterializeResult(
-                    metadata={**metadata, "reused": True},
-                    data_version=champion_data_version(store, MODEL_NAME),
-                )
-
-    train_config = TrainConfig(
-        hidden=tuple(config.hidden),
-        epochs=config.epochs,
-        batch_size=config.batch_size,
-        learning_rate=config.learning_rate,
-        validation_fraction=config.validation_fraction,
-        seed=config.seed,
-    )
-    with fail_fast_on_bad_input():
-        version, alias, manifest, seconds = pipeline.train_and_save(
-            store,
-            config.features,
-            config.history_days,
-            train_config,
-            inference.runtime.device,
-            context.log.info,
-        )
-    metadata = model_metadata(manifest, version)
-    return MaterializeResult(
-        metadata={
-            **metadata,
-            "reused": False,
-            "alias": alias,
-            "training_seconds": round(seconds, 2),
-        },
-        # A challenger waiting for the gate changes nothing downstream (assets/model_asset.py).
-        data_version=champion_data_version(store, MODEL_NAME),
-    )
-
-
-@asset_check(asset=MODEL_NAME, blocking=True)
-def fraud_model_auprc_above_floor(
-    context: AssetCheckExecutionContext, storage: StorageResource
-) -> AssetCheckResult:
-    """The validation AUPRC of the model this run materialised (a challenger just trained, or
-    the champion reused) reaches the floor before it scores or is judged for promotion."""
-    store = storage.store()
-    version = materialized_in_run(context, MODEL_NAME)
-    stored = load_model(store.read_bytes, store.models_dir, MODEL_NAME, version)
-    auprc = stored.manifest["metrics"]["val_auprc"]
-    return AssetCheckResult(
-        passed=auprc >= MIN_VALIDATION_AUPRC,
-        metadata={"val_auprc": auprc, "floor": MIN_VALIDATION_AUPRC, "version": stored.version},
-    )
-
-
-def model_metadata(manifest: dict[str, Any], version: str) -> dict[str, Any]:
-    """Version, validation metrics, threshold, training data and the feature normalisation."""
-    metrics = manifest["metrics"]
-    window = trained_window(manifest)
-    trained_on = manifest.get("trained_on", {})
-    dates = trained_on.get("dates", [])
-    rows = metrics["train_rows"] + metrics["val_rows"]
-    positives = metrics["train_positives"] + metrics["val_positives"]
-    rows_md = zip(manifest["features"], manifest["mean"], manifest["std"], strict=True)
-    normalisation = "\n".join(f"| {name} | {mean:.4g} | {std:.4g} |" for name, mean, std in rows_md)
-    return {
-        "model_version": version,
-        "val_auprc": metrics["val_auprc"],
-        "val_roc_auc": metrics["val_roc_auc"],
-        "val_precision_at_threshold": metrics["val_precision_at_threshold"],
-        "val_recall_at_threshold": metrics["val_recall_at_threshold"],
-        "threshold": manifest["threshold"],
-        "training_rows": rows,
-        "fraud_rate": round(positives / rows, 6) if rows else 0.0,
-        "training_days": len(dates),
-        "training_range": f"{dates[0]} .. {dates[-1]}" if dates else "",
-        "trained_through": window[1] if window else "",
-        "hidden_layers": MetadataValue.json(manifest["hidden"]),
-        "features": MetadataValue.json(manifest["features"]),
-        "normalisation": MetadataValue.md(
-            "| feature | mean | std |\n|---|---|---|\n" + normalisation
-        ),
-    }
+__all__ = [
+    "MIN_VALIDATION_AUPRC",
+    "TRANSACTIONS_LANDING",
+    "FraudModelConfig",
+    "TransactionsConfig",
+    "fraud_alerts",
+    "fraud_model",
+    "fraud_model_auprc_above_floor",
+    "fraud_scores",
+    "model_metadata",
+    "transactions",
+]
 
 
 @scoring_asset(
@@ -277,7 +84,7 @@ def fraud_alerts(context: AssetExecutionContext, storage: StorageResource):
     store, days = storage.store(), DayRecorder(context)
     for date in partition_dates(context):
         # The scores and flagged details as fraud_scores' materialisation handed them on.
-        pins = handed(context, store, [FRAUD_SCORES.asset], date)
+        pins = handed(context, store, [SCORES], date)
         with store.pinned(pins):
             with fail_fast_on_bad_input():
                 published, amount = pipeline.publish_alerts(store, date)

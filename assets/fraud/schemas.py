@@ -4,6 +4,8 @@ import pyarrow as pa
 
 from inference.engine.streaming import exact_name
 
+# The fraud assets' group in the UI.
+GROUP = "fraud"
 TRANSACTIONS = "transactions"
 # Each day's screening of the landed transactions (its quarantine plan), which fraud_scores reuses.
 SCREENS = "transaction_screens"

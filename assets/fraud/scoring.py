@@ -14,10 +14,10 @@ from typing import NamedTuple
 
 import numpy as np
 import pyarrow as pa
-from pydantic import Field
 
 from assets.checkpointing import SpotSafeRun
 from assets.fraud.gates import SCORE_SUITES, score_check_results
+from assets.fraud.landing import FraudQualityConfig
 from assets.fraud.pipeline import (
     flagged_details,
     load_scorer,
@@ -26,7 +26,6 @@ from assets.fraud.pipeline import (
 )
 from assets.fraud.quality import load_screen, screen_transactions
 from assets.fraud.schemas import (
-    AMOUNT_CEILING,
     FLAGGED,
     FLAGGED_SCHEMA,
     MODEL_NAME,
@@ -50,7 +49,7 @@ from inference.models.registry import champion_version
 from inference.tabular.ranges import REVIEW, Guarded
 from inference.tabular.tabular import TabularScorer
 from resources.inference import InferenceResource
-from resources.quality import QualityConfig, locate_in_landing
+from resources.quality import locate_in_landing
 from resources.storage import DataStore
 
 # Rows whose features are assembled together (one call of the step; the model itself runs in
@@ -63,15 +62,6 @@ FEATURE_ROWS = 131_072
 # a few shard files and progress writes, small enough that a retry redoes little and a shard's
 # profile stays small.
 SHARD_ROWS = 250_000
-
-
-class FraudQualityConfig(QualityConfig):
-    amount_ceiling: float = Field(
-        default=AMOUNT_CEILING,
-        description="The data contract's largest amount, in the transaction's currency units: "
-        "a larger amount is quarantined as `amount_above_ceiling`, never scored. Give "
-        "`transactions` and `fraud_scores` the same value.",
-    )
 
 
 class FraudModel(NamedTuple):

@@ -3,8 +3,9 @@ the champion (assets/shadow/), agreeing on whom to flag and on the spread of sco
 
 from functools import partial
 
+from assets.fraud.landing import FraudQualityConfig
 from assets.fraud.schemas import ALERTS, MODEL_NAME
-from assets.fraud.scoring import FRAUD_SCORES, FraudQualityConfig
+from assets.fraud.scoring import FRAUD_SCORES
 from assets.shadow.asset import Shadow, shadow_asset
 from inference.models.agreement import Limit, flagged_agreement
 
