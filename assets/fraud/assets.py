@@ -3,7 +3,8 @@ and the model's one standalone check, its quality before it scores anything.
 
 The checks on transactions, scores and alerts are Great Expectations suites evaluated inside
 the assets that produce them (see ``assets/fraud/gates.py``). The landing asset, the model and
-the scoring spec live in their own modules (``landing.py``, ``model.py``, ``scoring.py``).
+the scores are declared in their own modules (``landing.py``, ``model.py``, ``scoring.py``);
+this one adds the alerts the scores feed.
 """
 
 from dagster import AssetCheckSpec, AssetExecutionContext, AssetSpec, MetadataValue
@@ -20,13 +21,11 @@ from assets.fraud.model import (
     fraud_model_auprc_above_floor,
     model_metadata,
 )
-from assets.fraud.schemas import ALERTS, GROUP, SCORES, SCREENS, TRANSACTIONS
-from assets.fraud.scoring import FRAUD_SCORES, FraudQualityConfig
+from assets.fraud.schemas import ALERTS, GROUP, SCORES
+from assets.fraud.scoring import fraud_scores
 from assets.handed import handed, read_at, snapshot_metadata
 from assets.partitions import partition_dates
-from assets.runner import score, scoring_asset
 from policy.automation import after_parent_passes_checks
-from resources.inference import InferenceResource
 from resources.storage import StorageResource
 
 __all__ = [
@@ -41,29 +40,6 @@ __all__ = [
     "model_metadata",
     "transactions",
 ]
-
-
-@scoring_asset(
-    FRAUD_SCORES, deps=[TRANSACTIONS, SCREENS, fraud_model], group=GROUP, kinds={"pytorch"}
-)
-def fraud_scores(
-    context: AssetExecutionContext,
-    config: FraudQualityConfig,
-    storage: StorageResource,
-    inference: InferenceResource,
-):
-    """The fraud probability of every transaction of the day, and whether it is flagged.
-
-    One row per transaction: `score` in [0, 1], `flagged` when the score reaches the model's
-    alert threshold, `needs_review` when a feature was beyond the model's training range (it is
-    clamped to that range before scoring, never extrapolated), and the `model_version` that
-    scored it. A range backfill loads the model once and records each day on its own.
-    Transactions that cannot be scored (missing fields, non-finite or negative amounts, amounts
-    above the contract's ceiling, times outside the day, repeated ids) go to
-    `fraud_scores_quarantine` with a reason, never silently dropped; above the quarantine limit
-    the day fails and nothing is published.
-    """
-    yield from score(context, FRAUD_SCORES, config, storage, inference)
 
 
 @daily_assets(

@@ -230,6 +230,16 @@ def load_screen(
     )
 
 
+def scoring_plan(store: DataStore, date: str, config: Any) -> QuarantinePlan:
+    """The rows ``fraud_scores`` sets aside, under ``config.amount_ceiling`` (its
+    FraudQualityConfig): the landing checks' saved plan for these exact files, if they ran;
+    else the day screened now."""
+    plan = load_screen(store, date, config.amount_ceiling)
+    if plan is None:
+        plan = screen_transactions(store, date, amount_ceiling=config.amount_ceiling).plan
+    return plan
+
+
 def _schema(columns: list[str]) -> pa.Schema:
     return pa.schema([TRANSACTIONS_SCHEMA.field(c) for c in columns])
 

@@ -1,56 +1,51 @@
-"""``fraud_scores`` as a spec for the scoring runner: load the current model, score a day.
+"""``fraud_scores``: the fraud probability of every transaction of the day, declared on the
+public module (``nightshift``).
 
 A day's transactions are screened against the contract (the plan ``transactions`` saved for
-these exact files is reused), featurised against the day's account profile, clamped to the
-model's training ranges and scored; flagged rows' details are committed beside the scores for
-``fraud_alerts``.
+these exact files is reused), cut into shards of whole accounts (inference/fraud/accounts.py),
+featurised against each shard's account profile, clamped to the model's training ranges and
+scored by :class:`FraudPredictor`, which loads the registered model once per process or Ray
+actor; flagged rows' details are committed beside the scores for ``fraud_alerts``.
 """
 
 from __future__ import annotations
 
-from collections.abc import Iterator
-from dataclasses import dataclass
-from typing import NamedTuple
+import copy
+from typing import Any
 
 import numpy as np
 import pyarrow as pa
+from dagster import AssetCheckResult
 
-from assets.checkpointing import SpotSafeRun
-from assets.fraud.gates import SCORE_SUITES, score_check_results
-from assets.fraud.landing import FraudQualityConfig
-from assets.fraud.pipeline import (
-    flagged_details,
-    load_scorer,
-    score_reference,
-    scored_transactions,
-)
-from assets.fraud.quality import load_screen, screen_transactions
+from assets.fraud.gates import score_check_results
+from assets.fraud.landing import FraudQualityConfig, transactions
+from assets.fraud.model import fraud_model
+from assets.fraud.pipeline import SCORED_COLUMNS, flagged_details, load_scorer, score_reference
+from assets.fraud.quality import scoring_plan
 from assets.fraud.schemas import (
+    EXACT_COLUMNS,
     FLAGGED,
     FLAGGED_SCHEMA,
+    GROUP,
     MODEL_NAME,
     SCORES,
     SCORES_SCHEMA,
     TRANSACTIONS,
+    TRANSACTIONS_SCHEMA,
 )
-from assets.runner import Day, Model, ScoringSpec
+from assets.partitions import PartitionReport
 from inference.engine.device import make_runtime
-from inference.engine.shard_worker import ModelStep, ShardInput
-from inference.engine.work import Input, Output, Sizes, Work
-from inference.fraud.accounts import (
-    AccountShardProgram,
-    AccountShards,
-    DayWide,
-    shard_count,
-)
-from inference.fraud.profile import PartitionProfile
+from inference.engine.invariants import StreamStats
+from inference.engine.work import Sizes
+from inference.fraud.accounts import DayWide, account_cut, day_profile
 from inference.fraud.score_figures import score_observer
 from inference.models.registry import champion_version
 from inference.tabular.ranges import REVIEW, Guarded
-from inference.tabular.tabular import TabularScorer
+from nightshift import Checks, Landing, Output, Predictor, nightly
 from resources.inference import InferenceResource
-from resources.quality import locate_in_landing
 from resources.storage import DataStore
+
+__all__ = ["FEATURE_ROWS", "FRAUD_SCORES", "SHARD_ROWS", "FraudPredictor", "FraudQualityConfig"]
 
 # Rows whose features are assembled together (one call of the step; the model itself runs in
 # calls of the resource's max_batch_size). Each call's code lookups hash the whole account
@@ -64,163 +59,133 @@ FEATURE_ROWS = 131_072
 SHARD_ROWS = 250_000
 
 
-class FraudModel(NamedTuple):
-    """The scorer, and the training score histogram the drift check compares each day with
-    (None for a model saved without one): both read once per run."""
+class FraudPredictor(Predictor):
+    """The registered fraud MLP (``fraud_model``): the champion, or the version the run chose.
 
-    scorer: TabularScorer
-    reference: list[int] | None
-
-
-def load(
-    store: DataStore,
-    inference: InferenceResource,
-    config: FraudQualityConfig,
-    version: str | None = None,
-) -> Model:
-    """The champion, or ``version`` where the run chose another (assets/staleness.py)."""
-    version = version or champion_version(store.read_bytes, store.models_dir, MODEL_NAME)
-    key = f"{MODEL_NAME}:{version}"
-    scorer = inference.model(key, lambda runtime: load_scorer(store, version, runtime))
-    return Model(
-        version,
-        key,
-        FraudModel(scorer, score_reference(store, version)),
-        device=scorer.runtime.describe(),
-        metadata={"threshold": scorer.threshold},
-    )
-
-
-def day(run: SpotSafeRun, date: str, model: Model, config: FraudQualityConfig, limit: float) -> Day:
-    """One day of transactions, scored in checkpointed shards of whole accounts.
-
-    Transactions that cannot be scored are quarantined to ``fraud_scores_quarantine`` with
-    their reason; above ``limit`` of the day the step fails before any inference. Each shard
-    holds every row of its accounts (inference/fraud/accounts.py), so the account profile is built
-    per shard and memory follows the shard, not the day. Features beyond the model's training
-    range are clamped to it and their rows marked ``needs_review`` (see inference.tabular.ranges).
+    Its threshold comes with its weights, its training score histogram (the drift check's
+    reference) is read once per run in the step. Each shard gets a copy holding the profile of
+    its accounts; a batch's features are computed against it and clamped to the model's
+    training ranges (their rows marked ``needs_review``, see inference.tabular.ranges).
     """
-    store, (scorer, reference), version = run.store, model.value, model.version
-    settings = run.inference
-    # The landing checks' plan for these exact files, if they ran; else the day is screened.
-    plan = load_screen(store, date, config.amount_ceiling)
-    if plan is None:
-        plan = screen_transactions(store, date, amount_ceiling=config.amount_ceiling).plan
-    plan = locate_in_landing(plan, store, TRANSACTIONS, date)
-    count = shard_count(plan.rows - plan.count, run.shard_rows(SHARD_ROWS))
-    day_wide = DayWide()
 
-    def shards() -> Iterator[ShardInput]:
-        cut = AccountShards(count, plan, day_wide)
-        try:
-            cut.write(scored_transactions(store, date))
-            yield from cut.inputs()
-        finally:
-            cut.close()
+    def choose(self, store: DataStore, version: str | None) -> None:
+        self.store = store
+        self.chosen = version or champion_version(store.read_bytes, store.models_dir, MODEL_NAME)
+        self.reference = score_reference(store, self.chosen)
 
-    program = AccountShardProgram(
-        model.key,
-        _LoadScorer(store, version, settings.device, settings.precision),
-        day_wide,
-        _ScoringStep(version, settings.max_batch_size),
-    )
-    work = Work(
-        Input(
-            shards=shards,
-            quarantine=plan,
-            layout={"shard_layout": "account_hash", "account_shards": count},
-        ),
-        program,
-        Output(SCORES_SCHEMA, side=(FLAGGED, FLAGGED_SCHEMA), sample=True),
-        depends_on={"model": version, "threshold": float(scorer.threshold)},
-        sizes=Sizes(
-            batch_size=max(FEATURE_ROWS, settings.max_batch_size), default_shard_rows=SHARD_ROWS
-        ),
-    )
+    def version(self) -> str:
+        return self.chosen
 
-    def checks(report):
-        return score_check_results(
-            store,
-            [report],
-            version=version,
-            threshold=scorer.threshold,
-            reference=reference,
-            ranges=scorer.ranges,
-            sample_rows=config.check_sample_rows,
-            seed=config.check_seed,
-        )
+    def load(self, device: str) -> None:
+        self.scorer = load_scorer(self.store, self.chosen, make_runtime(device, self.precision))
+        self.threshold = np.float32(self.scorer.threshold)
+        self.observed = score_observer(float(self.threshold), self.chosen)
 
-    def metadata(report) -> dict:
-        counts = report.shards.stats.counts
+    def shard(self, rows: pa.Table, day_wide: DayWide) -> FraudPredictor:
+        shard = copy.copy(self)
+        shard.profile = day_profile(rows, day_wide)
+        return shard
+
+    def prepare(self, batch: pa.RecordBatch) -> Guarded:
+        x = self.profile.features(batch, self.scorer.features)
+        if self.scorer.ranges is None:  # a model saved before ranges were recorded
+            return Guarded(x, np.zeros(len(x), bool), {}, {})
+        return self.scorer.ranges.guard(x)
+
+    def __call__(self, batch: pa.RecordBatch, guarded: Guarded) -> dict[str, Any]:
+        self.guarded = guarded  # its clamped features are recorded with the call's figures
+        scores = self.scorer.score(guarded.x, max_rows=self.max_batch_size)
         return {
-            **scorer.batch_sizing(settings.max_batch_size).describe(),
-            "flagged": counts.get("flagged", 0),
-            "needs_review": counts.get(REVIEW, 0),
+            "score": scores,
+            "flagged": scores >= self.threshold,
+            "needs_review": guarded.review,
         }
 
-    return Day(work, checks, metadata)
+    def observe(self, rows: pa.RecordBatch, output: pa.Table, stats: StreamStats) -> None:
+        self.observed(rows, output, stats)
+
+    def record(self, stats: StreamStats) -> None:
+        self.guarded.record(stats)
+
+    def describe(self, stats: StreamStats) -> dict[str, Any]:
+        return {
+            "threshold": self.scorer.threshold,
+            **self.scorer.batch_sizing(self.max_batch_size).describe(),
+            "flagged": stats.counts.get("flagged", 0),
+            "needs_review": stats.counts.get(REVIEW, 0),
+        }
 
 
-def scoring_step(
-    scorer: TabularScorer, profile: PartitionProfile, version: str, model_rows: int
-) -> ModelStep:
-    """Featurise against ``profile`` (one shard's accounts), clamp to the training ranges,
-    score in calls of ``model_rows``, observe."""
-    threshold, ranges = np.float32(scorer.threshold), scorer.ranges
-
-    def prepare(batch: pa.RecordBatch) -> Guarded:
-        x = profile.features(batch, scorer.features)
-        if ranges is None:  # a model saved before ranges were recorded: nothing to clamp to
-            return Guarded(x, np.zeros(len(x), bool), {}, {})
-        return ranges.guard(x)
-
-    def transform(batch: pa.RecordBatch, guarded: Guarded) -> pa.RecordBatch:
-        scores = scorer.score(guarded.x, max_rows=model_rows)
-        return pa.record_batch(
-            [
-                batch["transaction_id"],
-                pa.array(scores, pa.float32()),
-                pa.array(scores >= threshold),
-                pa.array(guarded.review),
-                pa.repeat(pa.scalar(version, pa.string()), len(scores)),
-            ],
-            schema=SCORES_SCHEMA,
-        )
-
-    return ModelStep(
-        transform,
-        prepare,
-        observe=score_observer(float(threshold), version),
-        observe_prepared=lambda guarded, stats: guarded.record(stats),
-        side=flagged_details,
+def judged(
+    store: DataStore,
+    report: PartitionReport,
+    version: str,
+    config: FraudQualityConfig,
+    model: FraudPredictor,
+) -> list[AssetCheckResult]:
+    """The fraud_scores suites over the day's exact figures and sample."""
+    return score_check_results(
+        store,
+        [report],
+        version=version,
+        threshold=model.scorer.threshold,
+        reference=model.reference,
+        ranges=model.scorer.ranges,
+        sample_rows=config.check_sample_rows,
+        seed=config.check_seed,
     )
 
 
-@dataclass(frozen=True)
-class _ScoringStep:
-    """``scoring_step`` with the version and batch size bound (picklable for workers)."""
-
-    version: str
-    model_rows: int
-
-    def __call__(self, scorer: TabularScorer, profile: PartitionProfile) -> ModelStep:
-        return scoring_step(scorer, profile, self.version, self.model_rows)
+def threshold(config: FraudQualityConfig, model: FraudPredictor) -> dict[str, float]:
+    """The alert threshold stored with the model decides the flags beside its version."""
+    return {"threshold": float(model.scorer.threshold)}
 
 
-@dataclass(frozen=True)
-class _LoadScorer:
-    """Loads the scorer where the shard runs, on the device given (a worker's own, or the
-    step's: in the step's process the scorer it loaded is used instead)."""
-
-    store: DataStore
-    version: str
-    device: str
-    precision: str
-
-    def __call__(self) -> TabularScorer:
-        return load_scorer(self.store, self.version, make_runtime(self.device, self.precision))
+def sizes(config: FraudQualityConfig, inference: InferenceResource) -> Sizes:
+    return Sizes(
+        batch_size=max(FEATURE_ROWS, inference.max_batch_size), default_shard_rows=SHARD_ROWS
+    )
 
 
-FRAUD_SCORES = ScoringSpec(
-    asset=SCORES, dataset=TRANSACTIONS, suites=SCORE_SUITES, load=load, day=day
+DESCRIPTION = """The fraud probability of every transaction of the day, and whether it is flagged.
+
+One row per transaction: `score` in [0, 1], `flagged` when the score reaches the model's
+alert threshold, `needs_review` when a feature was beyond the model's training range (it is
+clamped to that range before scoring, never extrapolated), and the `model_version` that
+scored it. A range backfill loads the model once and records each day on its own.
+Transactions that cannot be scored (missing fields, non-finite or negative amounts, amounts
+above the contract's ceiling, times outside the day, repeated ids) go to
+`fraud_scores_quarantine` with a reason, never silently dropped; above the quarantine limit
+the day fails and nothing is published."""
+
+PIPELINE = nightly(
+    SCORES,
+    FraudPredictor,
+    Landing(
+        TRANSACTIONS,
+        TRANSACTIONS_SCHEMA,
+        key="transaction_id",
+        asset=transactions,
+        screen=scoring_plan,
+        columns=SCORED_COLUMNS,
+        exact=EXACT_COLUMNS,
+    ),
+    Output(
+        pa.schema([SCORES_SCHEMA.field(n) for n in ("score", "flagged", "needs_review")]),
+        sample=True,
+        side=(FLAGGED, FLAGGED_SCHEMA, flagged_details),
+    ),
+    Checks(suite="suites/fraud_scores.json", results=judged),
+    hour_utc=2,
+    description=DESCRIPTION,
+    group=GROUP,
+    config=FraudQualityConfig,
+    sizes=sizes,
+    depends_on=threshold,
+    deps=[fraud_model],
+    kinds={"pytorch"},
+    shards=account_cut,
 )
+fraud_scores = PIPELINE.scoring_asset
+# The runner's spec of fraud_scores: what its shadow (assets/fraud/shadow.py) runs again.
+FRAUD_SCORES = PIPELINE.spec

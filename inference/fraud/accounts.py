@@ -20,7 +20,7 @@ from __future__ import annotations
 import math
 import tempfile
 from collections import Counter
-from collections.abc import Callable, Iterable, Iterator
+from collections.abc import Iterable, Iterator
 from contextlib import closing
 from dataclasses import dataclass, replace
 from pathlib import Path
@@ -31,8 +31,9 @@ import pyarrow.compute as pc
 import pyarrow.ipc as ipc
 
 from inference.engine.batching import Prefetcher
+from inference.engine.predictor import ShardCut
 from inference.engine.quarantine import QuarantinePlan
-from inference.engine.shard_worker import ModelStep, ShardInput, worker_model
+from inference.engine.shard_worker import ShardInput
 from inference.fraud.profile import PROFILE_COLUMNS, PartitionProfile, ProfileBuilder
 
 POSITION = "_position"
@@ -302,18 +303,26 @@ def shard_profile(rows: pa.Table, figures: DayFigures) -> PartitionProfile:
     return figures.complete(builder.finish())
 
 
-@dataclass(frozen=True)
-class AccountShardProgram:
-    """Builds a shard's model step where it runs: its profile, and the model (the step's own
-    in its process, else loaded once per worker process from the model store)."""
+def account_cut(plan: QuarantinePlan, shard_rows: int) -> ShardCut:
+    """A day cut into shards of whole accounts, about ``shard_rows`` rows each; its context is
+    the day-wide figures, filled in as the day is written into shard files, which each shard's
+    profile is completed with (:func:`shard_profile`)."""
+    count = shard_count(plan.rows - plan.count, shard_rows)
+    day_wide = DayWide()
 
-    key: str
-    loader: Callable[[], object]  # () -> the scorer, picklable
-    day_wide: DayWide
-    step: Callable[[object, PartitionProfile], ModelStep]  # (scorer, profile) -> its step
+    def inputs(rows: Iterable[pa.RecordBatch]) -> Iterator[ShardInput]:
+        cut = AccountShards(count, plan, day_wide)
+        try:
+            cut.write(rows)
+            yield from cut.inputs()
+        finally:
+            cut.close()
 
-    def __call__(self, rows: pa.Table) -> ModelStep:
-        if self.day_wide.figures is None:
-            raise RuntimeError("a shard of accounts was scored before the day was cut")
-        scorer = worker_model(self.key, self.loader)
-        return self.step(scorer, shard_profile(rows, self.day_wide.figures))
+    return ShardCut(inputs, {"shard_layout": "account_hash", "account_shards": count}, day_wide)
+
+
+def day_profile(rows: pa.Table, day_wide: DayWide) -> PartitionProfile:
+    """The profile of one shard of :func:`account_cut`, once the day has been cut."""
+    if day_wide.figures is None:
+        raise RuntimeError("a shard of accounts was scored before the day was cut")
+    return shard_profile(rows, day_wide.figures)
