@@ -103,7 +103,9 @@ class Output:
     each model call to the day's statistics (what custom ``Checks.results`` read). ``sample``:
     the columns of a seeded sample of the day's rows, taken as they stream, for the checks
     (True: every column). ``side``: ``(asset, schema, fn(rows, output))``, a side output
-    published in the same commit, ``fn`` picking each model call's rows of it.
+    published in the same commit, ``fn`` picking each model call's rows of it. ``lists``: the
+    predictor answers a row with several (a user's top-K list), the key among its columns; a
+    call's input rows are counted as its distinct keys.
     """
 
     schema: pa.Schema
@@ -112,6 +114,7 @@ class Output:
     observe: Callable[[str], Observe] | None = None
     sample: Sequence[str] | bool = ()
     side: tuple[str, pa.Schema, Callable[[pa.RecordBatch, pa.Table], pa.Table]] | None = None
+    lists: bool = False
 
 
 @dataclass(frozen=True)
@@ -125,12 +128,15 @@ class Checks:
     results from figures of the pipeline's own (``Output.observe``, ``Output.sample``) in place
     of these; the suite then checks row conservation itself (no ``row_count_matches_input``).
     One that takes a fifth argument is also given the predictor the step loaded (a threshold or
-    a training reference it read with the model).
+    a training reference it read with the model), a sixth the day's own figures
+    (``ShardCut.figures``). ``described``: blocking checks beside the suite's, ``name ->
+    description``, whose results ``results`` returns.
     """
 
     suite: str | Path | None = None
     custom: Sequence[Callable[[Mapping[str, Any]], bool]] = ()
     results: Judge | None = None
+    described: Mapping[str, str] = field(default_factory=dict)
 
 
 @dataclass(frozen=True)
@@ -194,7 +200,8 @@ def nightly(
     ``config``: the scoring asset's config class (default: the quality settings and the
     predictor's settings), which must hold the predictor's settings. ``sizes``: ``fn(config)``,
     the rows per model call and per shard (default: the inference resource's); one that takes a
-    second argument is also given the inference resource. ``depends_on``: ``fn(config)``, what
+    second argument is also given the inference resource, a third the predictor the step loaded
+    (a model call sized to its catalogue). ``depends_on``: ``fn(config)``, what
     else decides the answers besides the model version (settings that are not part of it, the
     output's columns): a day's checkpointed progress made under others is discarded, not
     resumed; one that takes a second argument is also given the predictor the step loaded (a
@@ -203,12 +210,18 @@ def nightly(
     ``deps``: assets the scoring asset depends on besides its landing (a model asset).
     ``kinds``: its kinds in the UI (default: pytorch, parquet). ``shards``: ``fn(plan,
     shard_rows)``, the model's own cut of a day into shards (:class:`ShardCut`), given the
-    day's quarantine plan and the rows a shard should hold, instead of row ranges."""
+    day's quarantine plan and the rows a shard should hold, instead of row ranges; one that
+    takes more is also given ``store, date, config`` and the predictor the step loaded (a cut of
+    rows of its own, as an audience, with ``ShardCut.plan``)."""
     scores = _scores_schema(landing, output)
     suites = {} if checks.results is not None else {CONSERVATION: _conservation_suite(name)}
     if checks.suite is not None:
         suites |= load_suites(Path(inspect.getfile(predictor)).parent / checks.suite)
     custom = [AssetCheckSpec(c.__name__, asset=name, blocking=True) for c in checks.custom]
+    custom += [
+        AssetCheckSpec(n, asset=name, description=text, blocking=True)
+        for n, text in checks.described.items()
+    ]
     config = config or _config_class(name, predictor)
     missing = [n for n in predictor._settings if n not in config.model_fields]
     if missing:
@@ -268,9 +281,11 @@ def nightly(
             plan = locate_in_landing(screened, store, landing.dataset, date)
         else:
             plan = screen_required(rows(), landing.key, landing.reads)
-        sized = _given(sizes, settings, run.inference) if sizes is not None else Sizes()
+        sized = _given(sizes, settings, run.inference, here) if sizes is not None else Sizes()
         shard_rows = run.shard_rows(sized.default_shard_rows, sized.shard_rows)
-        cut = shards(plan, shard_rows) if shards is not None else None
+        cut = None
+        if shards is not None:
+            cut = _given(shards, plan, shard_rows, store, date, settings, here)
         program = PredictorProgram(
             model.key,
             loader,
@@ -281,13 +296,23 @@ def nightly(
             output.observe,
             output.side[2] if output.side is not None else None,
             cut.context if cut is not None else None,
+            output.lists,
         )
-        if cut is not None:
+        if cut is not None and cut.plan is not None:  # rows of its own: no landed row is read
+            files = None if cut.files is None else list(cut.files)
+            day_input = Input(
+                shards=lambda: cut.inputs(()),
+                quarantine=cut.plan,
+                files=files,
+                layout=dict(cut.layout),
+            )
+        elif cut is not None:
             day_input = Input(
                 shards=lambda: cut.inputs(rows()), quarantine=plan, layout=dict(cut.layout)
             )
         else:
             day_input = Input(rows(), quarantine=plan)
+        figured = dict(cut.figures) if cut is not None else {}
         sample = output.sample if isinstance(output.sample, bool) else tuple(output.sample)
         work = Work(
             day_input,
@@ -308,7 +333,9 @@ def nightly(
                 for c in checks.custom
             ]
             if checks.results is not None:
-                results = _given(checks.results, store, report, model.version, settings, here)
+                results = _given(
+                    checks.results, store, report, model.version, settings, here, figured
+                )
                 return [*results, *own]
             run_ = SuiteRun(suites)
             run_.add(date, figures, None, {})
@@ -318,10 +345,21 @@ def nightly(
             stats = report.shards.stats
             return {
                 **here.describe(stats),
+                **figured,
                 **{n: stats.counts.get(n, 0) for n in output.counts},
             }
 
-        return Day(work, judged, counted)
+        if cut is None:
+            return Day(work, judged, counted)
+        committed = cut.committed
+        return Day(
+            work,
+            judged,
+            counted,
+            on_commit=None if committed is None else lambda report: committed(),
+            # The day's output answers for the cut's rows (an audience), not the landed ones.
+            input_rows=None if cut.plan is None else cut.plan.rows,
+        )
 
     spec = ScoringSpec(name, landing.dataset, suites, load, day, checks=custom)
     landed = landing.asset or _landing_asset(landing, group or name)

@@ -138,6 +138,15 @@ def read_day(store: DataStore, date: str, catalogue: Vocabulary) -> DayActivity:
     )
 
 
+def unusable_plan(store: DataStore, date: str) -> QuarantinePlan:
+    """A landed day's rows that are not history, each with its reason (as :func:`read_day`
+    screens them), reading only the columns the rules need."""
+    screener = Screener()
+    for batch in store.iter_landing(INTERACTIONS, date, INTERACTIONS_SCHEMA, columns=RULE_COLUMNS):
+        screener.add(batch.num_rows, unusable_rules(batch))
+    return screener.plan()
+
+
 def read_users(store: DataStore, dates: list[str]) -> np.ndarray:
     """Sorted unique ids of the users with a usable interaction on any of ``dates``."""
     found: list[np.ndarray] = []

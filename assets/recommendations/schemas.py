@@ -2,6 +2,7 @@
 
 import pyarrow as pa
 
+GROUP = "recommendations"
 INTERACTIONS = "interactions"
 USER_RECOMMENDATIONS = "user_recommendations"
 RECOMMENDATION_MODEL = "recommendation_model"

@@ -1,18 +1,25 @@
-"""``user_recommendations`` as a spec for the scoring runner: load the current recommender,
-rank the day's audience.
+"""``user_recommendations``: the top-K items for each user of the day's audience, declared on
+the public module (``nightshift``).
 
 The audience is every user seen within the trailing window (or ever); each user's history is
 every landed day up to and including the scored one, so re-running an old day does not exclude
-items the user only found later. Users are scored in checkpointed shards of users, each carrying
-its users' history (inference/recs/user_shards.py), wherever the shards run.
+items the user only found later. The audience is cut into checkpointed shards of users, each
+carrying its users' history (inference/recs/user_shards.py), and ranked by
+:class:`RecommendationPredictor`, which loads the registered recommender once per process or Ray
+actor.
 """
 
 from __future__ import annotations
 
+import copy
+from collections import Counter
+from typing import Any
+
 import numpy as np
+import pyarrow as pa
+from dagster import AssetCheckResult
 from pydantic import Field
 
-from assets.checkpointing import SpotSafeRun
 from assets.partitions import PartitionReport
 from assets.recommendations.audience import (
     DEFAULT_AUDIENCE_DAYS,
@@ -20,29 +27,46 @@ from assets.recommendations.audience import (
     build_audience,
     save_audience,
 )
-from assets.recommendations.gates import RECOMMENDATION_SUITES, recommendation_check_results
-from assets.recommendations.history import read_day, read_interactions
-from assets.recommendations.list_checks import list_check_results, list_check_specs
+from assets.recommendations.gates import recommendation_check_results
+from assets.recommendations.history import read_day, read_interactions, unusable_plan
+from assets.recommendations.landing import interactions
+from assets.recommendations.list_checks import LIST_CHECKS, list_check_results
+from assets.recommendations.model import recommendation_model
 from assets.recommendations.schemas import (
+    GROUP,
     INTERACTIONS,
-    RECOMMENDATION_MODEL,
+    INTERACTIONS_SCHEMA,
     RECOMMENDATIONS_SCHEMA,
     USER_RECOMMENDATIONS,
 )
-from assets.recommendations.training import (
-    LoadRecommender,
-    current_recommender_version,
-    load_recommender,
-)
-from assets.runner import Day, Model, ScoringSpec
+from assets.recommendations.training import current_recommender_version, load_recommender
+from inference.engine.device import make_runtime
+from inference.engine.invariants import StreamStats
+from inference.engine.predictor import ShardCut
 from inference.engine.quarantine import QuarantinePlan
-from inference.engine.work import DEFAULT_SHARD_ROWS, Input, Output, Sizes, Work
-from inference.recs.lists import eligible_items, user_plan
+from inference.engine.work import Sizes
 from inference.recs.recommend import block_size_for
-from inference.recs.user_shards import UserShardProgram, ranking_counts, shard_counts, user_shards
+from inference.recs.user_shards import (
+    catalogue_history,
+    rank_block,
+    ranking_counts,
+    record_ranking,
+    shard_lists,
+    user_cut,
+)
+from nightshift import Checks, Landing, Output, Predictor, nightly
 from resources.inference import InferenceResource
-from resources.quality import QualityConfig
+from resources.quality import QualityConfig, quarantine_limit
 from resources.storage import DataStore
+
+__all__ = [
+    "RecommendationPredictor",
+    "USER_RECOMMENDATIONS_SPEC",
+    "UserRecommendationsConfig",
+    "user_recommendations",
+]
+
+LIST_COLUMNS = ("user_id", "rank", "item_id", "score")
 
 
 class UserRecommendationsConfig(QualityConfig):
@@ -64,42 +88,88 @@ class UserRecommendationsConfig(QualityConfig):
     )
 
 
-def load(
+class RecommendationPredictor(Predictor):
+    """The registered recommender (``recommendation_model``): the champion, or the version the
+    run chose (assets/staleness.py). Each shard gets a copy holding its users' history; a model
+    call ranks a block of users and answers with their lists, never an item already seen."""
+
+    k: int = 20
+
+    def choose(self, store: DataStore, version: str | None) -> None:
+        self.store = store
+        self.chosen = version or current_recommender_version(store)
+
+    def version(self) -> str:
+        return self.chosen
+
+    def load(self, device: str) -> None:
+        runtime = make_runtime(device, self.precision)
+        self.recommender = load_recommender(self.store, self.chosen, runtime)
+        self.block = block_size_for(len(self.recommender.items), self.max_batch_size)
+
+    def shard(self, rows: pa.Table, context: Any) -> RecommendationPredictor:
+        shard = copy.copy(self)
+        shard.seen, shard.observed = shard_lists(rows, len(self.recommender.items), self.k)
+        shard.counts = Counter()  # a model call's ranking figures, until recorded
+        return shard
+
+    def prepare(self, batch: pa.RecordBatch) -> np.ndarray:
+        return batch["user_id"].to_numpy()
+
+    def __call__(self, batch: pa.RecordBatch, block_users: np.ndarray) -> dict[str, Any]:
+        ooms = self.recommender.block_sizings.ooms
+        lists = rank_block(
+            self.recommender,
+            self.seen,
+            block_users,
+            self.k,
+            self.block,
+            self.chosen,
+            RECOMMENDATIONS_SCHEMA,
+            self.counts,
+        )
+        self.counts["oom_backoffs"] += self.recommender.block_sizings.ooms - ooms
+        return {name: lists[name] for name in LIST_COLUMNS}
+
+    def observe(self, rows: pa.RecordBatch, output: pa.Table, stats: StreamStats) -> None:
+        self.observed(rows, output, stats)
+
+    def record(self, stats: StreamStats) -> None:
+        record_ranking(stats, self.counts)
+
+    def describe(self, stats: StreamStats) -> dict[str, Any]:
+        # The ranking's own figures came back with the shards, wherever they ran.
+        return {"k": self.k, "block_users": self.block, **ranking_counts(stats)}
+
+
+def audience_cut(
+    plan: QuarantinePlan,
+    shard_rows: int,
     store: DataStore,
-    inference: InferenceResource,
+    date: str,
     config: UserRecommendationsConfig,
-    version: str | None = None,
-) -> Model:
-    """The champion, or ``version`` where the run chose another (assets/staleness.py)."""
-    version = version or current_recommender_version(store)
-    key = f"{RECOMMENDATION_MODEL}:{version}"
-    model = inference.model(key, lambda runtime: load_recommender(store, version, runtime))
-    block = block_size_for(len(model.items), inference.max_batch_size)
-    settings = {"k": config.k, "audience": config.audience, "audience_days": config.audience_days}
-    return Model(version, key, model, metadata={**settings, "block_users": block})
-
-
-def day(
-    run: SpotSafeRun, date: str, model: Model, config: UserRecommendationsConfig, limit: float
-) -> Day:
-    """Recommends for the day's audience in checkpointed shards of users."""
-    store, recommender, version = run.store, model.value, model.version
-    activity = read_day(store, date, recommender.items)
+    model: RecommendationPredictor,
+) -> ShardCut:
+    """The day's audience with its history, cut into shards of users."""
+    recommender = model.recommender
     # The day's interactions that cannot be used (not the audience's quarantine, which the
     # runner limits): too many fail the day before its history is read.
-    activity.plan.check_rate(limit, f"{INTERACTIONS} {date}")
+    limit = quarantine_limit(config.max_quarantine_rate, config.quarantine_floor_rows)
+    plan.check_rate(limit, f"{INTERACTIONS} {date}")
+    activity = read_day(store, date, recommender.items)
     landed = store.landing_dates(INTERACTIONS)
     audience = build_audience(store, landed, date, config.audience, config.audience_days)
     users = audience.users
     history = [d for d in landed if d <= date]
-    seen_users, seen_items = read_interactions(store, history, users=users).pairs
-    # Only catalogue items can be recommended or feed the model: the rest need not be held.
-    # Sorted by user, so each shard of (sorted) users takes one contiguous slice.
-    known_items = recommender.items.index(seen_items) >= 0
-    order = np.argsort(seen_users[known_items], kind="stable")
-    seen = (seen_users[known_items][order], seen_items[known_items][order])
+    seen = catalogue_history(
+        read_interactions(store, history, users=users).pairs, recommender.items
+    )
     known = int((recommender.users.index(users) >= 0).sum())
-    counts = {
+    figures = {
+        "audience": audience.mode,
+        "audience_days": audience.days,
+        "audience_users": len(users),
+        "unknown_item_share": round(activity.unknown_item_share, 6),
         "model_users": known,
         "cold_start_users": len(users) - known,
         "unknown_items": activity.unknown_items,
@@ -108,86 +178,84 @@ def day(
         "interaction_rows_used": activity.rows_used,
         "interaction_rows_quarantined": activity.plan.count,
     }
-    eligible = eligible_items(users, seen, len(recommender.items), np.ones(len(seen[1]), bool))
-    plan = user_plan(users, eligible)
-    work = Work(
-        _by_user(run, model, config, users, seen, plan),
-        _program(run, model, config),
-        Output(RECOMMENDATIONS_SCHEMA),
-        depends_on={
-            "model": version,
-            "k": config.k,
-            "audience": audience.mode,
-            "audience_days": audience.days,
-        },
-        sizes=Sizes(batch_size=model.metadata["block_users"]),
-    )
-    work.input.files = [f for d in history for f in store.landing_files(INTERACTIONS, d)]
-
-    def checks(report: PartitionReport):
-        suites = recommendation_check_results(
-            store,
-            [report],
-            {date: len(users)},
-            {date: activity.unknown_item_share},
-            k=config.k,
-            version=version,
-            max_unknown_item_share=config.max_unknown_item_share,
-            sample_rows=config.check_sample_rows,
-            seed=config.check_seed,
-        )
-        return [*suites, *list_check_results(store, date)]
-
-    def metadata(report: PartitionReport) -> dict:
-        # The ranking's own figures came back with the shards, wherever they ran.
-        return {
-            "audience_users": len(users),
-            "unknown_item_share": round(activity.unknown_item_share, 6),
-            **counts,
-            **ranking_counts(report.shards.stats),
-        }
-
-    # One list per user of the audience: what the output's rows answer for.
-    return Day(
-        work,
-        checks,
-        metadata,
-        on_commit=lambda report: save_audience(store, audience),
-        input_rows=len(users),
+    return user_cut(
+        users,
+        seen,
+        len(recommender.items),
+        shard_rows,
+        files=[f for d in history for f in store.landing_files(INTERACTIONS, d)],
+        figures=figures,
+        committed=lambda: save_audience(store, audience),
     )
 
 
-def _by_user(
-    run: SpotSafeRun,
-    model: Model,
+def judged(
+    store: DataStore,
+    report: PartitionReport,
+    version: str,
     config: UserRecommendationsConfig,
-    users: np.ndarray,
-    seen: tuple[np.ndarray, np.ndarray],
-    plan: QuarantinePlan,
-) -> Input:
-    """The audience cut into ranges of users carrying their history (users with nothing left
-    to recommend, quarantined, in shards of their own after them)."""
-    shard_rows = run.shard_rows(DEFAULT_SHARD_ROWS)
-    held = np.zeros(len(users), bool)
-    held[plan.positions] = True
-    layout = {"shard_layout": "user_ranges", **shard_counts(len(users), plan.count, shard_rows)}
-    return Input(
-        shards=lambda: user_shards(users, seen, held, shard_rows), quarantine=plan, layout=layout
+    model: RecommendationPredictor,
+    figures: dict[str, Any],
+) -> list[AssetCheckResult]:
+    """The user_recommendations suites over the day's exact figures and sample, and the checks
+    of its lists as the store reads them."""
+    suites = recommendation_check_results(
+        store,
+        [report],
+        {report.date: figures["audience_users"]},
+        {report.date: figures["unknown_item_share"]},
+        k=config.k,
+        version=version,
+        max_unknown_item_share=config.max_unknown_item_share,
+        sample_rows=config.check_sample_rows,
+        seed=config.check_seed,
     )
+    return [*suites, *list_check_results(store, report.date)]
 
 
-def _program(run: SpotSafeRun, model: Model, config: UserRecommendationsConfig) -> UserShardProgram:
-    settings = run.inference
-    return UserShardProgram(
-        model.key,
-        LoadRecommender(run.store, model.version, settings.device, settings.precision),
-        model.version,
-        config.k,
-        model.metadata["block_users"],
-        RECOMMENDATIONS_SCHEMA,
-    )
+def settings(config: UserRecommendationsConfig) -> dict[str, Any]:
+    """The list length and the audience decide the answers beside the model version."""
+    return {"k": config.k, "audience": config.audience, "audience_days": config.audience_days}
 
 
-USER_RECOMMENDATIONS_SPEC = ScoringSpec(
-    USER_RECOMMENDATIONS, INTERACTIONS, RECOMMENDATION_SUITES, load, day, list_check_specs()
+def sizes(
+    config: UserRecommendationsConfig,
+    inference: InferenceResource,
+    model: RecommendationPredictor,
+) -> Sizes:
+    return Sizes(batch_size=model.block)
+
+
+DESCRIPTION = """\
+The top-K items to show each user of the day's audience, best first, never an item they
+have already interacted with. The audience is every user seen within the trailing
+`audience_days` (or every user ever seen, with `audience: all`), so a user who was not
+active that day still gets a fresh list from the current model and catalogue. Users the
+model cannot rank (no history in its catalogue) get the most popular items they have not
+seen (counted as popularity_ranked_users). A user who has already seen every item is
+quarantined to `user_recommendations_quarantine` rather than silently left out."""
+
+PIPELINE = nightly(
+    USER_RECOMMENDATIONS,
+    RecommendationPredictor,
+    Landing(
+        INTERACTIONS,
+        INTERACTIONS_SCHEMA,
+        key="user_id",
+        asset=interactions,
+        screen=unusable_plan,
+    ),
+    Output(pa.schema(RECOMMENDATIONS_SCHEMA.remove(0)), lists=True),
+    Checks(suite="suites/user_recommendations.json", results=judged, described=LIST_CHECKS),
+    hour_utc=3,
+    description=DESCRIPTION,
+    group=GROUP,
+    config=UserRecommendationsConfig,
+    sizes=sizes,
+    depends_on=settings,
+    deps=[recommendation_model],
+    shards=audience_cut,
 )
+user_recommendations = PIPELINE.scoring_asset
+# The runner's spec of user_recommendations: what its shadow (shadow.py) runs again.
+USER_RECOMMENDATIONS_SPEC = PIPELINE.spec

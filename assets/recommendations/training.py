@@ -12,7 +12,7 @@ from dagster import MetadataValue
 from assets.promotion import Gate, held_out_days, training_days
 from assets.recommendations.history import Interactions, read_interactions
 from assets.recommendations.schemas import INTERACTIONS, RECOMMENDATION_MODEL
-from inference.engine.device import Runtime, make_runtime
+from inference.engine.device import Runtime
 from inference.models.modelstore import load_model
 from inference.models.registry import champion_version, register, window_of
 from inference.recs.ease import EaseConfig, EaseRecommender, fit_ease
@@ -196,19 +196,6 @@ def load_recommender(store: DataStore, version: str, runtime: Runtime) -> Model:
     stored = load_model(store.read_bytes, store.models_dir, RECOMMENDATION_MODEL, version)
     kind = EaseRecommender if stored.manifest.get("model") == "ease" else Recommender
     return kind.from_tensors(stored.tensors, runtime.device, runtime.dtype)
-
-
-@dataclass(frozen=True)
-class LoadRecommender:
-    """Loads the recommender in a worker process, on the device the worker has."""
-
-    store: DataStore
-    version: str
-    device: str
-    precision: str
-
-    def __call__(self):
-        return load_recommender(self.store, self.version, make_runtime(self.device, self.precision))
 
 
 def current_recommender_version(store: DataStore) -> str:

@@ -9,16 +9,18 @@ from __future__ import annotations
 import hashlib
 import inspect
 import json
-from collections.abc import Callable, Iterable, Iterator, Mapping
-from dataclasses import dataclass
+from collections.abc import Callable, Iterable, Iterator, Mapping, Sequence
+from dataclasses import dataclass, field
 from pathlib import Path
 from typing import Any, ClassVar, get_origin, get_type_hints
 
 import numpy as np
 import pyarrow as pa
+import pyarrow.compute as pc
 
 from inference.engine.device import resolve_device
 from inference.engine.invariants import StreamStats
+from inference.engine.quarantine import QuarantinePlan
 from inference.engine.shard_worker import ModelStep, Observe, ShardInput, worker_model
 from inference.generation.checkpoints import load_weights, safetensors_folder, weights_version
 
@@ -135,11 +137,23 @@ class ShardCut:
         layout: what decides which rows a shard holds; part of the checkpoint's fingerprint.
         context: handed with each shard's rows to ``Predictor.shard`` where the shard runs
             (figures of the whole day that ``inputs`` fills in, say).
+        plan: where the day answers for rows of the cut's own, not the landed ones (the day's
+            audience of users): their quarantine plan; ``inputs`` then cuts them, given no
+            landed rows, and the day's conservation counts them.
+        files: the files the day reads, where they are more than the landed day's (several
+            days of history), for the landing sensor's fingerprint.
+        figures: the day's own figures for its metadata (and a sixth argument of
+            ``Checks.results``).
+        committed: what the cut records once the day is committed.
     """
 
     inputs: Callable[[Iterable[pa.RecordBatch]], Iterator[ShardInput]]
     layout: Mapping[str, Any]
     context: Any = None
+    plan: QuarantinePlan | None = None
+    files: Sequence[str] | None = None
+    figures: Mapping[str, Any] = field(default_factory=dict)
+    committed: Callable[[], None] | None = None
 
 
 @dataclass(frozen=True)
@@ -173,6 +187,8 @@ class PredictorProgram:
     side: Callable[[pa.RecordBatch, pa.Table], pa.Table] | None = None
     # A custom cut's context, handed to each shard's predictor (Predictor.shard).
     context: Any = None
+    # The predictor answers a row with several (a top-K list), the key among its columns.
+    lists: bool = False
 
     def __call__(self, rows: pa.Table) -> ModelStep:
         predictor = worker_model(self.key, self.loader).shard(rows, self.context)
@@ -182,12 +198,13 @@ class PredictorProgram:
 
         def transform(batch: pa.RecordBatch, prepared: Any) -> pa.RecordBatch:
             answered = predictor(batch, prepared) if prepares else predictor(batch)
-            version = pa.repeat(pa.scalar(self.version), batch.num_rows)
+            keys = answered[self.id_column] if self.lists else batch[self.id_column]
+            version = pa.repeat(pa.scalar(self.version), len(keys))
             # In the schema's order: the key first, the version where the schema puts it.
             columns = []
             for f in self.schema:
                 if f.name == self.id_column:
-                    columns.append(batch[self.id_column])
+                    columns.append(_column(keys, f))
                 elif f.name == VERSION_COLUMN:
                     columns.append(version)
                 elif f.name in answered:
@@ -212,7 +229,12 @@ class PredictorProgram:
             predictor.record(stats)
 
         prepare = predictor.prepare if prepares else None
-        return ModelStep(transform, prepare, observe=observe, side=self.side)
+        answers = self._keys_answered if self.lists else None
+        return ModelStep(transform, prepare, answers, observe, side=self.side)
+
+    def _keys_answered(self, out: pa.Table) -> int:
+        """Input rows a call's lists answer for: its distinct keys."""
+        return int(pc.count_distinct(out[self.id_column]).as_py()) if out.num_rows else 0
 
 
 def _column(values: Any, f: pa.Field) -> pa.Array:

@@ -7,7 +7,6 @@ from __future__ import annotations
 
 import numpy as np
 import pyarrow as pa
-import pyarrow.compute as pc
 
 from inference.engine.invariants import StreamStats
 from inference.engine.quarantine import QuarantinePlan, Screener
@@ -57,8 +56,3 @@ def list_observer(users: np.ndarray, eligible: np.ndarray, k: int):
         stats.extremes("rank", ranks.astype(np.float64))
 
     return observe
-
-
-def users_answered(out: pa.Table) -> int:
-    """Input rows (users) a recommendations block answers for."""
-    return int(pc.count_distinct(out["user_id"]).as_py()) if out.num_rows else 0

@@ -4,7 +4,7 @@ A user's list depends on every item they ever interacted with (those are never r
 over every landed day up to the scored one. The driver reads that history once (the quarantine
 plan needs it anyway) and cuts the sorted audience into row ranges of ``shard_rows`` users; each
 shard's rows carry their users' seen items as a list column, so a shard needs only its rows and
-the model (the step's own in its process, else loaded once per worker from the model store).
+the model (:func:`user_cut`, :func:`shard_lists`).
 
 Users with nothing left to recommend (quarantined, ``no_unseen_items``) need no history: they
 travel in shards of their own after the ranges, as ``user_id`` alone, with their quarantined rows.
@@ -17,17 +17,19 @@ driver sums them.
 from __future__ import annotations
 
 from collections import Counter
-from collections.abc import Callable, Iterator
-from dataclasses import dataclass
+from collections.abc import Callable, Iterable, Iterator, Mapping, Sequence
+from typing import Any
 
 import numpy as np
 import pyarrow as pa
 import pyarrow.compute as pc
 
 from inference.engine.invariants import StreamStats
-from inference.engine.shard_worker import ModelStep, ShardInput, worker_model
-from inference.recs.lists import eligible_items, list_observer, users_answered
+from inference.engine.predictor import ShardCut
+from inference.engine.shard_worker import Observe, ShardInput
+from inference.recs.lists import eligible_items, list_observer, user_plan
 from inference.recs.recommend import RecommendationBatch, recommend
+from inference.recs.sparse import Vocabulary
 
 SEEN = "seen_items"
 # Shard statistics of the ranking itself, apart from the list observer's own counts.
@@ -134,51 +136,53 @@ def ranking_counts(stats: StreamStats) -> dict[str, int]:
     return {name: stats.counts.get(f"{RANKING_PREFIX}{name}", 0) for name in RANKING_COUNTS}
 
 
-def _user_ids(batch: pa.RecordBatch) -> np.ndarray:
-    return batch["user_id"].to_numpy()
+def catalogue_history(seen: Seen, catalogue: Vocabulary) -> Seen:
+    """The pairs of ``seen`` whose item is in the catalogue, sorted by user: only those can be
+    recommended or feed the model, and each shard of (sorted) users takes one contiguous
+    slice."""
+    seen_users, seen_items = seen
+    known = catalogue.index(seen_items) >= 0
+    order = np.argsort(seen_users[known], kind="stable")
+    return seen_users[known][order], seen_items[known][order]
 
 
-@dataclass(frozen=True)
-class UserShardProgram:
-    """Builds a shard's model step where it runs from its users and their history; the model
-    is the step's own in its process, else loaded once per worker process."""
+def user_cut(
+    users: np.ndarray,
+    seen: Seen,
+    catalogue: int,
+    shard_rows: int,
+    *,
+    files: Sequence[str],
+    figures: Mapping[str, Any],
+    committed: Callable[[], None],
+) -> ShardCut:
+    """The audience (sorted ``users``) cut into ranges of users carrying their history
+    (:func:`user_shards`); users with no unseen item of the ``catalogue`` left are quarantined
+    (``no_unseen_items``) and travel in shards of their own after them."""
+    eligible = eligible_items(users, seen, catalogue, np.ones(len(seen[1]), bool))
+    plan = user_plan(users, eligible)
+    held = np.zeros(len(users), bool)
+    held[plan.positions] = True
+    layout = {"shard_layout": "user_ranges", **shard_counts(len(users), plan.count, shard_rows)}
 
-    key: str
-    loader: Callable[[], object]  # () -> the recommender, picklable
-    version: str
-    k: int
-    block: int
-    schema: pa.Schema  # the published lists' columns, in the order record_batches fills them
+    def inputs(landed: Iterable[pa.RecordBatch]) -> Iterator[ShardInput]:
+        return user_shards(users, seen, held, shard_rows)
 
-    def __call__(self, rows: pa.Table) -> ModelStep:
-        recommender = worker_model(self.key, self.loader)
-        users = rows["user_id"].to_numpy()
-        seen = _shard_seen(rows)
-        everything = np.ones(len(seen[1]), bool)
-        # Per user, as the driver's plan counts it: the same for a shard's users alone.
-        eligible = eligible_items(users, seen, len(recommender.items), everything)
-        observer = list_observer(users, eligible, self.k)
-        counts: Counter = Counter()  # this model call's ranking figures, until observed
+    return ShardCut(inputs, layout, plan=plan, files=files, figures=figures, committed=committed)
 
-        def transform(batch: pa.RecordBatch, block_users: np.ndarray) -> pa.Table:
-            ooms = recommender.block_sizings.ooms
-            out = rank_block(
-                recommender,
-                seen,
-                block_users,
-                self.k,
-                self.block,
-                self.version,
-                self.schema,
-                counts,
-            )
-            counts["oom_backoffs"] += recommender.block_sizings.ooms - ooms
-            return out
 
-        def observe(scored: pa.RecordBatch, out: pa.Table, stats: StreamStats) -> None:
-            observer(scored, out, stats)
-            for name in RANKING_COUNTS:
-                stats.count(f"{RANKING_PREFIX}{name}", counts[name])
-            counts.clear()
+def shard_lists(rows: pa.Table, catalogue: int, k: int) -> tuple[Seen, Observe]:
+    """A shard's history (its users' seen items) and the observer of its lists, which each
+    user's items left unseen in the ``catalogue`` decide: the same for a shard's users alone
+    as for the day's."""
+    users = rows["user_id"].to_numpy()
+    seen = _shard_seen(rows)
+    eligible = eligible_items(users, seen, catalogue, np.ones(len(seen[1]), bool))
+    return seen, list_observer(users, eligible, k)
 
-        return ModelStep(transform, _user_ids, users_answered, observe)
+
+def record_ranking(stats: StreamStats, counts: Counter) -> None:
+    """Adds a model call's ranking figures to the shard's statistics, and clears them."""
+    for name in RANKING_COUNTS:
+        stats.count(f"{RANKING_PREFIX}{name}", counts[name])
+    counts.clear()
