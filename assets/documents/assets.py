@@ -8,7 +8,7 @@ from assets.documents.gates import DOCUMENT_SUITES, DOCUMENTS_GATE
 from assets.documents.quality import SCREEN_COLUMNS, screen_documents
 from assets.documents.schemas import DATASET, DOCUMENTS_SCHEMA
 from assets.landing import LandingSpec, deadline, land
-from nightshift import Landing
+from assets.nightly import Landing
 from resources.quality import QualityConfig
 from resources.storage import StorageResource
 

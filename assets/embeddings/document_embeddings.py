@@ -14,6 +14,7 @@ from pydantic import Field
 from assets.documents.assets import DOCUMENTS_INPUT
 from assets.embeddings.gates import SAMPLE_COLUMNS, embedding_check_results, embedding_observer
 from assets.embeddings.schemas import DIMENSION, EMBEDDINGS, EMBEDDINGS_SCHEMA
+from assets.nightly import Checks, Output, Predictor, nightly
 from assets.text_models import ModelMetrics
 from assets.text_workers import ShardFigures, worker_batch_tokens, worker_metadata
 from inference.engine.adaptive import AdaptiveBatchSize
@@ -25,7 +26,6 @@ from inference.text.chunks import Chunking
 from inference.text.embeddings import embed_documents
 from inference.text.encoder import SentenceEncoder, load_sentence_encoder
 from inference.text.normalise import normalise_text
-from nightshift import Checks, Output, Predictor, nightly
 from resources.quality import QualityConfig
 
 # The encoder's padded-token budget per call, as the metadata names it.

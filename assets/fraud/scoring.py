@@ -33,6 +33,7 @@ from assets.fraud.schemas import (
     TRANSACTIONS,
     TRANSACTIONS_SCHEMA,
 )
+from assets.nightly import Checks, Landing, Output, Predictor, nightly
 from assets.partitions import PartitionReport
 from inference.engine.device import make_runtime
 from inference.engine.invariants import StreamStats
@@ -41,7 +42,6 @@ from inference.fraud.accounts import DayWide, account_cut, day_profile
 from inference.fraud.score_figures import score_observer
 from inference.models.registry import champion_version
 from inference.tabular.ranges import REVIEW, Guarded
-from nightshift import Checks, Landing, Output, Predictor, nightly
 from resources.inference import InferenceResource
 from resources.storage import DataStore
 

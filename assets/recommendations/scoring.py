@@ -20,6 +20,7 @@ import pyarrow as pa
 from dagster import AssetCheckResult
 from pydantic import Field
 
+from assets.nightly import Checks, Landing, Output, Predictor, nightly
 from assets.partitions import PartitionReport
 from assets.recommendations.audience import (
     DEFAULT_AUDIENCE_DAYS,
@@ -54,7 +55,6 @@ from inference.recs.user_shards import (
     shard_lists,
     user_cut,
 )
-from nightshift import Checks, Landing, Output, Predictor, nightly
 from resources.inference import InferenceResource
 from resources.quality import QualityConfig, quarantine_limit
 from resources.storage import DataStore

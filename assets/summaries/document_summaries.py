@@ -14,6 +14,7 @@ from dagster import AssetCheckResult
 from pydantic import Field
 
 from assets.documents.assets import DOCUMENTS_INPUT
+from assets.nightly import Checks, Output, Predictor, nightly
 from assets.partitions import PartitionReport
 from assets.summaries.gates import summary_check_results
 from assets.summaries.schemas import SENTENCE_SPANS, SUMMARIES, SUMMARIES_SCHEMA
@@ -30,7 +31,6 @@ from inference.text.rank import RankerSettings
 from inference.text.segment import LengthCap, fit_summary
 from inference.text.summary_figures import summary_observer, summary_texts
 from inference.text.text import extractive_summaries, span_records
-from nightshift import Checks, Output, Predictor, nightly
 from resources.quality import QualityConfig
 from resources.storage import DataStore
 
