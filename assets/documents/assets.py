@@ -1,6 +1,8 @@
 """The day's documents as they land from the content systems: the source of the summaries and
 the embeddings."""
 
+from typing import Any
+
 from dagster import AssetExecutionContext, AssetSpec
 
 from assets.days import daily_assets
@@ -9,6 +11,7 @@ from assets.documents.quality import SCREEN_COLUMNS, screen_documents
 from assets.documents.schemas import DATASET, DOCUMENTS_SCHEMA
 from assets.landing import LandingSpec, deadline, land
 from assets.nightly import Landing
+from inference.engine.work import Sizes
 from resources.quality import QualityConfig
 from resources.storage import StorageResource
 
@@ -54,3 +57,9 @@ DOCUMENTS_INPUT = Landing(
     screen=lambda store, date: screen_documents(store, date).plan,
     columns=SCREEN_COLUMNS,
 )
+
+
+def document_sizes(config: Any) -> Sizes:
+    """Documents per model step and per checkpointed shard, from a documents pipeline's config
+    (its ``docs_per_chunk`` and ``docs_per_shard``)."""
+    return Sizes(batch_size=config.docs_per_chunk, shard_rows=config.docs_per_shard)

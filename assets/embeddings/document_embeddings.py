@@ -11,7 +11,7 @@ import numpy as np
 import pyarrow as pa
 from pydantic import Field
 
-from assets.documents.assets import DOCUMENTS_INPUT
+from assets.documents.assets import DOCUMENTS_INPUT, document_sizes
 from assets.embeddings.gates import SAMPLE_COLUMNS, embedding_check_results, embedding_observer
 from assets.embeddings.schemas import DIMENSION, EMBEDDINGS, EMBEDDINGS_SCHEMA
 from assets.nightly import Checks, Output, Predictor, nightly
@@ -20,7 +20,6 @@ from assets.text_workers import ShardFigures, worker_batch_tokens, worker_metada
 from inference.engine.adaptive import AdaptiveBatchSize
 from inference.engine.device import make_runtime
 from inference.engine.invariants import StreamStats
-from inference.engine.work import Sizes
 from inference.generation.checkpoints import CheckpointError
 from inference.text.chunks import Chunking
 from inference.text.embeddings import embed_documents
@@ -186,6 +185,6 @@ PIPELINE = nightly(
     description=DESCRIPTION,
     group="embeddings",
     config=EmbeddingsConfig,
-    sizes=lambda config: Sizes(batch_size=config.docs_per_chunk, shard_rows=config.docs_per_shard),
+    sizes=document_sizes,
 )
 document_embeddings = PIPELINE.scoring_asset

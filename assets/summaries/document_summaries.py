@@ -13,7 +13,7 @@ import pyarrow as pa
 from dagster import AssetCheckResult
 from pydantic import Field
 
-from assets.documents.assets import DOCUMENTS_INPUT
+from assets.documents.assets import DOCUMENTS_INPUT, document_sizes
 from assets.nightly import Checks, Output, Predictor, nightly
 from assets.partitions import PartitionReport
 from assets.summaries.gates import summary_check_results
@@ -23,7 +23,6 @@ from assets.text_workers import ShardFigures, worker_batch_tokens, worker_metada
 from inference.engine.adaptive import AdaptiveBatchSize
 from inference.engine.device import make_runtime
 from inference.engine.invariants import StreamStats
-from inference.engine.work import Sizes
 from inference.generation.generate import generate_summaries, load_generator
 from inference.generation.static_decoding import static_sizing
 from inference.text.encoder import load_sentence_encoder
@@ -230,7 +229,7 @@ PIPELINE = nightly(
     description=DESCRIPTION,
     group="summaries",
     config=SummariesConfig,
-    sizes=lambda config: Sizes(batch_size=config.docs_per_chunk, shard_rows=config.docs_per_shard),
+    sizes=document_sizes,
     depends_on=output_settings,
 )
 document_summaries = PIPELINE.scoring_asset

@@ -214,15 +214,16 @@ class PredictorProgram:
             return pa.record_batch(columns, self.schema)
 
         def observe(scored: pa.RecordBatch, out: pa.Table, stats: StreamStats) -> None:
+            # Each column read out of Arrow once, for its figures and the counts alike.
+            wanted = fields if self.counts else [f for f in fields if numeric(f)]
+            values = {f.name: out[f.name].to_numpy(zero_copy_only=False) for f in wanted}
             for f in fields:
                 if numeric(f):
-                    column = out[f.name].to_numpy(zero_copy_only=False).astype(np.float64)
+                    column = values[f.name].astype(np.float64)
                     stats.extremes(f.name, column)
                     stats.count(f"{f.name}_non_finite", (~np.isfinite(column)).sum())
-            if self.counts:
-                values = {f.name: out[f.name].to_numpy(zero_copy_only=False) for f in fields}
-                for count, fn in self.counts.items():
-                    stats.count(count, int(fn(values)))
+            for count, fn in self.counts.items():
+                stats.count(count, int(fn(values)))
             if observer is not None:
                 observer(scored, out, stats)
             predictor.observe(scored, out, stats)
