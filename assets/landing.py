@@ -338,7 +338,7 @@ def land_for_scoring(
         the day, with why it must not be scored where its blocking landing checks failed.
     """
     failed: list[str] = []
-    read = store.landing_read(dataset, date)
+    read = store.landing_read(dataset, date, kept=True)
     rows = checked_rows(context, dataset, date, read.fingerprint)
     if rows is None:
         spec = LANDINGS.get(dataset)
@@ -353,7 +353,7 @@ def land_for_scoring(
         landing_config = _landing_config(spec, config)
         rows = yield from land_day(context, spec, landing_config, store, date, limit, days)
         failed = [failure.rsplit(": ", 1)[-1] for failure in days.failed]
-        read = store.landing_read(dataset, date)  # the files this step just checked
+        read = store.landing_read(dataset, date, kept=True)  # the files this step just checked
     refusal = (
         f"{asset} {date}: not scored: blocking checks of {dataset} {date} failed "
         f"({', '.join(failed)}); see their results on {dataset}'s page, fix the landing files "

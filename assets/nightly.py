@@ -33,7 +33,7 @@ from pydantic import Field, create_model
 
 from assets.checkpointing import SpotSafeRun
 from assets.days import daily_assets
-from assets.landing import land_files
+from assets.landing import LandedDay, land_files
 from assets.partitions import PartitionReport
 from assets.runner import Day, Model, ScoringSpec, score, scoring_asset
 from assets.wiring import DemoDay, DomainWiring, Pipeline
@@ -56,8 +56,21 @@ from resources.quality import CheckSuite, QualityConfig, SuiteRun, load_suites, 
 from resources.storage import DataStore, StorageResource
 
 CONSERVATION = "row_count_matches_input"
-# A pipeline's own evaluation of its suite: (store, report, model_version, config) -> results.
-Judge = Callable[[DataStore, PartitionReport, str, Any], Sequence[AssetCheckResult]]
+# What a pipeline's hooks (Landing.screen, Checks.results, and nightly's sizes, depends_on and
+# shards) are handed: each names, as its parameters, the ones it needs.
+HANDED = {
+    "store": "the data store (DataStore)",
+    "date": "the day, YYYY-MM-DD",
+    "config": "the scoring asset's config",
+    "inference": "the inference resource",
+    "model": "the predictor the step loaded",
+    "version": "its model version",
+    "landed": "the day's landing listing the step scores (files, fingerprint, and the "
+    "landing stage's kept screening: landed.screened(rules))",
+}
+# Handed to one hook only besides those.
+SHARDS_HANDED = {"plan": "the day's quarantine plan", "shard_rows": "rows a shard should hold"}
+RESULTS_HANDED = {"report": "the day's PartitionReport", "figures": "ShardCut.figures"}
 
 
 @dataclass(frozen=True)
@@ -68,13 +81,12 @@ class Landing:
     column (default: every column but the key) go to ``<name>_quarantine`` with the reason.
 
     A dataset that other pipelines read too has a landing asset already: ``asset`` is it, and
-    the pipeline depends on it instead of declaring its own. ``screen``, ``(store, date) ->``
-    the quarantine plan of the day's rows in the order they are read, replaces the key and
-    required-column screen (the engine locates each quarantined row in its landing file).
-    ``columns``: the only columns the predictor reads (default: all). A ``screen`` that takes a
-    third argument is given the scoring asset's config (a limit the screen applies). ``exact``:
-    columns the predictor reads beside their landed text (``<name>_exact``), where the cast to
-    ``schema`` may round them, to be written out as they came.
+    the pipeline depends on it instead of declaring its own. ``screen``: a hook (see
+    :data:`HANDED`) that returns the quarantine plan of the day's rows in the order they are
+    read, replacing the key and required-column screen (the engine locates each quarantined
+    row in its landing file). ``columns``: the only columns the predictor reads (default:
+    all). ``exact``: columns the predictor reads beside their landed text (``<name>_exact``),
+    where the cast to ``schema`` may round them, to be written out as they came.
     """
 
     dataset: str
@@ -83,7 +95,7 @@ class Landing:
     required: Sequence[str] | None = None
     description: str = ""
     asset: AssetsDefinition | None = None
-    screen: Callable[[DataStore, str], QuarantinePlan] | None = None
+    screen: Callable[..., QuarantinePlan] | None = None
     columns: Sequence[str] | None = None
     exact: Sequence[str] = ()
 
@@ -125,18 +137,16 @@ class Checks:
     after its function. The figures: rows in, out and quarantined, and for each numeric output
     column its ``_min``, ``_max`` and ``_non_finite`` count.
 
-    ``results``: ``fn(store, report, model_version, config) -> check results``, the suite's
-    results from figures of the pipeline's own (``Output.observe``, ``Output.sample``) in place
-    of these; the suite then checks row conservation itself (no ``row_count_matches_input``).
-    One that takes a fifth argument is also given the predictor the step loaded (a threshold or
-    a training reference it read with the model), a sixth the day's own figures
-    (``ShardCut.figures``). ``described``: blocking checks beside the suite's, ``name ->
+    ``results``: a hook (see :data:`HANDED`, with ``report`` and ``figures``) that returns
+    the check results: the suite's from figures of the pipeline's own (``Output.observe``,
+    ``Output.sample``) in place of these; the suite then checks row conservation itself (no
+    ``row_count_matches_input``). ``described``: blocking checks beside the suite's, ``name ->
     description``, whose results ``results`` returns.
     """
 
     suite: str | Path | None = None
     custom: Sequence[Callable[[Mapping[str, Any]], bool]] = ()
-    results: Judge | None = None
+    results: Callable[..., Sequence[AssetCheckResult]] | None = None
     described: Mapping[str, str] = field(default_factory=dict)
 
 
@@ -169,7 +179,7 @@ def nightly(
     depends_on: Callable[..., Mapping[str, Any]] | None = None,
     deps: Sequence[Any] = (),
     kinds: set[str] | None = None,
-    shards: Callable[[QuarantinePlan, int], ShardCut] | None = None,
+    shards: Callable[..., ShardCut] | None = None,
 ) -> NightlyPipeline:
     """The Dagster definitions of a nightly pipeline: the landing asset, the scoring asset
     ``name`` with its checks, the job ``<name>_job``, its schedule at ``hour_utc`` (UTC, for
@@ -182,21 +192,22 @@ def nightly(
     data, which ``nightshift generate`` writes once the pipeline's wiring is listed in
     ``assets/domains.py``. ``group``: the assets' group in the UI (default: ``name``).
     ``config``: the scoring asset's config class (default: the quality settings and the
-    predictor's settings), which must hold the predictor's settings. ``sizes``: ``fn(config)``,
-    the rows per model call and per shard (default: the inference resource's); one that takes a
-    second argument is also given the inference resource, a third the predictor the step loaded
-    (a model call sized to its catalogue). ``depends_on``: ``fn(config)``, what
-    else decides the answers besides the model version (settings that are not part of it, the
-    output's columns): a day's checkpointed progress made under others is discarded, not
-    resumed; one that takes a second argument is also given the predictor the step loaded (a
-    threshold stored with the model).
+    predictor's settings), which must hold the predictor's settings.
+
+    The hooks below, ``Landing.screen`` and ``Checks.results`` are functions that name, as their
+    parameters, what they are handed of the day (:data:`HANDED`: ``store``, ``date``,
+    ``config``, ``inference``, ``model``, ``version``, ``landed``), as ``def sizes(config,
+    model)``; a name outside them fails here. ``sizes``: the rows per model call and per shard
+    (default: the inference resource's). ``depends_on``: what else decides the answers besides
+    the model version (settings that are not part of it, the output's columns, a threshold
+    stored with the model): a day's checkpointed progress made under others is discarded, not
+    resumed.
 
     ``deps``: assets the scoring asset depends on besides its landing (a model asset).
-    ``kinds``: its kinds in the UI (default: pytorch, parquet). ``shards``: ``fn(plan,
-    shard_rows)``, the model's own cut of a day into shards (:class:`ShardCut`), given the
-    day's quarantine plan and the rows a shard should hold, instead of row ranges; one that
-    takes more is also given ``store, date, config`` and the predictor the step loaded (a cut of
-    rows of its own, as an audience, with ``ShardCut.plan``)."""
+    ``kinds``: its kinds in the UI (default: pytorch, parquet). ``shards``: the model's own cut
+    of a day into shards (:class:`ShardCut`) instead of row ranges, also handed ``plan`` (the
+    day's quarantine plan) and ``shard_rows`` (the rows a shard should hold); a cut of rows of
+    its own, as an audience, returns them with ``ShardCut.plan``."""
     scores = _scores_schema(landing, output)
     suites = {} if checks.results is not None else {CONSERVATION: _conservation_suite(name)}
     if checks.suite is not None:
@@ -207,6 +218,15 @@ def nightly(
         for n, text in checks.described.items()
     ]
     config = config or _config_class(name, predictor)
+    for hook, fn, more in (
+        ("Landing.screen", landing.screen, {}),
+        ("Checks.results", checks.results, RESULTS_HANDED),
+        ("sizes", sizes, {}),
+        ("depends_on", depends_on, {}),
+        ("shards", shards, SHARDS_HANDED),
+    ):
+        if fn is not None:
+            _check_hook(name, hook, fn, {**HANDED, **more})
     missing = [n for n in predictor._settings if n not in config.model_fields]
     if missing:
         raise TypeError(f"{config.__name__} has no field for {predictor.__name__}'s {missing}")
@@ -252,24 +272,33 @@ def nightly(
         def load(store: DataStore, inference: InferenceResource, settings: Any) -> Model:
             return chosen(store, inference, settings, None)
 
-    def day(run: SpotSafeRun, date: str, model: Model, settings: Any, limit: float) -> Day:
-        store = run.store
+    def day(run: SpotSafeRun, landed: LandedDay, model: Model, settings: Any, limit: float) -> Day:
+        store, date = run.store, landed.date
         loader, here = model.value
+        handed = dict(
+            store=store,
+            date=date,
+            config=settings,
+            inference=run.inference,
+            model=here,
+            version=model.version,
+            landed=landed.read,
+        )
         columns = list(landing.columns) if landing.columns is not None else None
         exact = tuple(landing.exact)
         rows = lambda: store.iter_landing(  # noqa: E731
             landing.dataset, date, landing.schema, columns, exact=exact
         )
         if landing.screen is not None:
-            screened = _given(landing.screen, store, date, settings)
-            plan = locate_in_landing(screened, store, landing.dataset, date)
+            screened = _given(landing.screen, handed)
+            plan = locate_in_landing(screened, store, landed.read.files)
         else:
             plan = screen_required(rows(), landing.key, landing.reads)
-        sized = _given(sizes, settings, run.inference, here) if sizes is not None else Sizes()
+        sized = _given(sizes, handed) if sizes is not None else Sizes()
         shard_rows = run.shard_rows(sized.default_shard_rows, sized.shard_rows)
         cut = None
         if shards is not None:
-            cut = _given(shards, plan, shard_rows, store, date, settings, here)
+            cut = _given(shards, {**handed, "plan": plan, "shard_rows": shard_rows})
         program = PredictorProgram(
             model.key,
             loader,
@@ -303,7 +332,10 @@ def nightly(
             program,
             WorkOutput(scores, side=output.side and output.side[:2], sample=sample),
             # New weights (or settings it depends on): old progress is discarded.
-            depends_on=_depends_on(model.version, depends_on, settings, here),
+            depends_on={
+                "model": model.version,
+                **(_given(depends_on, handed) if depends_on is not None else {}),
+            },
             sizes=sized,
         )
 
@@ -317,9 +349,7 @@ def nightly(
                 for c in checks.custom
             ]
             if checks.results is not None:
-                results = _given(
-                    checks.results, store, report, model.version, settings, here, figured
-                )
+                results = _given(checks.results, {**handed, "report": report, "figures": figured})
                 return [*results, *own]
             run_ = SuiteRun(suites)
             run_.add(date, figures, None, {})
@@ -373,10 +403,22 @@ def nightly(
     return NightlyPipeline(landed, scoring, wiring, spec)
 
 
-def _given(fn: Callable[..., Any], *args: Any) -> Any:
-    """``fn`` called with as many of ``args`` as it takes (an optional trailing argument)."""
-    taken = len(inspect.signature(fn).parameters)
-    return fn(*args[:taken])
+def _given(fn: Callable[..., Any], handed: Mapping[str, Any]) -> Any:
+    """A hook called with what it names of ``handed``."""
+    return fn(**{n: handed[n] for n in inspect.signature(fn).parameters})
+
+
+def _check_hook(asset: str, hook: str, fn: Callable[..., Any], handed: Mapping[str, str]) -> None:
+    """Fails the declaration where a hook names a parameter it would not be handed."""
+    parameters = inspect.signature(fn).parameters.values()
+    unknown = [p.name for p in parameters if p.name not in handed]
+    if unknown:
+        offered = ", ".join(f"{n} ({what})" for n, what in handed.items())
+        name = getattr(fn, "__qualname__", repr(fn))
+        raise TypeError(
+            f"{asset}: {hook} {name} takes {', '.join(unknown)}, which it would not be handed; "
+            f"a hook names, as its parameters, any of: {offered}"
+        )
 
 
 def _landing_asset(landing: Landing, group: str) -> AssetsDefinition:
@@ -393,17 +435,6 @@ def _landing_asset(landing: Landing, group: str) -> AssetsDefinition:
 def _settings(model: Predictor) -> str:
     """The predictor's settings, as a key of the model the step loads under them."""
     return json.dumps({n: str(getattr(model, n)) for n in model._settings}, sort_keys=True)
-
-
-def _depends_on(
-    version: str,
-    depends_on: Callable[..., Mapping[str, Any]] | None,
-    settings: Any,
-    predictor: Predictor,
-) -> dict[str, Any]:
-    """What a day's checkpointed progress must match to be resumed."""
-    more = _given(depends_on, settings, predictor) if depends_on is not None else {}
-    return {"model": version, **more}
 
 
 def _scores_schema(landing: Landing, output: Output) -> pa.Schema:

@@ -1,8 +1,11 @@
-"""A scored partition as every domain's assets report it: partition keys, the report, its log
-line and its checkpoint totals (the runner turns a report into the day's metadata)."""
+"""A scored partition as every domain's assets report it: partition keys (and why a key given on
+a command line or in a run's tags is not one), the report, its log line and its checkpoint
+totals (the runner turns a report into the day's metadata)."""
 
 from __future__ import annotations
 
+import datetime as dt
+import re
 from dataclasses import dataclass, field
 
 import pandas as pd
@@ -12,7 +15,7 @@ from assets.observability import GpuStats, NodePrice
 from inference.engine.metrics import BatchMetrics
 from inference.engine.output_partition import ShardReport
 from inference.engine.progress import partition_line
-from policy.partitions import partition_key_error
+from policy.partitions import daily_partitions
 from resources.storage import Published
 
 
@@ -33,6 +36,32 @@ class PartitionReport:
     executor: dict = field(default_factory=dict)
     # Rows landed, in, scored, quarantined and published: the engine's, for the checks.
     conservation: dict = field(default_factory=dict)
+
+
+def partition_key_error(key: str) -> str | None:
+    """Why ``key`` is not one of the daily partitions, in one line; None when it is one.
+
+    Dagster checks a key only where it computes with it (a key before the start date raises a
+    `CheckError` inside the step, which the retry policy then retries), so the assets and the
+    CLI ask here first and fail on bad input at once.
+
+    Args:
+        key: a partition key, as given on a command line or in a run's tags.
+    """
+    if not re.fullmatch(r"\d{4}-\d{2}-\d{2}", key):
+        return f"partition {key!r} is not a date (YYYY-MM-DD)"
+    try:
+        day = dt.date.fromisoformat(key)
+    except ValueError:
+        return f"partition {key!r} is not a date (YYYY-MM-DD)"
+    first = daily_partitions.start.date()
+    if day < first:
+        return f"partition {key} is before the first partition {first} (NIGHTSHIFT_START_DATE)"
+    last = daily_partitions.get_last_partition_key()
+    if last is None or day > dt.date.fromisoformat(last):
+        latest = f"the last partition is {last}" if last else "no partition is over yet"
+        return f"partition {key} is not over yet: {latest} (days are UTC)"
+    return None
 
 
 def partition_dates(context: AssetExecutionContext) -> list[str]:

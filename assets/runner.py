@@ -122,7 +122,8 @@ class ScoringSpec(Generic[ConfigT]):
         suites: the output's check suites (``assets/<domain>/suites``).
         load: ``(store, inference, config) -> Model``; a missing or unusable model fails the
             step at once, before any input is read.
-        day: ``(run, date, model, config, max_quarantine_rate) -> Day``.
+        day: ``(run, landed, model, config, max_quarantine_rate) -> Day``, given the day as
+            the landing stage handed it (its date, rows and the listing the step scores).
         checks: the output's checks beside its suites, evaluated per day by ``Day.checks``.
     """
 
@@ -130,7 +131,7 @@ class ScoringSpec(Generic[ConfigT]):
     dataset: str
     suites: Mapping[str, CheckSuite]
     load: Callable[[DataStore, InferenceResource, ConfigT], Model]
-    day: Callable[[SpotSafeRun, str, Model, ConfigT, float], Day]
+    day: Callable[[SpotSafeRun, LandedDay, Model, ConfigT, float], Day]
     checks: Sequence[AssetCheckSpec] = ()
 
 
@@ -188,7 +189,7 @@ def score(
                     context, spec.asset, spec.dataset, config, store, date, limit
                 )
             with fail_fast_on_bad_input(), fail_fast_on_bad_rows():
-                day = spec.day(run, date, model, config, limit)
+                day = spec.day(run, landed, model, config, limit)
                 sample = _prepare(day.work, spec, landed, config, limit)
                 # After the domain's own screening, whose message names the rows' figures.
                 if landed.refusal is not None:

@@ -34,7 +34,7 @@ def _date(text: str) -> str:
 
 def _partition(text: str) -> str:
     """A date that is one of the daily partitions (after the start date, a day that is over)."""
-    from policy.partitions import partition_key_error
+    from assets.partitions import partition_key_error
 
     date = _date(text)
     problem = partition_key_error(date)

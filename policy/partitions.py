@@ -2,7 +2,6 @@
 
 import datetime as dt
 import os
-import re
 import warnings
 
 from dagster import BackfillPolicy, BetaWarning, DailyPartitionsDefinition
@@ -22,32 +21,6 @@ daily_partitions = DailyPartitionsDefinition(start_date=START_DATE, timezone="UT
 def day_end(key: str) -> dt.datetime:
     """When a daily partition's UTC day ends: the next midnight, UTC."""
     return dt.datetime.fromisoformat(key).replace(tzinfo=dt.UTC) + dt.timedelta(days=1)
-
-
-def partition_key_error(key: str) -> str | None:
-    """Why ``key`` is not one of the daily partitions, in one line; None when it is one.
-
-    Dagster checks a key only where it computes with it (a key before the start date raises a
-    `CheckError` inside the step, which the retry policy then retries), so the assets and the
-    CLI ask here first and fail on bad input at once.
-
-    Args:
-        key: a partition key, as given on a command line or in a run's tags.
-    """
-    if not re.fullmatch(r"\d{4}-\d{2}-\d{2}", key):
-        return f"partition {key!r} is not a date (YYYY-MM-DD)"
-    try:
-        day = dt.date.fromisoformat(key)
-    except ValueError:
-        return f"partition {key!r} is not a date (YYYY-MM-DD)"
-    first = daily_partitions.start.date()
-    if day < first:
-        return f"partition {key} is before the first partition {first} (NIGHTSHIFT_START_DATE)"
-    last = daily_partitions.get_last_partition_key()
-    if last is None or day > dt.date.fromisoformat(last):
-        latest = f"the last partition is {last}" if last else "no partition is over yet"
-        return f"partition {key} is not over yet: {latest} (days are UTC)"
-    return None
 
 
 BACKFILL_PARTITIONS_PER_RUN_ENV = "NIGHTSHIFT_BACKFILL_PARTITIONS_PER_RUN"

@@ -7,9 +7,11 @@ from __future__ import annotations
 
 import datetime as dt
 import hashlib
+import json
 import os
 import time
-from collections.abc import Iterator, Sequence
+from collections.abc import Iterator, Mapping, Sequence
+from typing import Any
 
 import pyarrow as pa
 import pyarrow.dataset as ds
@@ -17,6 +19,7 @@ import pyarrow.fs as pafs
 import pyarrow.parquet as pq
 
 from inference.engine.batching import coalesce
+from inference.engine.quarantine import QuarantinePlan
 from inference.engine.streaming import (
     READ_AHEAD_THREADS,
     LandingTimezones,
@@ -106,9 +109,11 @@ class DataStore(OutputStore):
         removing or mending a file that failed the day."""
         return self.landing_read(dataset, date).fingerprint
 
-    def landing_read(self, dataset: str, date: str) -> LandingRead:
+    def landing_read(self, dataset: str, date: str, kept: bool = False) -> LandingRead:
         """One listing of the partition: its fingerprint, and the parquet files a scoring step
-        reads, so that the files scored are the files whose fingerprint was checked."""
+        reads, so that the files scored are the files whose fingerprint was checked; with
+        ``kept``, also the screening the landing stage kept for exactly these files
+        (:meth:`keep_screen`)."""
         path = self.landing_path(dataset, date)
         listing = self.landing_listing(dataset, date)
         failing = {**listing.rejected, **listing.repeated, **listing.broken}
@@ -120,7 +125,37 @@ class DataStore(OutputStore):
             for file, what in failing.items():
                 digest.update(f"{file[len(path) :]}\t{what}\n".encode())
             fingerprint = digest.hexdigest()[:16]
-        return LandingRead(fingerprint, listing.paths, self._unreadable(dataset, date, listing))
+        problem = self._unreadable(dataset, date, listing)
+        screen = self._kept_screen(dataset, date, fingerprint) if kept and fingerprint else None
+        return LandingRead(fingerprint, listing.paths, problem, screen)
+
+    def keep_screen(
+        self, dataset: str, date: str, plan: QuarantinePlan, rules: Mapping[str, Any]
+    ) -> str:
+        """Keeps the landing stage's quarantine plan of a day, made under ``rules`` (the
+        screen's version and limits), for the scoring step to reuse instead of screening the
+        day again; tied to the files listed now, so a file added or replaced after the
+        screening voids it. Returns where it went."""
+        record = {
+            "rules": rules,
+            "landing": self.landing_fingerprint(dataset, date),
+            "rows": plan.rows,
+            "positions": plan.positions.tolist(),
+            "reasons": plan.reasons.tolist(),
+        }
+        path = self._screen_path(dataset, date)
+        self.write_bytes(path, json.dumps(record).encode())
+        return self.uri(path)
+
+    def _kept_screen(self, dataset: str, date: str, fingerprint: str) -> dict[str, Any] | None:
+        try:
+            record = json.loads(self.read_bytes(self._screen_path(dataset, date)))
+        except (FileNotFoundError, OSError, ValueError):
+            return None
+        return record if record.get("landing") == fingerprint else None
+
+    def _screen_path(self, dataset: str, date: str) -> str:
+        return self.path("screens", dataset, f"date={date}", "screen.json")
 
     def _landing_infos(self, dataset: str, date: str) -> list[pafs.FileInfo]:
         """The partition's parquet files, as :meth:`landing_listing` places them.

@@ -34,15 +34,19 @@ the column, and a file that cannot be decoded is named with where it stops decod
 from __future__ import annotations
 
 import hashlib
+import json
 import os
-from collections.abc import Iterable
+from collections.abc import Iterable, Mapping
 from concurrent.futures import ThreadPoolExecutor
 from dataclasses import dataclass, field
+from typing import Any
 
+import numpy as np
 import pyarrow as pa
 import pyarrow.fs as pafs
 import pyarrow.parquet as pq
 
+from inference.engine.quarantine import QuarantinePlan
 from inference.engine.streaming import is_naive_for
 from resources.filestore import is_data
 from resources.landing_walk import list_files
@@ -124,12 +128,27 @@ class LandingRead:
     fingerprint: str | None
     paths: list[str]
     problem: Exception | None = None
+    # The landing stage's screening of exactly these files, where it kept one (see
+    # DataStore.keep_screen): {"rules": ..., "rows": ..., "positions": [...], "reasons": [...]}.
+    kept: Mapping[str, Any] | None = None
 
     @property
     def files(self) -> list[str]:
         if self.problem is not None:
             raise self.problem
         return self.paths
+
+    def screened(self, rules: Mapping[str, Any]) -> QuarantinePlan | None:
+        """The quarantine plan the landing stage kept for these files, where it screened them
+        under ``rules`` (the screen's version and limits); else None, and the day is screened
+        again."""
+        if self.kept is None or self.kept.get("rules") != json.loads(json.dumps(rules)):
+            return None
+        return QuarantinePlan(
+            int(self.kept["rows"]),
+            np.asarray(self.kept["positions"], np.int64),
+            np.asarray(self.kept["reasons"], object),
+        )
 
 
 def looks_like(head: bytes, size: int) -> str:

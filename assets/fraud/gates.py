@@ -6,12 +6,13 @@ failing ERROR check stops what is downstream in the same run.
 
 from __future__ import annotations
 
+from datetime import datetime, timedelta
 from pathlib import Path
 
 import numpy as np
 from dagster import AssetCheckResult
 
-from assets.fraud.quality import QUARANTINED_REASONS, trailing_flagged_rates
+from assets.fraud.quality import QUARANTINED_REASONS
 from assets.fraud.schemas import SCORES, TRANSACTIONS
 from assets.gates import LandingGate
 from assets.partitions import PartitionReport
@@ -174,6 +175,26 @@ def flagged_rate_bounds(store: DataStore, date: str, rows: int) -> dict[str, flo
         "flagged_rate_low": max(0.0, mean * (1 - FLAGGED_RATE_TOLERANCE) - noise),
         "flagged_rate_high": min(1.0, mean * (1 + FLAGGED_RATE_TOLERANCE) + noise),
     }
+
+
+def trailing_flagged_rates(store: DataStore, date: str, days: int) -> list[float]:
+    """Flagged rates of the published ``fraud_scores`` partitions of the ``days`` before ``date``.
+
+    Read from the days' snapshot summaries on main, where the engine saved their exact
+    statistics, so the drift check reads table metadata instead of a week of scores.
+    """
+    day = datetime.fromisoformat(date).date()
+    rates = []
+    for back in range(1, days + 1):
+        earlier = (day - timedelta(days=back)).isoformat()
+        committed = store.output_figures(SCORES, earlier)
+        if committed is None:
+            continue
+        flagged = (committed.value("stats") or {}).get("counts", {}).get("flagged")
+        rows = committed.value("rows")
+        if flagged is not None and rows:
+            rates.append(flagged / rows)
+    return rates
 
 
 def alert_check_result(flagged: int, alerts: int) -> AssetCheckResult:

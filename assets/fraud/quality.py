@@ -1,5 +1,4 @@
-"""Fraud data quality as plain functions: which transactions cannot be scored, and the recent
-days' flagged rates the drift check reads.
+"""Fraud data quality as plain functions: which transactions cannot be scored.
 
 One screening pass over a landing partition (the columns the model needs) finds the rows that
 cannot be scored, each with a reason, and builds the feature profile from the clean rows only,
@@ -10,19 +9,16 @@ the scores.
 
 from __future__ import annotations
 
-import json
 from dataclasses import dataclass
-from datetime import datetime, timedelta
 from typing import Any
 
 import numpy as np
 import pyarrow as pa
 import pyarrow.compute as pc
 
-from assets.fraud.schemas import AMOUNT_CEILING, SCORES, SCREENS, TRANSACTIONS, TRANSACTIONS_SCHEMA
+from assets.fraud.schemas import AMOUNT_CEILING, TRANSACTIONS, TRANSACTIONS_SCHEMA
 from assets.gates import day_bounds, empty_landing_error
 from inference.engine.batching import prefetch
-from inference.engine.output_partition import input_fingerprint
 from inference.engine.quarantine import (
     QuarantinePlan,
     Screener,
@@ -177,12 +173,14 @@ def screen_transactions(
     return TransactionScreen(plan, figures, sample, builder)
 
 
-# Bumped whenever the screening rules change, so a plan saved under older rules is not reused.
+# Bumped whenever the screening rules change, so a plan kept under older rules is not reused.
 SCREEN_RULES_VERSION = 2
 
 
-def _screen_path(store: DataStore, date: str) -> str:
-    return f"{store.output_path(SCREENS, date)}/screen.json"
+def screen_rules(amount_ceiling: float = AMOUNT_CEILING) -> dict[str, Any]:
+    """What decides a screening besides the files: the rules' version and the contract's
+    ceiling. A plan kept under others is not reused."""
+    return {"version": SCREEN_RULES_VERSION, "amount_ceiling": float(amount_ceiling)}
 
 
 def save_screen(
@@ -194,71 +192,17 @@ def save_screen(
     ``fraud_scores`` then builds its feature profile from five columns instead of screening
     the day again.
     """
-    record = {
-        "rules": SCREEN_RULES_VERSION,
-        "amount_ceiling": amount_ceiling,
-        "inputs": input_fingerprint(store.fs, store.landing_files(TRANSACTIONS, date)),
-        "rows": screen.plan.rows,
-        "positions": screen.plan.positions.tolist(),
-        "reasons": screen.plan.reasons.tolist(),
-    }
-    path = _screen_path(store, date)
-    store.write_bytes(path, json.dumps(record).encode())
-    return store.uri(path)
+    return store.keep_screen(TRANSACTIONS, date, screen.plan, screen_rules(amount_ceiling))
 
 
 def load_screen(
     store: DataStore, date: str, amount_ceiling: float = AMOUNT_CEILING
 ) -> QuarantinePlan | None:
-    """The saved plan, if it was made by these rules and limits from exactly the files landed
+    """The kept plan, if it was made by these rules and limits from exactly the files landed
     now."""
-    try:
-        record = json.loads(store.read_bytes(_screen_path(store, date)))
-    except (FileNotFoundError, OSError, ValueError):
-        return None
-    inputs = input_fingerprint(store.fs, store.landing_files(TRANSACTIONS, date))
-    if record.get("rules") != SCREEN_RULES_VERSION or record.get("amount_ceiling") != float(
-        amount_ceiling
-    ):
-        return None
-    if record.get("inputs") != [list(f) for f in inputs]:
-        return None
-    return QuarantinePlan(
-        int(record["rows"]),
-        np.asarray(record["positions"], np.int64),
-        np.asarray(record["reasons"], object),
-    )
-
-
-def scoring_plan(store: DataStore, date: str, config: Any) -> QuarantinePlan:
-    """The rows ``fraud_scores`` sets aside, under ``config.amount_ceiling`` (its
-    FraudQualityConfig): the landing checks' saved plan for these exact files, if they ran;
-    else the day screened now."""
-    plan = load_screen(store, date, config.amount_ceiling)
-    if plan is None:
-        plan = screen_transactions(store, date, amount_ceiling=config.amount_ceiling).plan
-    return plan
+    landed = store.landing_read(TRANSACTIONS, date, kept=True)
+    return landed.screened(screen_rules(amount_ceiling))
 
 
 def _schema(columns: list[str]) -> pa.Schema:
     return pa.schema([TRANSACTIONS_SCHEMA.field(c) for c in columns])
-
-
-def trailing_flagged_rates(store: DataStore, date: str, days: int) -> list[float]:
-    """Flagged rates of the published ``fraud_scores`` partitions of the ``days`` before ``date``.
-
-    Read from the days' snapshot summaries on main, where the engine saved their exact
-    statistics, so the drift check reads table metadata instead of a week of scores.
-    """
-    day = datetime.fromisoformat(date).date()
-    rates = []
-    for back in range(1, days + 1):
-        earlier = (day - timedelta(days=back)).isoformat()
-        committed = store.output_figures(SCORES, earlier)
-        if committed is None:
-            continue
-        flagged = (committed.value("stats") or {}).get("counts", {}).get("flagged")
-        rows = committed.value("rows")
-        if flagged is not None and rows:
-            rates.append(flagged / rows)
-    return rates

@@ -21,7 +21,7 @@ from assets.fraud.gates import score_check_results
 from assets.fraud.landing import FraudQualityConfig, transactions
 from assets.fraud.model import fraud_model
 from assets.fraud.pipeline import SCORED_COLUMNS, flagged_details, load_scorer, score_reference
-from assets.fraud.quality import scoring_plan
+from assets.fraud.quality import screen_rules, screen_transactions
 from assets.fraud.schemas import (
     EXACT_COLUMNS,
     FLAGGED,
@@ -37,12 +37,14 @@ from assets.nightly import Checks, Landing, Output, Predictor, nightly
 from assets.partitions import PartitionReport
 from inference.engine.device import make_runtime
 from inference.engine.invariants import StreamStats
+from inference.engine.quarantine import QuarantinePlan
 from inference.engine.work import Sizes
 from inference.fraud.accounts import DayWide, account_cut, day_profile
 from inference.fraud.score_figures import score_observer
 from inference.models.registry import champion_version
 from inference.tabular.ranges import REVIEW, Guarded
 from resources.inference import InferenceResource
+from resources.landing_files import LandingRead
 from resources.storage import DataStore
 
 __all__ = ["FEATURE_ROWS", "FRAUD_SCORES", "SHARD_ROWS", "FraudPredictor", "FraudQualityConfig"]
@@ -116,6 +118,18 @@ class FraudPredictor(Predictor):
         }
 
 
+def screen(
+    landed: LandingRead, store: DataStore, date: str, config: FraudQualityConfig
+) -> QuarantinePlan:
+    """The rows fraud_scores sets aside, under ``config.amount_ceiling``: the plan the landing
+    checks kept for exactly the files the step scores, if they ran under the same ceiling; else
+    the day screened now."""
+    kept = landed.screened(screen_rules(config.amount_ceiling))
+    if kept is not None:
+        return kept
+    return screen_transactions(store, date, amount_ceiling=config.amount_ceiling).plan
+
+
 def judged(
     store: DataStore,
     report: PartitionReport,
@@ -166,7 +180,7 @@ PIPELINE = nightly(
         TRANSACTIONS_SCHEMA,
         key="transaction_id",
         asset=transactions,
-        screen=scoring_plan,
+        screen=screen,
         columns=SCORED_COLUMNS,
         exact=EXACT_COLUMNS,
     ),

@@ -40,6 +40,7 @@ from pydantic import Field
 
 from assets.days import daily_assets
 from assets.handed import handed, read_at
+from assets.landing import LandedDay
 from assets.partitions import partition_dates
 from assets.runner import Day, ScoringSpec, score
 from assets.shadow.nights import ShadowNight, record_night
@@ -214,8 +215,9 @@ def _shadow_spec(
     def load(store_: DataStore, inference: InferenceResource, config: QualityConfig):
         return base.load(store_, inference, config, version=challenger)
 
-    def day(run, date: str, model, config: QualityConfig, limit: float) -> Day:
-        inner = base.day(run, date, model, config, limit)
+    def day(run, landed: LandedDay, model, config: QualityConfig, limit: float) -> Day:
+        date = landed.date
+        inner = base.day(run, landed, model, config, limit)
         side = inner.work.output.side
         if side is not None:
             inner.work.output = replace(inner.work.output, side=(shadow_name(side[0]), side[1]))

@@ -56,12 +56,12 @@ def fail_fast_on_bad_rows() -> Iterator[None]:
 
 
 def locate_in_landing(
-    plan: QuarantinePlan, store: DataStore, dataset: str, date: str
+    plan: QuarantinePlan, store: DataStore, files: Sequence[str]
 ) -> QuarantinePlan:
-    """``plan`` over a landing day's rows, told the day's files in the order they are read, so
-    each quarantined row names its ``source_file`` and ``source_row_number`` there as well as
-    its ``row_number`` across the day. Row counts come from the files' footers."""
-    files = store.landing_files(dataset, date)
+    """``plan`` over a landing day's rows, told the day's ``files`` in the order they are read
+    (the listing the step scores), so each quarantined row names its ``source_file`` and
+    ``source_row_number`` there as well as its ``row_number`` across the day. Row counts come
+    from the files' footers."""
     rows = [pq.read_metadata(f, filesystem=store.fs).num_rows for f in files]
     return plan.located([(store.uri(f), n) for f, n in zip(files, rows, strict=True)])
 
