@@ -33,3 +33,14 @@ def test_a_day_on_the_public_module_enters_ten_files_and_comes_back_at_most_five
     assert len(route.files) <= 10
     assert route.returns <= 5
     assert route.stays[0] == ("assets/runner.py", ["score"])
+
+
+def test_a_fraud_day_with_its_own_screen_and_checks_stays_within_the_same_bounds():
+    route = one_fraud_day()
+    print(route.describe())
+    assert len(route.files) <= 10
+    assert route.returns <= 5
+    # Its screen takes the plan the landing checks kept for the files the step scores: the
+    # day is not screened again, nor its files listed a third time.
+    screening = [fns for path, fns in route.stays if path == "assets/fraud/quality.py"]
+    assert screening == []
