@@ -7,11 +7,12 @@ from dagster import AssetExecutionContext, AssetSpec
 
 from assets.days import daily_assets
 from assets.documents.gates import DOCUMENT_SUITES, DOCUMENTS_GATE
-from assets.documents.quality import SCREEN_COLUMNS, screen_documents
+from assets.documents.quality import screen_documents
 from assets.documents.schemas import DATASET, DOCUMENTS_SCHEMA
 from assets.landing import LandingSpec, deadline, land
 from assets.nightly import Landing
 from inference.engine.work import Sizes
+from inference.text.documents import SCREEN_COLUMNS
 from resources.quality import QualityConfig
 from resources.storage import StorageResource
 

@@ -11,8 +11,8 @@ from dagster import AssetCheckResult
 
 from assets.gates import LandingGate
 from assets.partitions import PartitionReport
-from assets.recommendations.history import QUARANTINE_REASONS
 from assets.recommendations.schemas import INTERACTIONS, USER_RECOMMENDATIONS
+from inference.recs.history import QUARANTINE_REASONS
 from resources.quality import SuiteRun, load_suites, sample_output
 from resources.storage import DataStore
 

@@ -1,65 +1,28 @@
 """Reading interaction history out of landing storage as column arrays, batch by batch.
 
-Every reader applies the same rules (:func:`unusable_rules`): a row with an unknown event type
-or a weight that is null, not finite or negative is not history. The ``interactions`` asset
+Every reader applies the same rules (``inference/recs/history.py``): a row with an unknown event
+type or a weight that is null, not finite or negative is not history. The ``interactions`` asset
 publishes those rows with their reason to ``interactions_quarantine``; here they are skipped,
 so training, the audience and the seen items never count them.
 """
 
 from __future__ import annotations
 
-from dataclasses import dataclass
-
 import numpy as np
 import pyarrow as pa
 import pyarrow.compute as pc
 
-from assets.recommendations.schemas import EVENT_TYPES, INTERACTIONS, INTERACTIONS_SCHEMA
-from inference.engine.quarantine import QuarantinePlan, Screener, below, is_null, not_finite
+from assets.recommendations.schemas import INTERACTIONS, INTERACTIONS_SCHEMA
+from inference.engine.quarantine import QuarantinePlan, Screener
+from inference.recs.history import (
+    RULE_COLUMNS,
+    DayActivity,
+    Interactions,
+    unusable_rules,
+    usable,
+)
 from inference.recs.sparse import Vocabulary
 from resources.storage import DataStore, LandingDataError
-
-# Why an interaction cannot be used, in priority order: a row gets the first reason that holds.
-QUARANTINE_REASONS = ("unknown_event", "non_finite_weight", "negative_weight")
-RULE_COLUMNS = ["event", "weight"]
-_EVENTS = pa.array(EVENT_TYPES, pa.string())
-
-
-def unusable_rules(batch: pa.RecordBatch) -> dict[str, np.ndarray]:
-    """One boolean mask per quarantine reason over a batch holding ``event`` and ``weight``."""
-    weight = batch.column("weight")
-    known = pc.is_in(batch.column("event"), value_set=_EVENTS)
-    return {
-        "unknown_event": pc.fill_null(pc.invert(known), True).to_numpy(zero_copy_only=False),
-        "non_finite_weight": not_finite(weight) | is_null(weight),
-        "negative_weight": below(weight, 0.0),
-    }
-
-
-def usable(batch: pa.RecordBatch) -> pa.RecordBatch:
-    """The batch without the rows :func:`unusable_rules` quarantines."""
-    bad = np.logical_or.reduce(list(unusable_rules(batch).values()))
-    return batch.filter(pa.array(~bad)) if bad.any() else batch
-
-
-@dataclass(frozen=True)
-class Interactions:
-    """Interaction columns as arrays: who, what, and how strongly."""
-
-    user_ids: np.ndarray
-    item_ids: np.ndarray
-    weights: np.ndarray
-
-    def __len__(self) -> int:
-        return len(self.user_ids)
-
-    @property
-    def pairs(self) -> tuple[np.ndarray, np.ndarray]:
-        return self.user_ids, self.item_ids
-
-    @property
-    def triples(self) -> tuple[np.ndarray, np.ndarray, np.ndarray]:
-        return self.user_ids, self.item_ids, self.weights
 
 
 def read_interactions(
@@ -92,27 +55,6 @@ def read_interactions(
         np.concatenate([p.item_ids for p in parts] or [np.zeros(0, np.int64)]),
         np.concatenate([p.weights for p in parts] or [np.zeros(0, np.float32)]),
     )
-
-
-@dataclass(frozen=True)
-class DayActivity:
-    """Who was active on a day, which rows could not be used, and how much of the rest the
-    model cannot know about."""
-
-    users: np.ndarray  # unique ids of users with a usable interaction
-    rows: int  # every landed row
-    plan: QuarantinePlan  # the rows not used, each with its reason
-    unknown_items: int  # distinct items (of usable rows) the model's catalogue lacks
-    unknown_item_interactions: int
-
-    @property
-    def rows_used(self) -> int:
-        return self.rows - self.plan.count
-
-    @property
-    def unknown_item_share(self) -> float:
-        """Share of the usable interactions whose item the model does not know."""
-        return self.unknown_item_interactions / self.rows_used if self.rows_used else 0.0
 
 
 def read_day(store: DataStore, date: str, catalogue: Vocabulary) -> DayActivity:

@@ -1,15 +1,15 @@
-"""Recommendations data quality as plain functions: the landed interactions' screening (which
-rows cannot be used, and why). Which users cannot be given recommendations, and the exact
+"""Recommendations data quality: the screening pass over a landed day of interactions (which
+rows cannot be used, and why), streaming its batches through the rules of
+``inference/recs/history.py``. Which users cannot be given recommendations, and the exact
 figures of the published lists, are the lists' own (``inference/recs/lists.py``).
 
 An interaction with an unknown event type or a weight that is null, not finite or negative is
-quarantined with its reason (``history.unusable_rules``), as fraud quarantines a transaction:
-``interactions`` publishes those rows to ``interactions_quarantine`` and every reader of the
-history skips them, so ``rows = rows used + rows quarantined`` for each day. One with a null id
-cannot be attributed to anyone, so it fails the day naming the file and column. The rows
-scored are the audience's users; a user who has already interacted with every item in the
-catalogue has nothing left to recommend and is quarantined (``no_unseen_items``) instead of
-vanishing from the output.
+quarantined with its reason, as fraud quarantines a transaction: ``interactions`` publishes
+those rows to ``interactions_quarantine`` and every reader of the history skips them, so
+``rows = rows used + rows quarantined`` for each day. One with a null id cannot be attributed
+to anyone, so it fails the day naming the file and column. The rows scored are the audience's
+users; a user who has already interacted with every item in the catalogue has nothing left to
+recommend and is quarantined (``no_unseen_items``) instead of vanishing from the output.
 """
 
 from __future__ import annotations
@@ -17,12 +17,9 @@ from __future__ import annotations
 from dataclasses import dataclass
 from typing import Any
 
-import numpy as np
 import pyarrow as pa
-import pyarrow.compute as pc
 
 from assets.gates import day_bounds, landed_rows
-from assets.recommendations.history import QUARANTINE_REASONS, unusable_rules
 from assets.recommendations.schemas import INTERACTIONS, INTERACTIONS_SCHEMA
 from inference.engine.quarantine import (
     REASON,
@@ -32,8 +29,10 @@ from inference.engine.quarantine import (
     QuarantineLimit,
     QuarantinePlan,
     Screener,
+    is_null,
     outside,
 )
+from inference.recs.history import QUARANTINE_REASONS, quarantined_rows, unusable_rules
 from resources.quality import PositionCursor, sample_positions
 from resources.storage import DataStore, LandingDataError
 
@@ -104,9 +103,11 @@ def screen_interactions(
         flagged = screener.add(batch.num_rows, rules)
         used += int((~flagged).sum())
         # Early or late events still count as history: counted for a WARN, not quarantined.
-        outside_day += int((outside(batch["ts"], *day) | _nulls(batch["ts"])).sum())
+        outside_day += int((outside(batch["ts"], *day) | is_null(batch["ts"])).sum())
         if flagged.any() and held is not None:
-            held.append(_quarantined_rows(batch, flagged, rules, offset, source))
+            held.append(
+                quarantined_rows(batch, flagged, rules, offset, source, INTERACTIONS_SCHEMA)
+            )
             if sum(t.num_rows for t in held) > keep_at_most:
                 held = None
         local = sampler.advance(batch.num_rows)
@@ -129,30 +130,3 @@ def screen_interactions(
     if held is not None:
         quarantined = pa.concat_tables(held) if held else QUARANTINE_SCHEMA.empty_table()
     return InteractionScreen(plan, figures, sample, quarantined)
-
-
-def _quarantined_rows(
-    batch: pa.RecordBatch,
-    flagged: np.ndarray,
-    rules: dict[str, np.ndarray],
-    offset: int,
-    source: tuple[str, int],
-) -> pa.Table:
-    """The flagged rows of a batch with their position in the partition, first reason, and
-    file and row there (``source``: the batch's file and its first row's position in it)."""
-    local = np.flatnonzero(flagged)
-    reasons = np.empty(len(local), object)
-    taken = np.zeros(len(local), bool)
-    for reason, mask in rules.items():
-        new = mask[local] & ~taken
-        reasons[new] = reason
-        taken |= new
-    table = pa.Table.from_batches([batch.take(pa.array(local))]).cast(INTERACTIONS_SCHEMA)
-    table = table.append_column(ROW_NUMBER, pa.array(local + offset, pa.int64()))
-    table = table.append_column(REASON, pa.array(reasons.tolist(), pa.string()))
-    table = table.append_column(SOURCE_FILE, pa.repeat(pa.scalar(source[0]), len(local)))
-    return table.append_column(SOURCE_ROW_NUMBER, pa.array(local + source[1], pa.int64()))
-
-
-def _nulls(values: pa.Array) -> np.ndarray:
-    return pc.is_null(values).to_numpy(zero_copy_only=False)

@@ -16,7 +16,6 @@ INTERACTIONS_SCHEMA = pa.schema(
         ("weight", pa.float32()),
     ]
 )
-EVENT_TYPES = ("view", "click", "purchase")
 
 RECOMMENDATIONS_SCHEMA = pa.schema(
     [

@@ -22,12 +22,7 @@ from pydantic import Field
 
 from assets.nightly import Checks, Landing, Output, Predictor, nightly
 from assets.partitions import PartitionReport
-from assets.recommendations.audience import (
-    DEFAULT_AUDIENCE_DAYS,
-    AudienceMode,
-    build_audience,
-    save_audience,
-)
+from assets.recommendations.audience import DEFAULT_AUDIENCE_DAYS, build_audience, save_audience
 from assets.recommendations.gates import recommendation_check_results
 from assets.recommendations.history import read_day, read_interactions, unusable_plan
 from assets.recommendations.landing import interactions
@@ -46,6 +41,7 @@ from inference.engine.invariants import StreamStats
 from inference.engine.predictor import ShardCut
 from inference.engine.quarantine import QuarantinePlan
 from inference.engine.work import Sizes
+from inference.recs.audience import AudienceMode
 from inference.recs.recommend import block_size_for
 from inference.recs.user_shards import (
     catalogue_history,

@@ -10,12 +10,13 @@ import pandas as pd
 from dagster import MetadataValue
 
 from assets.promotion import Gate, held_out_days, training_days
-from assets.recommendations.history import Interactions, read_interactions
+from assets.recommendations.history import read_interactions
 from assets.recommendations.schemas import INTERACTIONS, RECOMMENDATION_MODEL
 from inference.engine.device import Runtime
 from inference.models.modelstore import load_model
 from inference.models.registry import champion_version, register, window_of
 from inference.recs.ease import EaseConfig, EaseRecommender, fit_ease
+from inference.recs.history import Interactions
 from inference.recs.recommend import holdout_recall, recommend
 from inference.recs.two_tower import Recommender, TrainConfig, fit_recommender
 from resources.storage import DataStore, LandingDataError

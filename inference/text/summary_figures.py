@@ -6,7 +6,7 @@ against its document: not blank, not longer than the document, within the hard l
 drawn from it (extractive: the sentences the summariser recorded, by their offsets, are
 sentences of the normalised document, and the summary is exactly their join; abstractive: most
 of its words occur in the document). Which documents are screened out before is the documents'
-own (``assets/documents/quality.py``); no Dagster here.
+own (``inference/text/documents.py``); no Dagster here.
 """
 
 from __future__ import annotations
