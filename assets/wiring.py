@@ -15,7 +15,7 @@ from typing import TYPE_CHECKING
 from dagster import Definitions
 
 if TYPE_CHECKING:
-    from assets.promotion import Gate
+    from inference.models.gate import Gate
     from resources.storage import DataStore
 
 # ``(store, date, scale, seed) -> {dataset: rows written}``: one seeded day of a domain's demo
@@ -59,7 +59,7 @@ class TrainingJob:
     Attributes:
         job: the job's name (``<domain>_training_job``).
         model: the model asset, whose key is also the model's name in the store.
-        gate: how its versions are measured against each other (``assets/promotion.py``): with
+        gate: how its versions are measured against each other (``inference/models/gate.py``): with
             one, the job runs the blocking promotion check, which promotes a challenger that is
             at least as good as the champion; without, versions are promoted by hand.
     """

@@ -177,7 +177,7 @@ def run_workload(name: str, args: argparse.Namespace, sizes: dict, work: Path) -
         return recs.run(users, sizes["items"], sizes["dims"], sizes["k"], 4096, args.device)
     if name == "embeddings":
         from benchmarks import embeddings
-        from resources.inference import CPU_BATCH_TOKENS
+        from inference.text.workers import CPU_BATCH_TOKENS
 
         # The CPU budget is the inference resource's own default there (its measurements:
         # docs/benchmarks.md, "Text batch budget"); GPUs want the large budget.

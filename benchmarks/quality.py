@@ -34,12 +34,7 @@ from assets.day_metadata import day_figures
 from assets.fraud import pipeline
 from assets.fraud.assets import fraud_scores
 from assets.fraud.gates import score_check_results, transactions_check_results
-from assets.fraud.quality import (
-    TransactionScreen,
-    load_screen,
-    save_screen,
-    screen_transactions,
-)
+from assets.fraud.quality import load_screen, save_screen, screen_transactions
 from assets.fraud.schemas import MODEL_NAME, SCORES, TRANSACTIONS, TRANSACTIONS_SCHEMA
 from assets.partitions import PartitionReport
 from benchmarks.common import QUIET_RUN_CONFIG, best_of, set_threads
@@ -48,6 +43,7 @@ from inference.engine.invariants import StreamStats
 from inference.engine.metrics import BatchMetrics
 from inference.engine.output_partition import ShardReport
 from inference.fraud.score_figures import score_observer
+from inference.fraud.screening import TransactionScreen
 from inference.models.modelstore import current_version
 from resources.quality import DEFAULT_SAMPLE_ROWS, conservation_figures, sample_output, validation
 from resources.storage import DataStore, Published

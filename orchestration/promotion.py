@@ -23,7 +23,8 @@ from pydantic import Field
 
 from assets.domains import TRAINING_JOBS
 from assets.model_asset import champion_materialization, materialized_in_run
-from assets.promotion import CannotJudgeError, Gate, Verdict, judge, parse_tolerances
+from assets.promotion import judge
+from inference.models.gate import CannotJudgeError, Gate, Verdict, parse_tolerances
 from inference.models.registry import (
     AliasChange,
     challenger_version,

@@ -10,14 +10,11 @@ from pydantic import Field, PrivateAttr
 
 from inference.engine.device import Runtime, configure_cpu_threads, make_runtime
 from inference.engine.interrupt import InterruptionWatcher, notice_source
+from inference.text.workers import CPU_BATCH_TOKENS, GPU_BATCH_TOKENS
 from policy.prices import NodePrices, node_prices_from_env
 from policy.retries import INTERRUPTION_BUDGET
 
 T = TypeVar("T")
-
-# Default padded tokens per text-model call (see InferenceResource.batch_tokens).
-CPU_BATCH_TOKENS = 2_048
-GPU_BATCH_TOKENS = 16_384
 
 
 class InferenceResource(ConfigurableResource):

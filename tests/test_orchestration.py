@@ -64,7 +64,8 @@ def test_every_environment_builds(env: str, monkeypatch: pytest.MonkeyPatch) -> 
 
 
 def test_text_batch_budget_is_sized_to_the_device_unless_set(monkeypatch) -> None:
-    from resources.inference import CPU_BATCH_TOKENS, GPU_BATCH_TOKENS, InferenceResource
+    from inference.text.workers import CPU_BATCH_TOKENS, GPU_BATCH_TOKENS
+    from resources.inference import InferenceResource
 
     assert InferenceResource(device="cpu").batch_tokens == CPU_BATCH_TOKENS == 2_048
     assert InferenceResource(device="cpu", max_batch_tokens=512).batch_tokens == 512

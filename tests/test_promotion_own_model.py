@@ -7,8 +7,9 @@ import torch
 from dagster import Config, MaterializeResult, asset, materialize
 from helpers import cpu_resources
 
-from assets.promotion import Gate, held_out_days, training_days
+from assets.promotion import held_out_days
 from inference.engine.device import Runtime
+from inference.models.gate import Gate, training_days
 from inference.models.modelstore import load_model
 from inference.models.registry import challenger_version, champion_version, register, window_of
 from orchestration.promotion import GATE_CHECK, gate_check

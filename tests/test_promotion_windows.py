@@ -5,7 +5,7 @@ from __future__ import annotations
 
 import pytest
 
-from assets.promotion import evaluation_days, parse_tolerances, training_days
+from inference.models.gate import evaluation_days, parse_tolerances, training_days
 
 DAYS = [f"2026-03-{d:02d}" for d in range(1, 13)]
 

@@ -21,8 +21,9 @@ from assets.shadow.asset import (
     shadow_enabled,
     shadow_name,
 )
-from assets.shadow.nights import ShadowNight, nights_verdict, record_night, shadow_nights
+from assets.shadow.nights import nights_verdict, record_night, shadow_nights
 from inference.models.registry import challenger_version, champion_version
+from inference.models.shadow_nights import ShadowNight
 from orchestration.definitions import defs
 from orchestration.promotion import CLEAN_NIGHTS_ENV, GATE_CHECK, PROMOTE_JOB
 from resources.storage import DataStore, StorageResource

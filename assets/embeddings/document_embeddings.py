@@ -15,8 +15,6 @@ from assets.documents.assets import DOCUMENTS_INPUT, document_sizes
 from assets.embeddings.gates import SAMPLE_COLUMNS, embedding_check_results, embedding_observer
 from assets.embeddings.schemas import DIMENSION, EMBEDDINGS, EMBEDDINGS_SCHEMA
 from assets.nightly import Checks, Output, Predictor, nightly
-from assets.text_models import ModelMetrics
-from assets.text_workers import ShardFigures, worker_batch_tokens, worker_metadata
 from inference.engine.adaptive import AdaptiveBatchSize
 from inference.engine.device import make_runtime
 from inference.engine.invariants import StreamStats
@@ -25,6 +23,12 @@ from inference.text.chunks import Chunking
 from inference.text.embeddings import embed_documents
 from inference.text.encoder import SentenceEncoder, load_sentence_encoder
 from inference.text.normalise import normalise_text
+from inference.text.workers import (
+    ModelMetrics,
+    ShardFigures,
+    worker_batch_tokens,
+    worker_metadata,
+)
 from resources.quality import QualityConfig
 
 # The encoder's padded-token budget per call, as the metadata names it.

@@ -12,12 +12,12 @@ from pathlib import Path
 import numpy as np
 from dagster import AssetCheckResult
 
-from assets.fraud.quality import QUARANTINED_REASONS
 from assets.fraud.schemas import SCORES, TRANSACTIONS
 from assets.gates import LandingGate
 from assets.partitions import PartitionReport
 from inference.engine.invariants import StreamStats, population_stability
 from inference.engine.output_partition import ShardReport
+from inference.fraud.screening import QUARANTINED_REASONS
 from inference.tabular.ranges import CLAMPED_PREFIX, REVIEW, FeatureRanges
 from resources.quality import SuiteRun, load_suites, sample_output
 from resources.storage import DataStore

@@ -16,30 +16,31 @@ import pyarrow as pa
 import pyarrow.compute as pc
 import pyarrow.dataset as ds
 
-from assets.fraud.quality import SCREEN_BATCH_ROWS, SCREEN_COLUMNS
+from assets.fraud.quality import SCREEN_BATCH_ROWS
 from assets.fraud.schemas import (
     ALERTS,
     ALERTS_SCHEMA,
     EXACT_COLUMNS,
     FLAGGED,
-    FLAGGED_SCHEMA,
     LABELLED_SCHEMA,
     MODEL_NAME,
     SCORES,
-    SCORES_SCHEMA,
     TRANSACTIONS,
     TRANSACTIONS_LABELLED,
     TRANSACTIONS_SCHEMA,
 )
-from assets.promotion import Gate, held_out_days, training_days
+from assets.promotion import held_out_days
 from inference.engine.device import Runtime
+from inference.fraud.alerts import recall_at_alerts
 from inference.fraud.features import (
     FEATURE_COLUMNS,
     PROFILE_COLUMNS,
     PartitionProfile,
     check_feature_names,
 )
-from inference.fraud.score_figures import score_histogram
+from inference.fraud.score_figures import reference_rows, score_histogram
+from inference.fraud.screening import SCREEN_COLUMNS
+from inference.models.gate import Gate, training_days
 from inference.models.modelstore import load_model
 from inference.models.registry import champion_version, register, window_of
 from inference.tabular.ranges import FeatureRanges
@@ -118,7 +119,7 @@ def train_and_save(
             "score_reference": score_histogram(
                 TabularScorer.from_trained(
                     trained, Runtime(torch.device("cpu"), torch.float32)
-                ).score(_reference_rows(x, config.seed))
+                ).score(reference_rows(x, config.seed))
             ),
         }
     )
@@ -167,12 +168,6 @@ def evaluate(store: DataStore, version: str, days: list[str], runtime: Runtime) 
     }
 
 
-def recall_at_alerts(y: np.ndarray, scores: np.ndarray, alerts: int) -> float:
-    """The share of frauds among the ``alerts`` highest scores (ties by row order)."""
-    top = np.argsort(-scores, kind="stable")[: max(0, alerts)]
-    return float(np.count_nonzero(y[top] == 1) / max(1, np.count_nonzero(y == 1)))
-
-
 def _held_out_scores(
     store: DataStore, version: str, days: list[str], runtime: Runtime
 ) -> tuple[np.ndarray, np.ndarray, float]:
@@ -205,16 +200,6 @@ FRAUD_GATE = Gate(
 )
 
 
-# Enough training rows for a 20-bin reference histogram to be exact to a fraction of a percent.
-REFERENCE_ROWS = 200_000
-
-
-def _reference_rows(x: np.ndarray, seed: int) -> np.ndarray:
-    if len(x) <= REFERENCE_ROWS:
-        return x
-    return x[np.sort(np.random.default_rng(seed).choice(len(x), REFERENCE_ROWS, replace=False))]
-
-
 def load_scorer(store: DataStore, version: str, runtime: Runtime) -> TabularScorer:
     stored = load_model(store.read_bytes, store.models_dir, MODEL_NAME, version)
     return TabularScorer.from_stored(stored.tensors, stored.manifest, runtime)
@@ -235,20 +220,6 @@ def scored_transactions(store: DataStore, date: str) -> Iterator[pa.RecordBatch]
     followed by its landed text (``amount_exact``), which flagged details and quarantine keep."""
     return store.iter_landing(
         TRANSACTIONS, date, TRANSACTIONS_SCHEMA, columns=SCORED_COLUMNS, exact=EXACT_COLUMNS
-    )
-
-
-def flagged_details(batch: pa.RecordBatch, scores: pa.Table) -> pa.Table:
-    """The flagged rows of one model call with their landing details: the alerts to be."""
-    flagged = scores["flagged"]
-    details = pa.Table.from_batches([batch]).filter(flagged)
-    scored = scores.filter(flagged)
-    return pa.table(
-        [
-            scored[name] if name in SCORES_SCHEMA.names else details[name]
-            for name in FLAGGED_SCHEMA.names
-        ],
-        schema=FLAGGED_SCHEMA,
     )
 
 

@@ -11,6 +11,7 @@ actor; flagged rows' details are committed beside the scores for ``fraud_alerts`
 from __future__ import annotations
 
 import copy
+from functools import partial
 from typing import Any
 
 import numpy as np
@@ -20,8 +21,8 @@ from dagster import AssetCheckResult
 from assets.fraud.gates import score_check_results
 from assets.fraud.landing import FraudQualityConfig, transactions
 from assets.fraud.model import fraud_model
-from assets.fraud.pipeline import SCORED_COLUMNS, flagged_details, load_scorer, score_reference
-from assets.fraud.quality import screen_rules, screen_transactions
+from assets.fraud.pipeline import SCORED_COLUMNS, load_scorer, score_reference
+from assets.fraud.quality import screen_transactions
 from assets.fraud.schemas import (
     EXACT_COLUMNS,
     FLAGGED,
@@ -40,7 +41,9 @@ from inference.engine.invariants import StreamStats
 from inference.engine.quarantine import QuarantinePlan
 from inference.engine.work import Sizes
 from inference.fraud.accounts import DayWide, account_cut, day_profile
+from inference.fraud.alerts import flagged_details
 from inference.fraud.score_figures import score_observer
+from inference.fraud.screening import screen_rules
 from inference.models.registry import champion_version
 from inference.tabular.ranges import REVIEW, Guarded
 from resources.inference import InferenceResource
@@ -187,7 +190,7 @@ PIPELINE = nightly(
     Output(
         pa.schema([SCORES_SCHEMA.field(n) for n in ("score", "flagged", "needs_review")]),
         sample=True,
-        side=(FLAGGED, FLAGGED_SCHEMA, flagged_details),
+        side=(FLAGGED, FLAGGED_SCHEMA, partial(flagged_details, schema=FLAGGED_SCHEMA)),
     ),
     Checks(suite="suites/fraud_scores.json", results=judged),
     hour_utc=2,

@@ -9,10 +9,11 @@ import numpy as np
 import pandas as pd
 from dagster import MetadataValue
 
-from assets.promotion import Gate, held_out_days, training_days
+from assets.promotion import held_out_days
 from assets.recommendations.history import read_interactions
 from assets.recommendations.schemas import INTERACTIONS, RECOMMENDATION_MODEL
 from inference.engine.device import Runtime
+from inference.models.gate import Gate, training_days
 from inference.models.modelstore import load_model
 from inference.models.registry import champion_version, register, window_of
 from inference.recs.ease import EaseConfig, EaseRecommender, fit_ease

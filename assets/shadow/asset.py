@@ -43,11 +43,12 @@ from assets.handed import handed, read_at
 from assets.landing import LandedDay
 from assets.partitions import partition_dates
 from assets.runner import Day, ScoringSpec, score
-from assets.shadow.nights import ShadowNight, record_night
+from assets.shadow.nights import record_night
 from assets.staleness import CHAMPION_CHOICE, model_choice
 from inference.engine.shards import Interrupted
 from inference.models.agreement import Agreement, Limit, breaches
 from inference.models.registry import challenger_version, champion_version
+from inference.models.shadow_nights import ShadowNight
 from policy.automation import GPU_POOL
 from resources.inference import InferenceResource
 from resources.quality import QualityConfig

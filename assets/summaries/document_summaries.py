@@ -18,8 +18,6 @@ from assets.nightly import Checks, Output, Predictor, nightly
 from assets.partitions import PartitionReport
 from assets.summaries.gates import summary_check_results
 from assets.summaries.schemas import SENTENCE_SPANS, SUMMARIES, SUMMARIES_SCHEMA
-from assets.text_models import ModelMetrics
-from assets.text_workers import ShardFigures, worker_batch_tokens, worker_metadata
 from inference.engine.adaptive import AdaptiveBatchSize
 from inference.engine.device import make_runtime
 from inference.engine.invariants import StreamStats
@@ -30,6 +28,12 @@ from inference.text.rank import RankerSettings
 from inference.text.segment import LengthCap, fit_summary
 from inference.text.summary_figures import summary_observer, summary_texts
 from inference.text.text import extractive_summaries, span_records
+from inference.text.workers import (
+    ModelMetrics,
+    ShardFigures,
+    worker_batch_tokens,
+    worker_metadata,
+)
 from resources.quality import QualityConfig
 from resources.storage import DataStore
 

@@ -1,5 +1,6 @@
 """Exact figures of fraud scores as they stream out of the model, read by the output checks,
-and the fixed histogram bins the scores and the training reference share.
+and the fixed histogram bins the scores and the training reference share (with the training
+rows that reference is scored on).
 """
 
 from __future__ import annotations
@@ -58,3 +59,15 @@ def score_histogram(scores: np.ndarray) -> list[int]:
     stats = StreamStats()
     stats.histogram("score", np.asarray(scores, np.float64), SCORE_BINS, 0.0, 1.0)
     return stats.histograms["score"]
+
+
+# Enough training rows for a 20-bin reference histogram to be exact to a fraction of a percent.
+REFERENCE_ROWS = 200_000
+
+
+def reference_rows(x: np.ndarray, seed: int) -> np.ndarray:
+    """The training rows whose scores make the reference histogram: all of them, or a seeded
+    sample of :data:`REFERENCE_ROWS` in their order."""
+    if len(x) <= REFERENCE_ROWS:
+        return x
+    return x[np.sort(np.random.default_rng(seed).choice(len(x), REFERENCE_ROWS, replace=False))]

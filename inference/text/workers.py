@@ -12,20 +12,31 @@ partition's shards.
 from __future__ import annotations
 
 from collections.abc import Callable
+from dataclasses import dataclass
 from typing import TYPE_CHECKING
 
 import numpy as np
 
-from assets.text_models import ModelMetrics
 from inference.engine.adaptive import AdaptiveBatchSize
 from inference.engine.invariants import StreamStats
-from resources.inference import CPU_BATCH_TOKENS, GPU_BATCH_TOKENS
+from inference.engine.metrics import BatchMetrics
 
 if TYPE_CHECKING:
     import torch
 
+# Default padded tokens per text-model call, on a CPU and on a GPU: on a CPU bigger calls only
+# pad more and run slower; a GPU wants the larger calls (docs/benchmarks.md, "Text batch budget").
+CPU_BATCH_TOKENS = 2_048
+GPU_BATCH_TOKENS = 16_384
 # Shard statistics of the model itself, apart from the output observers' counts.
 PREFIX = "model."
+
+
+@dataclass
+class ModelMetrics(BatchMetrics):
+    """Batch metrics plus the model calls (length buckets) behind them."""
+
+    model_calls: int = 0
 
 
 def worker_batch_tokens(configured: int | None, device: torch.device) -> int:
