@@ -93,9 +93,7 @@ def publish_asset(scored: str) -> AssetsDefinition:
     """The publish asset of ``scored``: daily, downstream of it, gated on its checks."""
     name = PUBLISHED[scored]
 
-    def _publish(
-        context: AssetExecutionContext, storage: StorageResource, serving: ServingTarget
-    ):
+    def _publish(context: AssetExecutionContext, storage: StorageResource, serving: ServingTarget):
         store, days = storage.store(), DayRecorder(context)
         for date in partition_dates(context):
             started = time.perf_counter()
