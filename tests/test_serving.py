@@ -251,3 +251,25 @@ def _closed_port() -> int:
     with socket.socket() as s:
         s.bind(("127.0.0.1", 0))
         return s.getsockname()[1]
+
+
+def test_the_cli_lists_versions_and_rolls_back_one_step(data_root: Path, capsys) -> None:
+    """`nightshift serving versions` and `rollback` on the default target under the data root."""
+    from orchestration.cli import main
+
+    target = SqliteTarget()  # <data root>/serving/serving.sqlite, as `make run` publishes
+    assert target.file() == data_root / "serving" / "serving.sqlite"
+    first, second = day("a", users=5), day("b", users=6, shift=1)
+    target.publish(ASSET, first, partition="2026-03-01", commit="c1", model_version="a")
+    target.publish(ASSET, second, partition="2026-03-02", commit="c2", model_version="b")
+    assert main(["serving", "versions", "--asset", ASSET]) == 0
+    listed = capsys.readouterr().out.splitlines()
+    assert listed[0] == f"{ASSET} at {target.address()}: 2 version(s), newest first"
+    assert listed[2].split() == ["v2", "2026-03-02", "60", *listed[2].split()[3:4], "c2", "b"] + [
+        "current"
+    ]
+    assert main(["serving", "rollback", "--asset", ASSET, "--date", "2026-03-01"]) == 1
+    assert "v2 serves 2026-03-02, not 2026-03-01; nothing changed" in capsys.readouterr().err
+    assert main(["serving", "rollback", "--asset", ASSET, "--date", "2026-03-02"]) == 0
+    assert capsys.readouterr().out.startswith(f"{ASSET}: v1 (2026-03-01, 50 rows) is current")
+    assert target.read_current(ASSET).equals(first)

@@ -10,6 +10,7 @@ import time
 from typing import Any
 
 import pyarrow as pa
+import pyarrow.compute as pc
 from dagster import AssetExecutionContext, AssetsDefinition, AssetSpec, Failure, MetadataValue
 
 from assets.days import DayRecorder, daily_assets
@@ -44,6 +45,13 @@ def _record(store: DataStore, scored: str, date: str, pins) -> dict[str, Any]:
     }
 
 
+def _models(rows: pa.Table) -> str:
+    """The model versions a day's rows name, for an output whose figures record none."""
+    if "model_version" not in rows.column_names:
+        return ""
+    return ",".join(sorted(v for v in pc.unique(rows["model_version"]).to_pylist() if v))
+
+
 def _left_current(serving: ServingTarget, asset: str) -> str:
     """What readers still see after a failed load, in words."""
     try:
@@ -68,6 +76,7 @@ def publish_day(
     with store.pinned(pins):
         rows: pa.Table = store.read_output(scored, date)
         record = _record(store, scored, date, pins)
+    record["model_version"] = record["model_version"] or _models(rows)
     try:
         before = serving.current(scored)
         loaded = serving.publish(scored, rows, partition=date, **record)
