@@ -130,12 +130,13 @@ def publish_asset(scored: str) -> AssetsDefinition:
     return daily_assets(
         AssetSpec(
             name,
-            deps=[scored],
-            automation_condition=after_parent_passes_checks,
-            group_name=GROUP,
-            kinds={"sql"},
             description=f"{scored}'s published day, served as a new version of the view "
             f"'{scored}' in the serving store (docs/serving.md), made current in one step.",
+            # Never a day its parent's blocking checks refused.
+            deps=[scored],
+            automation_condition=after_parent_passes_checks,
+            kinds={"sql"},
+            group_name=GROUP,
         )
     )(_publish)
 

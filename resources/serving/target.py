@@ -90,11 +90,8 @@ class ServingTarget(ConfigurableResource):
     """
 
     keep_versions: int = Field(
-        default=3,
-        ge=1,
-        description="Versions kept per asset, newest first; older ones are dropped. The current "
-        "version is never dropped.",
-    )
+        3, ge=1, description="Versions kept per asset, newest first; older ones are dropped."
+    )  # the current version is never dropped, however old
     batch_rows: int = Field(
         default=10_000, ge=1, description="Rows inserted per statement while a version loads."
     )
