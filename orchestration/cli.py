@@ -161,7 +161,7 @@ def _cmd_run(args: argparse.Namespace) -> int:
     jobs = args.jobs or list(PIPELINES)
     # Every job's day is served after it unless --jobs picks jobs (then only with --serve).
     serve = args.serve if args.serve is not None else not args.jobs
-    served: list[str] = []
+    served: list[tuple[bool, str]] = []
     with DagsterInstance.get() as instance:
         for job_name in jobs:
             missing = _missing_landing(store, job_name, args.date, args.data_root)
@@ -181,9 +181,9 @@ def _cmd_run(args: argparse.Namespace) -> int:
                 problems.append(failure_line(job_name, args.date, result))
                 print(problems[-1], file=sys.stderr)
             elif serve:
-                for line in publish_after(job_name, args.date, instance, run_config):
-                    served.append(line)
-                    print(line, file=sys.stdout if line.startswith("served ") else sys.stderr)
+                for ok, line in publish_after(job_name, args.date, instance, run_config):
+                    served.append((ok, line))
+                    print(line, file=sys.stdout if ok else sys.stderr)
     if rows:
         print_table(rows)
     unserved = _print_where_served(served) if served else 0
@@ -192,7 +192,7 @@ def _cmd_run(args: argparse.Namespace) -> int:
     return 1 if problems or unserved else 0
 
 
-def _print_where_served(lines: list[str]) -> int:
+def _print_where_served(lines: list[tuple[bool, str]]) -> int:
     """Says where the results are served; returns how many publish jobs failed."""
     from resources.serving import serving_from_env
 
@@ -201,7 +201,7 @@ def _print_where_served(lines: list[str]) -> int:
         f"results served at {where}: one view per output (`nightshift serving versions "
         "--asset user_recommendations`, docs/serving.md)"
     )
-    failed = [line for line in lines if not line.startswith("served ")]
+    failed = [line for ok, line in lines if not ok]
     if failed:
         print(f"{len(failed)} publish job(s) did not serve their day", file=sys.stderr)
     return len(failed)

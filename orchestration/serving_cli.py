@@ -84,9 +84,11 @@ def add_parser(sub: argparse._SubParsersAction, date_type) -> None:
     )
 
 
-def publish_after(job: str, date: str, instance, run_config: dict[str, Any]) -> list[str]:
+def publish_after(
+    job: str, date: str, instance, run_config: dict[str, Any]
+) -> list[tuple[bool, str]]:
     """Runs the publish jobs that follow the pipeline job ``job`` for ``date``; one line each,
-    saying where the day is served, or why it is not."""
+    saying where the day is served, or why it is not, with whether the job succeeded."""
     from orchestration.run_report import failure_line
     from orchestration.serving import defs, publish_jobs_after
 
@@ -96,13 +98,20 @@ def publish_after(job: str, date: str, instance, run_config: dict[str, Any]) -> 
             partition_key=date, instance=instance, raise_on_error=False, run_config=run_config
         )
         if not result.success:
-            lines.append(failure_line(publish, date, result))
+            lines.append((False, failure_line(publish, date, result)))
             continue
         for event in result.get_asset_materialization_events():
             done = event.materialization
             meta = {k: getattr(v, "value", v) for k, v in done.metadata.items()}
+            if "not_current" in meta:
+                lines.append((True, meta["not_current"]))
+                continue
             lines.append(
-                f"served {done.asset_key.to_user_string()} {date}: v{meta['current_version']} "
-                f"({meta['dagster/row_count']} rows) at {meta['served_at']} as '{meta['view']}'"
+                (
+                    True,
+                    f"served {done.asset_key.to_user_string()} {date}: v{meta['current_version']} "
+                    f"({meta['dagster/row_count']} rows) at {meta['served_at']} as "
+                    f"'{meta['view']}'",
+                )
             )
     return lines

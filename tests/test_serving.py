@@ -11,6 +11,7 @@ import sys
 import time
 from pathlib import Path
 
+import pyarrow as pa
 import pytest
 from dagster import DagsterInstance, Definitions, RunConfig, materialize
 from helpers import asset_metadata
@@ -22,6 +23,7 @@ from assets.recommendations.demo_data import generate_day
 from assets.serving import defs as serving_assets
 from assets.serving import user_recommendations_serving
 from orchestration.serving import publish_jobs
+from orchestration.serving_cli import publish_after
 from resources.serving import PostgresTarget, ServingError, ServingTarget, SqliteTarget
 from resources.storage import DataStore
 
@@ -184,6 +186,39 @@ def test_a_day_run_again_is_served_once_and_old_versions_are_dropped(
             cur.execute('SELECT count(*) FROM "user_recommendations__v1"')
 
 
+@pytest.mark.parametrize("kind", KINDS)
+def test_alerts_are_served_in_the_types_they_were_published_with(
+    kind: str, request, tmp_path: Path
+) -> None:
+    """Timestamps with their zone, exact amounts as text, nulls and flags come back as
+    published, and the alert's transaction id is the indexed key."""
+    import datetime as dt
+
+    from assets.fraud.schemas import ALERTS, ALERTS_SCHEMA
+
+    when = dt.datetime(2026, 3, 1, 23, 59, 59, 123456, tzinfo=dt.UTC)
+    alerts = pa.Table.from_pylist(
+        [
+            {"transaction_id": "t1", "score": 0.75, "account_id": "a", "merchant_id": "m",
+             "amount": 12.5, "currency": "EUR", "ts": when, "channel": "web", "country": "FR",
+             "amount_exact": "12.50", "needs_review": True, "model_version": "v7"},
+            {"transaction_id": "t2", "score": 0.5, "account_id": None, "merchant_id": "m",
+             "amount": 1e6, "currency": "USD", "ts": when, "channel": "pos", "country": None,
+             "amount_exact": None, "needs_review": False, "model_version": "v7"},
+        ],
+        schema=ALERTS_SCHEMA,
+    )  # fmt: skip
+    target = _target(kind, request, tmp_path)
+    version = target.publish(ALERTS, alerts, partition="2026-03-01", model_version="v7")
+    served = target.read_current(ALERTS)
+    assert served.schema == ALERTS_SCHEMA and served.equals(alerts)
+    with target._transaction() as cur:
+        cur.execute(f'SELECT count(*) FROM "{ALERTS}" WHERE transaction_id = {target.placeholder}',
+                    ("t2",))  # fmt: skip
+        assert cur.fetchone()[0] == 1
+    assert version.table == "fraud_alerts__v1"
+
+
 # -- the publish asset ------------------------------------------------------------------------
 
 DAYS = ["2026-03-01", "2026-03-02", "2026-03-03"]
@@ -191,8 +226,14 @@ SCALE = 0.05
 
 
 def test_the_publish_asset_serves_the_published_day_and_a_store_down_fails_once(
-    request, store: DataStore, resources: dict, instance: DagsterInstance, tmp_path: Path
+    request,
+    data_root: Path,
+    store: DataStore,
+    resources: dict,
+    instance: DagsterInstance,
+    tmp_path: Path,
 ) -> None:
+    store_root = data_root
     for date in DAYS:
         generate_day(store, date, scale=SCALE)
     config = RunConfig({"user_recommendations": UserRecommendationsConfig(k=5)})
@@ -204,6 +245,14 @@ def test_the_publish_asset_serves_the_published_day_and_a_store_down_fails_once(
         partition_key=DAYS[-1],
     )
     assert scored.success
+    earlier = materialize(
+        [user_recommendations],
+        resources=resources,
+        instance=instance,
+        run_config=config,
+        partition_key=DAYS[-2],
+    )
+    assert earlier.success
     published = store.read_output(ASSET, DAYS[-1])
     figures = store.output_figures(ASSET, DAYS[-1])
 
@@ -225,6 +274,28 @@ def test_the_publish_asset_serves_the_published_day_and_a_store_down_fails_once(
         assert current.model_version == figures.text("model_version") != ""
         assert current.checks and all(current.checks.values())
         assert target.read_current(ASSET).equals(published)
+        # An earlier day scored again (a backfill) is not made current over a later one.
+        backfilled = materialize(
+            [user_recommendations_serving],
+            resources={**resources, "serving": target},
+            instance=instance,
+            partition_key=DAYS[-2],
+        )
+        assert backfilled.success
+        kept = asset_metadata(backfilled, "user_recommendations_serving")["not_current"]
+        assert f"v1 serves a later day, {DAYS[-1]}" in kept
+        assert target.current(ASSET).version == 1 and len(target.versions(ASSET)) == 1
+
+    # What `nightshift run` runs after the recommendations job: the default target, under the
+    # data root, and one line saying where the day is served.
+    [(ok, line)] = publish_after("recommendations_job", DAYS[-1], instance, {})
+    default = SqliteTarget()
+    assert ok and line == (
+        f"served user_recommendations_serving {DAYS[-1]}: v1 ({published.num_rows} rows) at "
+        f"{default.address()} as 'user_recommendations'"
+    )
+    assert default.file().parent == store_root / "serving"
+    assert default.read_current(ASSET).equals(published)
 
     # The same job against a store that is down: one failure naming it and the fix, no retry.
     down = PostgresTarget(

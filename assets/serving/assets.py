@@ -69,9 +69,10 @@ def publish_day(
     serving: ServingTarget,
     scored: str,
     date: str,
-) -> tuple[Version, Version | None, dict[tuple[str, str], int]]:
-    """Loads ``scored``'s published ``date`` as a new version and makes it current; returns it,
-    the version it replaced and the snapshots read. Fails the step saying what stayed current."""
+) -> tuple[Version | None, Version | None, dict[tuple[str, str], int]]:
+    """Loads ``scored``'s published ``date`` as a new version and makes it current; returns it
+    (None when a later day is current), the version current before and the snapshots read.
+    Fails the step saying what stayed current."""
     pins = handed(context, store, [scored], date)
     with store.pinned(pins):
         rows: pa.Table = store.read_output(scored, date)
@@ -79,6 +80,10 @@ def publish_day(
     record["model_version"] = record["model_version"] or _models(rows)
     try:
         before = serving.current(scored)
+        if before is not None and before.partition > date:
+            # A re-scored older day (a backfill, a rescore after a promotion) must not put the
+            # product back on an earlier day than the one it reads.
+            return None, before, pins
         loaded = serving.publish(scored, rows, partition=date, **record)
     except ServingUnavailable as exc:
         raise Failure(
@@ -107,6 +112,21 @@ def publish_asset(scored: str) -> AssetsDefinition:
         for date in partition_dates(context):
             started = time.perf_counter()
             version, before, pins = publish_day(context, store, serving, scored, date)
+            if version is None:
+                assert before is not None
+                kept = (
+                    f"{scored} {date}: not made current: v{before.version} serves a later day, "
+                    f"{before.partition}, at {serving.address()}"
+                )
+                context.log.info(kept)
+                metadata = {
+                    "current_version": before.version,
+                    "not_current": kept,
+                    "served_at": MetadataValue.text(serving.address()),
+                    "view": scored,
+                }
+                yield from days.record(name, date, metadata)
+                continue
             context.log.info(
                 f"{scored} {date}: v{version.version} ({version.rows} rows) is current at "
                 f"{serving.address()} as '{scored}'"
