@@ -237,34 +237,29 @@ def test_the_publish_asset_serves_the_published_day_and_a_store_down_fails_once(
     for date in DAYS:
         generate_day(store, date, scale=SCALE)
     config = RunConfig({"user_recommendations": UserRecommendationsConfig(k=5)})
-    scored = materialize(
-        [interactions, recommendation_model, user_recommendations],
-        resources=resources,
-        instance=instance,
-        run_config=config,
-        partition_key=DAYS[-1],
-    )
-    assert scored.success
-    earlier = materialize(
-        [user_recommendations],
-        resources=resources,
-        instance=instance,
-        run_config=config,
-        partition_key=DAYS[-2],
-    )
-    assert earlier.success
+    sources = [interactions, recommendation_model, user_recommendations]
+    for date, selection in [(DAYS[-1], sources), (DAYS[-2], [user_recommendations])]:
+        scored = materialize(
+            selection, resources=resources, instance=instance, run_config=config, partition_key=date
+        )
+        assert scored.success
     published = store.read_output(ASSET, DAYS[-1])
     figures = store.output_figures(ASSET, DAYS[-1])
 
     for kind in KINDS:
         target = _target(kind, request, tmp_path / kind)
-        served = materialize(
-            [user_recommendations_serving],
-            resources={**resources, "serving": target},
-            instance=instance,
-            partition_key=DAYS[-1],
-        )
-        assert served.success
+
+        def serve(date: str, target: ServingTarget = target):
+            done = materialize(
+                [user_recommendations_serving],
+                resources={**resources, "serving": target},
+                instance=instance,
+                partition_key=date,
+            )
+            assert done.success
+            return done
+
+        served = serve(DAYS[-1])
         meta = asset_metadata(served, "user_recommendations_serving")
         current = target.current(ASSET)
         assert meta["current_version"] == current.version == 1
@@ -275,14 +270,7 @@ def test_the_publish_asset_serves_the_published_day_and_a_store_down_fails_once(
         assert current.checks and all(current.checks.values())
         assert target.read_current(ASSET).equals(published)
         # An earlier day scored again (a backfill) is not made current over a later one.
-        backfilled = materialize(
-            [user_recommendations_serving],
-            resources={**resources, "serving": target},
-            instance=instance,
-            partition_key=DAYS[-2],
-        )
-        assert backfilled.success
-        kept = asset_metadata(backfilled, "user_recommendations_serving")["not_current"]
+        kept = asset_metadata(serve(DAYS[-2]), "user_recommendations_serving")["not_current"]
         assert f"v1 serves a later day, {DAYS[-1]}" in kept
         assert target.current(ASSET).version == 1 and len(target.versions(ASSET)) == 1
 
