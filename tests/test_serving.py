@@ -186,6 +186,39 @@ def test_a_day_run_again_is_served_once_and_old_versions_are_dropped(
             cur.execute('SELECT count(*) FROM "user_recommendations__v1"')
 
 
+def test_a_store_that_goes_away_mid_load_leaves_the_current_day(request, tmp_path: Path) -> None:
+    """PostgreSQL ends the loading connection part of the way through (as a failover or a
+    restart would): the load fails, nothing of it remains, the old day is still served, and
+    the next load is the next version."""
+    import psycopg2
+
+    from assets.serving.assets import left_current
+
+    target = _target("postgres", request, tmp_path, batch_rows=100)
+    target.publish(ASSET, day("old", users=30), partition="2026-03-01", model_version="old")
+    admin = psycopg2.connect(host=target.host, port=target.port, user="dagster", dbname="postgres")
+    admin.autocommit = True
+
+    def store_goes_away(rows: int) -> None:
+        if rows == 200:
+            with admin.cursor() as cur:
+                cur.execute(
+                    "SELECT pg_terminate_backend(pid) FROM pg_stat_activity "
+                    "WHERE datname = %s AND pid <> pg_backend_pid()",
+                    (target.dbname,),
+                )
+
+    with pytest.raises(psycopg2.Error):
+        target.publish(
+            ASSET, day("new", users=30), partition="2026-03-02", on_batch=store_goes_away
+        )
+    admin.close()
+    assert [(v.version, v.current) for v in target.versions(ASSET)] == [(1, True)]
+    assert target.read_current(ASSET).equals(day("old", users=30))
+    assert left_current(target, ASSET) == "v1 (2026-03-01) is still current"
+    assert target.publish(ASSET, day("new", users=30), partition="2026-03-02").version == 2
+
+
 @pytest.mark.parametrize("kind", KINDS)
 def test_alerts_are_served_in_the_types_they_were_published_with(
     kind: str, request, tmp_path: Path

@@ -52,7 +52,7 @@ def _models(rows: pa.Table) -> str:
     return ",".join(sorted(v for v in pc.unique(rows["model_version"]).to_pylist() if v))
 
 
-def _left_current(serving: ServingTarget, asset: str) -> str:
+def left_current(serving: ServingTarget, asset: str) -> str:
     """What readers still see after a failed load, in words."""
     try:
         current = serving.current(asset)
@@ -94,7 +94,7 @@ def publish_day(
             allow_retries=False,
         ) from exc
     except Exception as exc:
-        left = _left_current(serving, scored)
+        left = left_current(serving, scored)
         raise Failure(
             description=f"{scored} {date}: the load into {serving.address()} failed ({exc}); "
             f"{left}. Fix the cause and re-run the step: it loads a new version.",
