@@ -13,6 +13,8 @@ from collections.abc import Sequence
 from pathlib import Path
 
 from orchestration.outputs_cli import add_parser as _add_outputs
+from orchestration.serving_cli import add_parser as _add_serving
+from orchestration.serving_cli import publish_after
 from orchestration.simulate.cli import add_parser as _add_simulate
 from resources.storage import REPO_ROOT, DataStore, default_data_root, store_from_env
 
@@ -157,6 +159,9 @@ def _cmd_run(args: argparse.Namespace) -> int:
     level = "WARNING" if args.verbose else "CRITICAL"
     run_config = {"loggers": {"console": {"config": {"log_level": level}}}}
     jobs = args.jobs or list(PIPELINES)
+    # Every job's day is served after it unless --jobs picks jobs (then only with --serve).
+    serve = args.serve if args.serve is not None else not args.jobs
+    served: list[tuple[bool, str]] = []
     with DagsterInstance.get() as instance:
         for job_name in jobs:
             missing = _missing_landing(store, job_name, args.date, args.data_root)
@@ -175,11 +180,31 @@ def _cmd_run(args: argparse.Namespace) -> int:
             if not result.success:
                 problems.append(failure_line(job_name, args.date, result))
                 print(problems[-1], file=sys.stderr)
+            elif serve:
+                for ok, line in publish_after(job_name, args.date, instance, run_config):
+                    served.append((ok, line))
+                    print(line, file=sys.stdout if ok else sys.stderr)
     if rows:
         print_table(rows)
+    unserved = _print_where_served(served) if served else 0
     if problems:
         print(f"{len(problems)} of {len(jobs)} job(s) did not score {args.date}", file=sys.stderr)
-    return 1 if problems else 0
+    return 1 if problems or unserved else 0
+
+
+def _print_where_served(lines: list[tuple[bool, str]]) -> int:
+    """Says where the results are served; returns how many publish jobs failed."""
+    from resources.serving import serving_from_env
+
+    where = serving_from_env().address()
+    print(
+        f"results served at {where}: one view per output (`nightshift serving versions "
+        "--asset user_recommendations`, docs/serving.md)"
+    )
+    failed = [line for ok, line in lines if not ok]
+    if failed:
+        print(f"{len(failed)} publish job(s) did not serve their day", file=sys.stderr)
+    return len(failed)
 
 
 def _cmd_promote(args: argparse.Namespace) -> int:
@@ -280,6 +305,12 @@ def _add_run(sub) -> None:
     run.add_argument("--seed", type=int, default=0)
     run.add_argument("--jobs", nargs="*", type=_pipeline_job, help="default: every pipeline job")
     run.add_argument("--data-root", help="default $NIGHTSHIFT_DATA_ROOT or .nightshift/data")
+    run.add_argument(
+        "--serve",
+        action=argparse.BooleanOptionalAction,
+        default=None,
+        help="serve each scored day (docs/serving.md); default: yes, unless --jobs is given",
+    )
     run.add_argument(
         "--verbose",
         action="store_true",
@@ -385,6 +416,7 @@ def build_parser() -> argparse.ArgumentParser:
     _add_ui(sub)
     _add_simulate(sub)
     _add_outputs(sub, _date)
+    _add_serving(sub, _date)
     return parser
 
 

@@ -1,0 +1,367 @@
+"""Serving (issue 38): each published day becomes a new version in the serving store and is
+made current in one step, on the embedded SQLite target and on a real PostgreSQL server."""
+
+from __future__ import annotations
+
+import json
+import os
+import signal
+import subprocess
+import sys
+import time
+from pathlib import Path
+
+import pyarrow as pa
+import pytest
+from dagster import DagsterInstance, Definitions, RunConfig, materialize
+from helpers import asset_metadata
+from serving_world import day, seen
+
+from assets.recommendations import interactions, recommendation_model, user_recommendations
+from assets.recommendations.assets import UserRecommendationsConfig
+from assets.recommendations.demo_data import generate_day
+from assets.serving import defs as serving_assets
+from assets.serving import user_recommendations_serving
+from orchestration.serving import publish_jobs
+from orchestration.serving_cli import publish_after
+from resources.serving import PostgresTarget, ServingError, ServingTarget, SqliteTarget
+from resources.storage import DataStore
+
+REPO = Path(__file__).resolve().parents[1]
+ASSET = "user_recommendations"
+KINDS = ["sqlite", "postgres"]
+
+
+@pytest.fixture(params=KINDS)
+def target(request, tmp_path: Path) -> ServingTarget:
+    return _target(request.param, request, tmp_path)
+
+
+def _target(kind: str, request, tmp_path: Path, **settings) -> ServingTarget:
+    if kind == "sqlite":
+        return SqliteTarget(path=str(tmp_path / "serving.sqlite"), **settings)
+    import psycopg2
+
+    port = request.getfixturevalue("postgres_port")
+    name = f"serving_{abs(hash(request.node.nodeid)) % 10**9}"
+    admin = psycopg2.connect(host="127.0.0.1", port=port, user="dagster", dbname="postgres")
+    admin.autocommit = True
+    with admin.cursor() as cur:
+        cur.execute(f"DROP DATABASE IF EXISTS {name}")
+        cur.execute(f"CREATE DATABASE {name}")
+    admin.close()
+    return PostgresTarget(host="127.0.0.1", port=port, user="dagster", dbname=name, **settings)
+
+
+def _spec(target: ServingTarget) -> str:
+    return json.dumps({"kind": type(target).__name__, "settings": target.model_dump()})
+
+
+# A reader of the served view, as the product would be: its own process, polling until told to
+# stop; every answer one JSON line, an error as its text.
+READER = """
+import json, os, sys, time
+spec, stop = json.loads(sys.argv[1]), sys.argv[2]
+query = ("SELECT count(*), count(DISTINCT user_id), min(model_version), max(model_version), "
+         "sum(item_id) FROM user_recommendations")
+if spec["kind"] == "SqliteTarget":
+    import sqlite3
+    db = sqlite3.connect(spec["settings"]["path"], timeout=30, isolation_level=None)
+else:
+    import psycopg2
+    s = spec["settings"]
+    db = psycopg2.connect(host=s["host"], port=s["port"], user=s["user"], dbname=s["dbname"])
+    db.autocommit = True
+while not os.path.exists(stop):
+    cur = db.cursor()
+    try:
+        cur.execute(query)
+        row = [v if isinstance(v, str) else int(v) for v in cur.fetchone()]
+        print(json.dumps(row), flush=True)
+    except Exception as exc:
+        print(json.dumps({"error": str(exc)}), flush=True)
+    time.sleep(0.005)
+"""
+
+# A load of the new day, slowed between batches (inside its one transaction) so that it can be
+# killed part of the way through; it says how far it got.
+LOADER = """
+import json, sys, time
+sys.path.insert(0, sys.argv[3])
+from resources.serving import PostgresTarget, SqliteTarget
+from serving_world import day
+spec, pause = json.loads(sys.argv[1]), float(sys.argv[2])
+target = {"SqliteTarget": SqliteTarget, "PostgresTarget": PostgresTarget}[spec["kind"]](
+    **spec["settings"])
+def progress(rows):
+    print(f"loaded {rows}", flush=True)
+    time.sleep(pause)
+version = target.publish("user_recommendations", day("new", shift=1), partition="2026-03-02",
+                         model_version="new", on_batch=progress)
+print(f"current v{version.version}", flush=True)
+"""
+
+
+def _python(code: str, *args: str, **kwargs) -> subprocess.Popen:
+    env = {**os.environ, "PYTHONPATH": os.pathsep.join([str(REPO), str(REPO / "tests")])}
+    return subprocess.Popen(
+        [sys.executable, "-c", code, *args],
+        cwd=REPO,
+        env=env,
+        stdout=subprocess.PIPE,
+        stderr=subprocess.PIPE,
+        text=True,
+        **kwargs,
+    )
+
+
+def test_readers_see_the_old_day_or_the_new_day_while_a_load_is_killed_and_run_again(
+    request, tmp_path: Path
+) -> None:
+    for kind in KINDS:
+        _killed_load(_target(kind, request, tmp_path / kind, batch_rows=1_000), tmp_path / kind)
+
+
+def _killed_load(target: ServingTarget, folder: Path) -> None:
+    folder.mkdir(exist_ok=True)
+    old, new = day("old"), day("new", shift=1)
+    target.publish(ASSET, old, partition="2026-03-01", model_version="old")
+    stop = folder / "stop"
+    readers = [_python(READER, _spec(target), str(stop)) for _ in range(2)]
+    try:
+        time.sleep(0.5)  # the readers are polling
+        loader = _python(LOADER, _spec(target), "0.05", str(REPO / "tests"))
+        for line in loader.stdout:
+            if line.startswith("loaded 5000"):
+                break
+        loader.send_signal(signal.SIGKILL)
+        loader.wait(timeout=30)
+        assert target.current(ASSET).partition == "2026-03-01"  # the killed load changed nothing
+        again = _python(LOADER, _spec(target), "0.02", str(REPO / "tests"))
+        out, err = again.communicate(timeout=120)
+        assert again.returncode == 0, err
+        time.sleep(0.3)  # the readers see the new day
+    finally:
+        stop.touch()
+        answers = [r.communicate(timeout=60)[0].splitlines() for r in readers]
+    reads = [json.loads(line) for lines in answers for line in lines]
+    assert reads and all(isinstance(r, list) for r in reads), [r for r in reads if "error" in r]
+    assert {tuple(r) for r in reads} == {tuple(seen(old)), tuple(seen(new))}
+    # Version 2 was the killed load's, never committed: the load that finished took its number.
+    assert [(v.version, v.current) for v in target.versions(ASSET)] == [(2, True), (1, False)]
+    assert target.read_current(ASSET).equals(new)
+
+
+def test_rollback_restores_the_previous_day_byte_for_byte(target: ServingTarget) -> None:
+    first, second = day("a", users=50), day("b", users=60, shift=3)
+    target.publish(ASSET, first, partition="2026-03-01", commit="c1", model_version="a")
+    target.publish(ASSET, second, partition="2026-03-02", commit="c2", model_version="b")
+    with pytest.raises(ServingError, match=r"v2 serves 2026-03-02, not 2026-03-01; nothing"):
+        target.rollback(ASSET, "2026-03-01")
+    restored = target.rollback(ASSET, "2026-03-02")
+    assert (restored.version, restored.partition, restored.commit) == (1, "2026-03-01", "c1")
+    served = target.read_current(ASSET)
+    assert served.schema == first.schema and served.equals(first)
+    assert target.current(ASSET).version == 1
+
+
+@pytest.mark.parametrize("kind", KINDS)
+def test_a_day_run_again_is_served_once_and_old_versions_are_dropped(
+    kind: str, request, tmp_path: Path
+) -> None:
+    target = _target(kind, request, tmp_path, keep_versions=2)
+    for n in range(3):
+        target.publish(ASSET, day(f"m{n}", users=20), partition="2026-03-01", model_version=f"m{n}")
+    kept = target.versions(ASSET)
+    assert [(v.version, v.current) for v in kept] == [(3, True), (2, False)]
+    every = target.versions(ASSET, include_dropped=True)
+    assert [(v.version, v.dropped, v.partition) for v in every] == [
+        (3, False, "2026-03-01"),
+        (2, False, "2026-03-01"),
+        (1, True, "2026-03-01"),
+    ]
+    assert target.read_current(ASSET).equals(day("m2", users=20))
+    with pytest.raises(Exception, match="user_recommendations__v1"):
+        with target._transaction() as cur:
+            cur.execute('SELECT count(*) FROM "user_recommendations__v1"')
+
+
+def test_a_store_that_goes_away_mid_load_leaves_the_current_day(request, tmp_path: Path) -> None:
+    """PostgreSQL ends the loading connection part of the way through (as a failover or a
+    restart would): the load fails, nothing of it remains, the old day is still served, and
+    the next load is the next version."""
+    import psycopg2
+
+    from assets.serving.assets import left_current
+
+    target = _target("postgres", request, tmp_path, batch_rows=100)
+    target.publish(ASSET, day("old", users=30), partition="2026-03-01", model_version="old")
+    admin = psycopg2.connect(host=target.host, port=target.port, user="dagster", dbname="postgres")
+    admin.autocommit = True
+
+    def store_goes_away(rows: int) -> None:
+        if rows == 200:
+            with admin.cursor() as cur:
+                cur.execute(
+                    "SELECT pg_terminate_backend(pid) FROM pg_stat_activity "
+                    "WHERE datname = %s AND pid <> pg_backend_pid()",
+                    (target.dbname,),
+                )
+
+    with pytest.raises(psycopg2.Error):
+        target.publish(
+            ASSET, day("new", users=30), partition="2026-03-02", on_batch=store_goes_away
+        )
+    admin.close()
+    assert [(v.version, v.current) for v in target.versions(ASSET)] == [(1, True)]
+    assert target.read_current(ASSET).equals(day("old", users=30))
+    assert left_current(target, ASSET) == "v1 (2026-03-01) is still current"
+    assert target.publish(ASSET, day("new", users=30), partition="2026-03-02").version == 2
+
+
+@pytest.mark.parametrize("kind", KINDS)
+def test_alerts_are_served_in_the_types_they_were_published_with(
+    kind: str, request, tmp_path: Path
+) -> None:
+    """Timestamps with their zone, exact amounts as text, nulls and flags come back as
+    published, and the alert's transaction id is the indexed key."""
+    import datetime as dt
+
+    from assets.fraud.schemas import ALERTS, ALERTS_SCHEMA
+
+    when = dt.datetime(2026, 3, 1, 23, 59, 59, 123456, tzinfo=dt.UTC)
+    alerts = pa.Table.from_pylist(
+        [
+            {"transaction_id": "t1", "score": 0.75, "account_id": "a", "merchant_id": "m",
+             "amount": 12.5, "currency": "EUR", "ts": when, "channel": "web", "country": "FR",
+             "amount_exact": "12.50", "needs_review": True, "model_version": "v7"},
+            {"transaction_id": "t2", "score": 0.5, "account_id": None, "merchant_id": "m",
+             "amount": 1e6, "currency": "USD", "ts": when, "channel": "pos", "country": None,
+             "amount_exact": None, "needs_review": False, "model_version": "v7"},
+        ],
+        schema=ALERTS_SCHEMA,
+    )  # fmt: skip
+    target = _target(kind, request, tmp_path)
+    version = target.publish(ALERTS, alerts, partition="2026-03-01", model_version="v7")
+    served = target.read_current(ALERTS)
+    assert served.schema == ALERTS_SCHEMA and served.equals(alerts)
+    with target._transaction() as cur:
+        cur.execute(f'SELECT count(*) FROM "{ALERTS}" WHERE transaction_id = {target.placeholder}',
+                    ("t2",))  # fmt: skip
+        assert cur.fetchone()[0] == 1
+    assert version.table == "fraud_alerts__v1"
+
+
+# -- the publish asset ------------------------------------------------------------------------
+
+DAYS = ["2026-03-01", "2026-03-02", "2026-03-03"]
+SCALE = 0.05
+
+
+def test_the_publish_asset_serves_the_published_day_and_a_store_down_fails_once(
+    request,
+    data_root: Path,
+    store: DataStore,
+    resources: dict,
+    instance: DagsterInstance,
+    tmp_path: Path,
+) -> None:
+    store_root = data_root
+    for date in DAYS:
+        generate_day(store, date, scale=SCALE)
+    config = RunConfig({"user_recommendations": UserRecommendationsConfig(k=5)})
+    sources = [interactions, recommendation_model, user_recommendations]
+    for date, selection in [(DAYS[-1], sources), (DAYS[-2], [user_recommendations])]:
+        scored = materialize(
+            selection, resources=resources, instance=instance, run_config=config, partition_key=date
+        )
+        assert scored.success
+    published = store.read_output(ASSET, DAYS[-1])
+    figures = store.output_figures(ASSET, DAYS[-1])
+
+    for kind in KINDS:
+        target = _target(kind, request, tmp_path / kind)
+
+        def serve(date: str, target: ServingTarget = target):
+            done = materialize(
+                [user_recommendations_serving],
+                resources={**resources, "serving": target},
+                instance=instance,
+                partition_key=date,
+            )
+            assert done.success
+            return done
+
+        served = serve(DAYS[-1])
+        meta = asset_metadata(served, "user_recommendations_serving")
+        current = target.current(ASSET)
+        assert meta["current_version"] == current.version == 1
+        assert meta["dagster/row_count"] == published.num_rows and meta["previous_version"] == 0
+        assert meta["served_at"] == target.address() and meta["load_seconds"] >= 0
+        assert (current.commit, current.partition) == (figures.commit, DAYS[-1])
+        assert current.model_version == figures.text("model_version") != ""
+        assert current.checks and all(current.checks.values())
+        assert target.read_current(ASSET).equals(published)
+        # An earlier day scored again (a backfill) is not made current over a later one.
+        kept = asset_metadata(serve(DAYS[-2]), "user_recommendations_serving")["not_current"]
+        assert f"v1 serves a later day, {DAYS[-1]}" in kept
+        assert target.current(ASSET).version == 1 and len(target.versions(ASSET)) == 1
+
+    # What `nightshift run` runs after the recommendations job: the default target, under the
+    # data root, and one line saying where the day is served.
+    [(ok, line)] = publish_after("recommendations_job", DAYS[-1], instance, {})
+    default = SqliteTarget()
+    assert ok and line == (
+        f"served user_recommendations_serving {DAYS[-1]}: v1 ({published.num_rows} rows) at "
+        f"{default.address()} as 'user_recommendations'"
+    )
+    assert default.file().parent == store_root / "serving"
+    assert default.read_current(ASSET).equals(published)
+
+    # The same job against a store that is down: one failure naming it and the fix, no retry.
+    down = PostgresTarget(
+        host="127.0.0.1", port=_closed_port(), user="dagster", connect_timeout_s=2
+    )
+    jobs = Definitions.merge(
+        serving_assets,
+        Definitions(jobs=publish_jobs, resources={**resources, "serving": down}),
+    )
+    failed = jobs.resolve_job_def("recommendations_serving_job").execute_in_process(
+        partition_key=DAYS[-1], instance=instance, raise_on_error=False
+    )
+    assert not failed.success
+    [failure] = failed.get_step_failure_events()
+    assert not [e for e in failed.all_events if e.event_type_value == "STEP_UP_FOR_RETRY"]
+    text = failure.step_failure_data.error.to_string()
+    assert down.address() in text and "Fix: start the server" in text, text
+    assert target.current(ASSET).version == 1  # the store that was up serves what it did
+
+
+def _closed_port() -> int:
+    import socket
+
+    with socket.socket() as s:
+        s.bind(("127.0.0.1", 0))
+        return s.getsockname()[1]
+
+
+def test_the_cli_lists_versions_and_rolls_back_one_step(data_root: Path, capsys) -> None:
+    """`nightshift serving versions` and `rollback` on the default target under the data root."""
+    from orchestration.cli import main
+
+    target = SqliteTarget()  # <data root>/serving/serving.sqlite, as `make run` publishes
+    assert target.file() == data_root / "serving" / "serving.sqlite"
+    first, second = day("a", users=5), day("b", users=6, shift=1)
+    target.publish(ASSET, first, partition="2026-03-01", commit="c1", model_version="a")
+    target.publish(ASSET, second, partition="2026-03-02", commit="c2", model_version="b")
+    assert main(["serving", "versions", "--asset", ASSET]) == 0
+    listed = capsys.readouterr().out.splitlines()
+    assert listed[0] == f"{ASSET} at {target.address()}: 2 version(s), newest first"
+    assert listed[2].split() == ["v2", "2026-03-02", "60", *listed[2].split()[3:4], "c2", "b"] + [
+        "current"
+    ]
+    assert main(["serving", "rollback", "--asset", ASSET, "--date", "2026-03-01"]) == 1
+    assert "v2 serves 2026-03-02, not 2026-03-01; nothing changed" in capsys.readouterr().err
+    assert main(["serving", "rollback", "--asset", ASSET, "--date", "2026-03-02"]) == 0
+    assert capsys.readouterr().out.startswith(f"{ASSET}: v1 (2026-03-01, 50 rows) is current")
+    assert target.read_current(ASSET).equals(first)
