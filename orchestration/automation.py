@@ -41,8 +41,8 @@ automation_condition_sensor = AutomationConditionSensorDefinition(
     target=AssetSelection.all(),
     default_status=DefaultSensorStatus.RUNNING,
     minimum_interval_seconds=30,
-    description="Materialises fraud_alerts and daily_digest once their parent partition is "
-    "scored and its blocking checks passed.",
+    description="Materialises fraud_alerts, daily_digest and the publish steps that serve a "
+    "day once their parent partition is materialised and its blocking checks passed.",
 )
 
 # --- Reporting failed runs --------------------------------------------------------------------

@@ -6,6 +6,7 @@ import os
 
 from dagster import Definitions
 
+from assets import serving
 from assets.domains import DOMAINS
 from inference.engine.device import limit_malloc_arenas
 from orchestration.automation import automation_condition_sensor, run_failure_sensor
@@ -15,6 +16,7 @@ from orchestration.rescore import sensors as rescore_sensors
 from orchestration.resources import build_resources
 from orchestration.schedules import schedules
 from orchestration.sensors import landing_sensor
+from orchestration.serving import publish_jobs
 from orchestration.upkeep import outputs_upkeep_job, outputs_upkeep_job_schedule
 
 # Every Dagster process that runs steps (a run worker, `dagster job execute`, the CLI) loads
@@ -23,13 +25,20 @@ limit_malloc_arenas()
 
 
 def build_definitions(env: str = "local") -> Definitions:
-    """Merges the domains' assets and checks with the jobs, schedules and sensors built from
-    their wiring, and the environment's resources."""
+    """Merges the domains' assets and checks, and the publish steps that serve their days, with
+    the jobs, schedules and sensors built from their wiring, and the environment's resources."""
     return Definitions.merge(
         *(domain.defs for domain in DOMAINS),
+        serving.defs,
         Definitions(
             asset_checks=promotion_checks,
-            jobs=[*pipeline_jobs, *training_jobs, promote_model_job, outputs_upkeep_job],
+            jobs=[
+                *pipeline_jobs,
+                *training_jobs,
+                *publish_jobs,
+                promote_model_job,
+                outputs_upkeep_job,
+            ],
             schedules=[*schedules, outputs_upkeep_job_schedule],
             sensors=[
                 landing_sensor,

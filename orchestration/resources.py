@@ -13,6 +13,7 @@ from dagster import EnvVar
 from inference.engine.streaming import LandingTimezones
 from resources.inference import InferenceResource
 from resources.landing_files import not_parquet_policy
+from resources.serving import serving_from_env
 from resources.storage import StorageResource
 
 ENVIRONMENTS = ("local", "aws")
@@ -95,6 +96,8 @@ def build_resources(env: str = "local") -> dict:
             # data_root unset: $NIGHTSHIFT_DATA_ROOT at run time, else .nightshift/data in the repo.
             "storage": StorageResource(**storage_overrides()),
             "inference": InferenceResource(device="auto", precision="auto", **engine_overrides()),
+            # The embedded SQLite file under the data root unless NIGHTSHIFT_SERVING says.
+            "serving": serving_from_env(),
         }
     if env == "aws":
         return {
@@ -115,5 +118,7 @@ def build_resources(env: str = "local") -> dict:
                     **engine_overrides(),
                 }
             ),
+            # On S3 the embedded file has no local home: NIGHTSHIFT_SERVING=postgres.
+            "serving": serving_from_env(),
         }
     raise ValueError(f"unknown NIGHTSHIFT_ENV '{env}': expected one of {', '.join(ENVIRONMENTS)}")

@@ -89,8 +89,9 @@ def publish_after(
 ) -> list[tuple[bool, str]]:
     """Runs the publish jobs that follow the pipeline job ``job`` for ``date``; one line each,
     saying where the day is served, or why it is not, with whether the job succeeded."""
+    from orchestration.definitions import defs
     from orchestration.run_report import failure_line
-    from orchestration.serving import defs, publish_jobs_after
+    from orchestration.serving import publish_jobs_after
 
     lines = []
     for publish in publish_jobs_after(job):

@@ -86,7 +86,9 @@ def test_a_bad_partitions_per_run_setting_names_the_variable(setting: str) -> No
 def test_every_partitioned_asset_follows_the_one_backfill_policy() -> None:
     graph = defs.get_repository_def().asset_graph
     partitioned = [graph.get(k) for k in graph.get_all_asset_keys() if graph.get(k).is_partitioned]
-    assert len(partitioned) == 12  # the shadows of fraud_scores and user_recommendations
+    # With the shadows of fraud_scores and user_recommendations, and the publish steps of
+    # user_recommendations and fraud_alerts.
+    assert len(partitioned) == 14
     assert {node.backfill_policy for node in partitioned} == {backfill_policy}
 
 
@@ -107,7 +109,12 @@ def test_downstream_assets_automate_and_scoring_assets_have_a_0700_deadline() ->
     automated = {
         k.to_user_string() for k in graph.get_all_asset_keys() if graph.get(k).automation_condition
     }
-    assert automated == {"fraud_alerts", "daily_digest"}
+    assert automated == {
+        "fraud_alerts",
+        "daily_digest",
+        "fraud_alerts_serving",
+        "user_recommendations_serving",
+    }
     condition = graph.get(AssetKey("fraud_alerts")).automation_condition
     assert [c.get_label() for c in condition.children] == [
         "eager (31-day lookback)",

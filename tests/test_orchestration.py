@@ -59,7 +59,7 @@ def test_every_environment_builds(env: str, monkeypatch: pytest.MonkeyPatch) -> 
     monkeypatch.setenv("NIGHTSHIFT_DATA_ROOT", "s3://bucket/prefix")
     monkeypatch.setenv("AWS_REGION", "us-east-1")
     resources = build_resources(env)
-    assert set(resources) == {"storage", "inference"}
+    assert set(resources) == {"storage", "inference", "serving"}
     build_definitions(env).get_repository_def().get_all_jobs()
 
 
