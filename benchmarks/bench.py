@@ -30,6 +30,7 @@ WORKLOADS = (
     "executor",
     "memory_keys",
     "publish",
+    "serving",
 )
 
 SIZES = {
@@ -61,6 +62,8 @@ SIZES = {
         "publish_shard_rows": 50_000,
         "publish_repeats": 5,
         "publish_fraud_repeats": 3,
+        "serving_users": 50_000,
+        "serving_repeats": 3,
     },
     # benchmarks/gpu.sh: a CUDA box with many cores, all of it in under 8 minutes.
     "large": {
@@ -91,6 +94,8 @@ SIZES = {
         "publish_shard_rows": 50_000,
         "publish_repeats": 5,
         "publish_fraud_repeats": 3,
+        "serving_users": 50_000,
+        "serving_repeats": 3,
     },
     "quick": {
         "fraud_rows": 100_000,
@@ -120,6 +125,8 @@ SIZES = {
         "publish_shard_rows": 10_000,
         "publish_repeats": 2,
         "publish_fraud_repeats": 1,
+        "serving_users": 2_000,
+        "serving_repeats": 1,
     },
 }
 
@@ -235,6 +242,11 @@ def run_workload(name: str, args: argparse.Namespace, sizes: dict, work: Path) -
             threads,
             args.fraud_batch,
         )
+    if name == "serving":
+        from benchmarks import serving
+
+        users = int(sizes["serving_users"] * scale)
+        return serving.run(work, users, 20, sizes["items"], sizes["serving_repeats"])
     from benchmarks import backfill
 
     return backfill.run(work, sizes["partitions"], sizes["partition_rows"], threads)

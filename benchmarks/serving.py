@@ -1,0 +1,104 @@
+"""Workload 11: serving a night. A day of ``user_recommendations`` (users x K ranked items)
+published to the embedded serving target (``SqliteTarget.publish``: a new version table loaded
+in one transaction with its registry row and its key index, then the readers' view swapped to
+it in a second one, older versions dropped) against a plain bulk insert of the same rows into
+a table of the same file, in one transaction, with no index, registry or view.
+
+Both convert the rows to Python values the same way and insert them with ``executemany`` in
+batches of the target's ``batch_rows``, so the ratio is what the versioning, the index and the
+swap cost over loading the rows at all. The two take turns (best of ``repeats`` each).
+"""
+
+from __future__ import annotations
+
+import sqlite3
+from pathlib import Path
+
+import numpy as np
+import pyarrow as pa
+import pyarrow.compute as pc
+
+from benchmarks.common import Workload, best_alternated
+from resources.serving import SqliteTarget
+
+ASSET = "user_recommendations"
+DAY = "2026-03-01"
+
+
+def recommendations_day(users: int, k: int, items: int, seed: int = 0) -> pa.Table:
+    """A day's lists: each user's top ``k`` items, ranked by a falling score."""
+    rng = np.random.default_rng(seed)
+    user = np.repeat(np.arange(users), k)
+    rank = np.tile(np.arange(1, k + 1, dtype=np.int32), users)
+    score = np.sort(rng.random((users, k), dtype=np.float32), axis=1)[:, ::-1].ravel()
+    item = rng.integers(0, items, users * k)
+    return pa.table(
+        {
+            "user_id": pc.binary_join_element_wise("u", pa.array(user).cast(pa.string()), ""),
+            "rank": pa.array(rank),
+            "item_id": pc.binary_join_element_wise("i", pa.array(item).cast(pa.string()), ""),
+            "score": pa.array(score),
+            "model_version": pa.array(["ease-1"] * (users * k)),
+        }
+    )
+
+
+def _plain_insert(path: Path, rows: pa.Table, batch_rows: int) -> int:
+    """The peer: one table replaced and filled in one transaction, nothing else."""
+    connection = sqlite3.connect(path, isolation_level=None)
+    try:
+        cursor = connection.cursor()
+        cursor.execute("BEGIN IMMEDIATE")
+        cursor.execute("DROP TABLE IF EXISTS plain_recommendations")
+        cursor.execute(
+            "CREATE TABLE plain_recommendations "
+            "(user_id TEXT, rank INTEGER, item_id TEXT, score REAL, model_version TEXT)"
+        )
+        for batch in rows.to_batches(max_chunksize=batch_rows):
+            values = [batch.column(i).to_pylist() for i in range(batch.num_columns)]
+            cursor.executemany(
+                "INSERT INTO plain_recommendations VALUES (?, ?, ?, ?, ?)",
+                list(zip(*values, strict=True)),
+            )
+        cursor.execute("COMMIT")
+    finally:
+        connection.close()
+    return rows.num_rows
+
+
+def run(work: Path, users: int, k: int, items: int, repeats: int) -> Workload:
+    rows = recommendations_day(users, k, items)
+    path = work / "serving" / "serving.sqlite"
+    target = SqliteTarget(path=str(path), keep_versions=2)
+    target.publish(ASSET, rows, partition=DAY)  # the registry and a current view exist first
+
+    best = best_alternated(
+        {
+            "serving": lambda: target.publish(ASSET, rows, partition=DAY),
+            "plain": lambda: _plain_insert(path, rows, target.batch_rows),
+        },
+        repeats,
+    )
+    served, serving_s = best["serving"]
+    _, plain_s = best["plain"]
+    assert target.read_current(ASSET).num_rows == rows.num_rows == served.rows
+    workload = Workload("11 serving")
+    workload.compare(
+        "SqliteTarget.publish: a new version, its key index, the registry row, the view swap",
+        "plain bulk insert of the same rows into the same file, one transaction",
+        rows.num_rows / serving_s,
+        rows.num_rows / plain_s,
+        "rows/s",
+        True,
+        note=f"{users:,} users x top {k}; best of {repeats} alternated; "
+        f"{serving_s:.2f} s against {plain_s:.2f} s",
+    )
+    workload.facts.update(
+        {
+            "rows": rows.num_rows,
+            "serving_s": serving_s,
+            "plain_s": plain_s,
+            "version": served.version,
+        }
+    )
+    return workload
