@@ -152,7 +152,7 @@ class RedisTarget(ServingTarget):
         deadline = time.monotonic() + self.lock_wait_s
         while not client.set(lock, me, nx=True, px=ttl_ms):
             holder = client.get(lock)
-            if holder is not None and not client.client_list(client_id=[holder]):
+            if holder is not None and not self._connected(client, holder):
                 # The holder's connection is closed (its load was killed, its machine went
                 # away): Redis runs nothing more from it, so its lock can be taken over.
                 client.eval(_RELEASE, 1, lock, holder)
@@ -175,6 +175,17 @@ class RedisTarget(ServingTarget):
                 client.eval(_RELEASE, 1, lock, me)
             except redis.RedisError:  # the store went away: the lock goes with the connection
                 pass
+
+    @staticmethod
+    def _connected(client, holder: str) -> bool:
+        """Whether the connection ``holder`` names is still open (where the server refuses
+        CLIENT LIST, as some managed ones do, assumed open: its lock then ends by expiring)."""
+        import redis
+
+        try:
+            return bool(client.client_list(client_id=[holder]))
+        except redis.ResponseError:
+            return True
 
     # ----- the contract -----------------------------------------------------------------
     def _load(self, asset: str, rows: pa.Table, day: Day) -> Version:
