@@ -1,18 +1,22 @@
 """Serving (issue 38): each published day becomes a new version in the serving store and is
-made current in one step, on the embedded SQLite target and on a real PostgreSQL server."""
+made current in one step, on the embedded SQLite target, on a real PostgreSQL server and on a
+real Redis server (Debian's redis-server, started here on loopback)."""
 
 from __future__ import annotations
 
 import json
 import os
+import shutil
 import signal
 import subprocess
 import sys
 import time
+from collections.abc import Iterator
 from pathlib import Path
 
 import pyarrow as pa
 import pytest
+from aws_world import stop_process_group, wait_for
 from dagster import DagsterInstance, Definitions, RunConfig, materialize
 from helpers import asset_metadata
 from serving_world import day, seen
@@ -24,15 +28,59 @@ from assets.serving import defs as serving_assets
 from assets.serving import user_recommendations_serving
 from orchestration.serving import publish_jobs
 from orchestration.serving_cli import publish_after
-from resources.serving import PostgresTarget, ServingError, ServingTarget, SqliteTarget
+from resources.serving import (
+    PostgresTarget,
+    RedisTarget,
+    ServingError,
+    ServingTarget,
+    SqliteTarget,
+    serving_from_env,
+)
 from resources.storage import DataStore
 
 REPO = Path(__file__).resolve().parents[1]
 ASSET = "user_recommendations"
 KINDS = ["sqlite", "postgres"]
+# The SQL targets and Redis: the contract's tests run on each.
+TARGETS = [*KINDS, "redis"]
 
 
-@pytest.fixture(params=KINDS)
+@pytest.fixture
+def redis_url(tmp_path: Path) -> Iterator[str]:
+    """A throwaway Redis server on a free loopback port, keeping nothing on disk."""
+    import redis
+
+    if not (server_bin := shutil.which("redis-server")):
+        pytest.fail(
+            "redis-server is missing: install Debian's redis-server (`make test` does, through "
+            "`bash deploy/local/install-redis.sh`); this test installs nothing"
+        )
+    port, folder = _closed_port(), tmp_path / "redis"
+    folder.mkdir()
+    server = subprocess.Popen(
+        [server_bin, "--port", str(port), "--bind", "127.0.0.1", "--save", "",
+         "--appendonly", "no", "--dir", str(folder)],
+        stdout=subprocess.DEVNULL,
+        stderr=subprocess.DEVNULL,
+        start_new_session=True,
+    )  # fmt: skip
+    url = f"redis://127.0.0.1:{port}/0"
+
+    def ready() -> bool:
+        assert server.poll() is None, "redis-server exited at start"
+        try:
+            return redis.Redis.from_url(url).ping()
+        except redis.ConnectionError:
+            return False
+
+    try:
+        wait_for(ready, 30, "redis-server to answer PING")
+        yield url
+    finally:
+        stop_process_group(server)
+
+
+@pytest.fixture(params=TARGETS)
 def target(request, tmp_path: Path) -> ServingTarget:
     return _target(request.param, request, tmp_path)
 
@@ -40,6 +88,8 @@ def target(request, tmp_path: Path) -> ServingTarget:
 def _target(kind: str, request, tmp_path: Path, **settings) -> ServingTarget:
     if kind == "sqlite":
         return SqliteTarget(path=str(tmp_path / "serving.sqlite"), **settings)
+    if kind == "redis":
+        return RedisTarget(url=request.getfixturevalue("redis_url"), **settings)
     import psycopg2
 
     port = request.getfixturevalue("postgres_port")
@@ -83,16 +133,37 @@ while not os.path.exists(stop):
     time.sleep(0.005)
 """
 
+# The same reader on Redis, as the product would read it: the pointer, then the version it names
+# (the whole day here, to count it; a lookup is `HGET <version> <user_id>`).
+REDIS_READER = """
+import json, os, sys, time
+import redis
+spec, stop = json.loads(sys.argv[1]), sys.argv[2]
+s = spec["settings"]
+db = redis.Redis.from_url(s["url"], decode_responses=True)
+asset = s["prefix"] + ":user_recommendations"
+while not os.path.exists(stop):
+    try:
+        version = db.get(asset + ":current")
+        rows = [r for v in db.hgetall(f"{asset}:v{version}").values() for r in json.loads(v)]
+        models = [r["model_version"] for r in rows]
+        print(json.dumps([len(rows), len({r["user_id"] for r in rows}), min(models),
+                          max(models), sum(r["item_id"] for r in rows)]), flush=True)
+    except Exception as exc:
+        print(json.dumps({"error": str(exc)}), flush=True)
+    time.sleep(0.005)
+"""
+
 # A load of the new day, slowed between batches (inside its one transaction) so that it can be
 # killed part of the way through; it says how far it got.
 LOADER = """
 import json, sys, time
 sys.path.insert(0, sys.argv[3])
-from resources.serving import PostgresTarget, SqliteTarget
+from resources.serving import PostgresTarget, RedisTarget, SqliteTarget
 from serving_world import day
 spec, pause = json.loads(sys.argv[1]), float(sys.argv[2])
-target = {"SqliteTarget": SqliteTarget, "PostgresTarget": PostgresTarget}[spec["kind"]](
-    **spec["settings"])
+kinds = {"SqliteTarget": SqliteTarget, "PostgresTarget": PostgresTarget, "RedisTarget": RedisTarget}
+target = kinds[spec["kind"]](**spec["settings"])
 def progress(rows):
     print(f"loaded {rows}", flush=True)
     time.sleep(pause)
@@ -123,11 +194,23 @@ def test_readers_see_the_old_day_or_the_new_day_while_a_load_is_killed_and_run_a
 
 
 def _killed_load(target: ServingTarget, folder: Path) -> None:
+    old, new = _read_while_a_load_is_killed_and_run_again(target, folder)
+    # Version 2 was the killed load's, never committed: the load that finished took its number.
+    assert [(v.version, v.current) for v in target.versions(ASSET)] == [(2, True), (1, False)]
+    assert target.read_current(ASSET).equals(new)
+
+
+def _read_while_a_load_is_killed_and_run_again(
+    target: ServingTarget, folder: Path
+) -> tuple[pa.Table, pa.Table]:
+    """Two readers poll while a load of the new day is killed part of the way through and run
+    again; they only ever saw the old day or the new one. Returns the two days."""
     folder.mkdir(exist_ok=True)
     old, new = day("old"), day("new", shift=1)
     target.publish(ASSET, old, partition="2026-03-01", model_version="old")
     stop = folder / "stop"
-    readers = [_python(READER, _spec(target), str(stop)) for _ in range(2)]
+    reader = REDIS_READER if isinstance(target, RedisTarget) else READER
+    readers = [_python(reader, _spec(target), str(stop)) for _ in range(2)]
     try:
         time.sleep(0.5)  # the readers are polling
         loader = _python(LOADER, _spec(target), "0.05", str(REPO / "tests"))
@@ -147,9 +230,34 @@ def _killed_load(target: ServingTarget, folder: Path) -> None:
     reads = [json.loads(line) for lines in answers for line in lines]
     assert reads and all(isinstance(r, list) for r in reads), [r for r in reads if "error" in r]
     assert {tuple(r) for r in reads} == {tuple(seen(old)), tuple(seen(new))}
-    # Version 2 was the killed load's, never committed: the load that finished took its number.
-    assert [(v.version, v.current) for v in target.versions(ASSET)] == [(2, True), (1, False)]
+    return old, new
+
+
+def test_redis_readers_see_the_old_day_or_the_new_day_while_a_load_is_killed_and_run_again(
+    request, tmp_path: Path
+) -> None:
+    import redis
+
+    target = _target("redis", request, tmp_path, batch_rows=1_000)
+    old, new = _read_while_a_load_is_killed_and_run_again(target, tmp_path / "redis-readers")
+    # Version 2 was the killed load's, never complete: the load that finished took the next
+    # number and deleted what v2 had loaded.
+    assert [(v.version, v.current) for v in target.versions(ASSET)] == [(3, True), (1, False)]
     assert target.read_current(ASSET).equals(new)
+    client = redis.Redis.from_url(target.url, decode_responses=True)
+    assert sorted(client.keys(f"{target.prefix}:{ASSET}:v[0-9]*")) == [
+        target.data_key(ASSET, 1),
+        f"{target.data_key(ASSET, 1)}:order",
+        target.data_key(ASSET, 3),
+        f"{target.data_key(ASSET, 3)}:order",
+    ]
+    # A lookup is one command on the version the pointer names: the user's ranked items.
+    served = json.loads(
+        client.hget(target.data_key(ASSET, int(client.get(target.key(ASSET, "current")))), "7")
+    )
+    assert [(r["rank"], r["item_id"], r["model_version"]) for r in served] == [
+        (r, 700 + r + 1, "new") for r in range(1, 11)
+    ]
 
 
 def test_rollback_restores_the_previous_day_byte_for_byte(target: ServingTarget) -> None:
@@ -165,7 +273,7 @@ def test_rollback_restores_the_previous_day_byte_for_byte(target: ServingTarget)
     assert target.current(ASSET).version == 1
 
 
-@pytest.mark.parametrize("kind", KINDS)
+@pytest.mark.parametrize("kind", TARGETS)
 def test_a_day_run_again_is_served_once_and_old_versions_are_dropped(
     kind: str, request, tmp_path: Path
 ) -> None:
@@ -181,6 +289,16 @@ def test_a_day_run_again_is_served_once_and_old_versions_are_dropped(
         (1, True, "2026-03-01"),
     ]
     assert target.read_current(ASSET).equals(day("m2", users=20))
+    if isinstance(target, RedisTarget):
+        import redis
+
+        client = redis.Redis.from_url(target.url, decode_responses=True)
+        assert not client.exists(target.data_key(ASSET, 1), f"{target.data_key(ASSET, 1)}:order")
+        assert client.hlen(target.data_key(ASSET, 3)) == 20
+        # A reader holding the pointer from before the last swap must still find its version.
+        with pytest.raises(ValueError, match="greater than or equal to 2"):
+            RedisTarget(url=target.url, keep_versions=1)
+        return
     with pytest.raises(Exception, match="user_recommendations__v1"):
         with target._transaction() as cur:
             cur.execute('SELECT count(*) FROM "user_recommendations__v1"')
@@ -219,7 +337,47 @@ def test_a_store_that_goes_away_mid_load_leaves_the_current_day(request, tmp_pat
     assert target.publish(ASSET, day("new", users=30), partition="2026-03-02").version == 2
 
 
-@pytest.mark.parametrize("kind", KINDS)
+def test_redis_going_away_mid_load_leaves_the_current_day(request, tmp_path: Path) -> None:
+    """Redis closes the loading connection part of the way through (as a failover or a restart
+    would): the load fails, it is never made current, the old day is still served, and the
+    next load takes the next number and deletes what the failed one had loaded."""
+    import redis
+
+    from assets.serving.assets import left_current
+
+    target = _target("redis", request, tmp_path, batch_rows=100)
+    target.publish(ASSET, day("old", users=30), partition="2026-03-01", model_version="old")
+    admin = redis.Redis.from_url(target.url)
+
+    def store_goes_away(rows: int) -> None:
+        if rows == 200:
+            admin.client_kill_filter(_type="normal", skipme=True)
+
+    with pytest.raises(redis.ConnectionError):
+        target.publish(
+            ASSET, day("new", users=30), partition="2026-03-02", on_batch=store_goes_away
+        )
+    assert admin.hlen(target.data_key(ASSET, 2)) == 20  # what it had loaded, never current
+    assert [(v.version, v.current) for v in target.versions(ASSET)] == [(1, True)]
+    assert target.read_current(ASSET).equals(day("old", users=30))
+    assert left_current(target, ASSET) == "v1 (2026-03-01) is still current"
+    assert target.publish(ASSET, day("new", users=30), partition="2026-03-02").version == 3
+    assert not admin.exists(target.data_key(ASSET, 2))
+    admin.close()
+
+
+def test_the_settings_choose_redis(monkeypatch: pytest.MonkeyPatch) -> None:
+    monkeypatch.setenv("NIGHTSHIFT_SERVING", "redis")
+    with pytest.raises(ValueError, match="needs NIGHTSHIFT_SERVING_REDIS_URL"):
+        serving_from_env()
+    monkeypatch.setenv("NIGHTSHIFT_SERVING_REDIS_URL", "redis://app:secret@cache:6380/2")
+    monkeypatch.setenv("NIGHTSHIFT_SERVING_KEEP_VERSIONS", "4")
+    chosen = serving_from_env()
+    assert isinstance(chosen, RedisTarget) and chosen.keep_versions == 4
+    assert chosen.address() == "redis://app@cache:6380/2"  # never the password
+
+
+@pytest.mark.parametrize("kind", TARGETS)
 def test_alerts_are_served_in_the_types_they_were_published_with(
     kind: str, request, tmp_path: Path
 ) -> None:
@@ -245,6 +403,16 @@ def test_alerts_are_served_in_the_types_they_were_published_with(
     version = target.publish(ALERTS, alerts, partition="2026-03-01", model_version="v7")
     served = target.read_current(ALERTS)
     assert served.schema == ALERTS_SCHEMA and served.equals(alerts)
+    if isinstance(target, RedisTarget):
+        import redis
+
+        client = redis.Redis.from_url(target.url, decode_responses=True)
+        [alert] = json.loads(client.hget(version.table, "t2"))
+        assert (alert["account_id"], alert["amount_exact"], alert["needs_review"]) == (
+            None, None, False,
+        )  # fmt: skip
+        assert version.table == "nightshift:fraud_alerts:v1"
+        return
     with target._transaction() as cur:
         cur.execute(f'SELECT count(*) FROM "{ALERTS}" WHERE transaction_id = {target.placeholder}',
                     ("t2",))  # fmt: skip
@@ -279,7 +447,7 @@ def test_the_publish_asset_serves_the_published_day_and_a_store_down_fails_once(
     published = store.read_output(ASSET, DAYS[-1])
     figures = store.output_figures(ASSET, DAYS[-1])
 
-    for kind in KINDS:
+    for kind in TARGETS:
         target = _target(kind, request, tmp_path / kind)
 
         def serve(date: str, target: ServingTarget = target):
@@ -319,22 +487,23 @@ def test_the_publish_asset_serves_the_published_day_and_a_store_down_fails_once(
     assert default.read_current(ASSET).equals(published)
 
     # The same job against a store that is down: one failure naming it and the fix, no retry.
-    down = PostgresTarget(
-        host="127.0.0.1", port=_closed_port(), user="dagster", connect_timeout_s=2
-    )
-    jobs = Definitions.merge(
-        serving_assets,
-        Definitions(jobs=publish_jobs, resources={**resources, "serving": down}),
-    )
-    failed = jobs.resolve_job_def("recommendations_serving_job").execute_in_process(
-        partition_key=DAYS[-1], instance=instance, raise_on_error=False
-    )
-    assert not failed.success
-    [failure] = failed.get_step_failure_events()
-    assert not [e for e in failed.all_events if e.event_type_value == "STEP_UP_FOR_RETRY"]
-    text = failure.step_failure_data.error.to_string()
-    assert down.address() in text and "Fix: start the server" in text, text
-    assert target.current(ASSET).version == 1  # the store that was up serves what it did
+    for down in [
+        PostgresTarget(host="127.0.0.1", port=_closed_port(), user="dagster", connect_timeout_s=2),
+        RedisTarget(url=f"redis://127.0.0.1:{_closed_port()}/0", connect_timeout_s=2),
+    ]:
+        jobs = Definitions.merge(
+            serving_assets,
+            Definitions(jobs=publish_jobs, resources={**resources, "serving": down}),
+        )
+        failed = jobs.resolve_job_def("recommendations_serving_job").execute_in_process(
+            partition_key=DAYS[-1], instance=instance, raise_on_error=False
+        )
+        assert not failed.success
+        [failure] = failed.get_step_failure_events()
+        assert not [e for e in failed.all_events if e.event_type_value == "STEP_UP_FOR_RETRY"]
+        text = failure.step_failure_data.error.to_string()
+        assert down.address() in text and "Fix: start the server" in text, text
+        assert target.current(ASSET).version == 1  # the store that was up serves what it did
 
 
 def _closed_port() -> int:

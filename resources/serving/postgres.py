@@ -8,10 +8,10 @@ from typing import ClassVar
 import pyarrow as pa
 from pydantic import Field
 
-from resources.serving.target import REGISTRY, ServingTarget
+from resources.serving.sql import REGISTRY, SqlTarget
 
 
-class PostgresTarget(ServingTarget):
+class PostgresTarget(SqlTarget):
     """Serves each published day from a PostgreSQL database."""
 
     dsn: str | None = Field(

@@ -3,15 +3,14 @@ the served views while a version loads."""
 
 from __future__ import annotations
 
-import datetime as dt
-import decimal
 import sqlite3
 from pathlib import Path
 
 import pyarrow as pa
 from pydantic import Field
 
-from resources.serving.target import ServingTarget
+from resources.serving.sql import SqlTarget
+from resources.serving.target import _from_text, _to_text
 from resources.storage import default_data_root
 
 
@@ -26,7 +25,7 @@ def default_sqlite_path() -> str:
     return str(Path(root) / "serving" / "serving.sqlite")
 
 
-class SqliteTarget(ServingTarget):
+class SqliteTarget(SqlTarget):
     """Serves each published day from a SQLite file (the default: needs no server)."""
 
     path: str | None = Field(
@@ -65,21 +64,7 @@ class SqliteTarget(ServingTarget):
         return "TEXT"
 
     def _to_python(self, kind: pa.DataType, values: list) -> list:
-        if pa.types.is_timestamp(kind) or pa.types.is_date(kind) or pa.types.is_time(kind):
-            return [None if v is None else v.isoformat() for v in values]
-        if pa.types.is_decimal(kind):
-            return [None if v is None else str(v) for v in values]
-        return values
+        return _to_text(kind, values)
 
     def _from_python(self, kind: pa.DataType, values: list) -> list:
-        if pa.types.is_timestamp(kind):
-            return [None if v is None else dt.datetime.fromisoformat(v) for v in values]
-        if pa.types.is_date(kind):
-            return [None if v is None else dt.date.fromisoformat(v) for v in values]
-        if pa.types.is_time(kind):
-            return [None if v is None else dt.time.fromisoformat(v) for v in values]
-        if pa.types.is_decimal(kind):
-            return [None if v is None else decimal.Decimal(v) for v in values]
-        if pa.types.is_boolean(kind):
-            return [None if v is None else bool(v) for v in values]
-        return values
+        return _from_text(kind, values)
