@@ -198,7 +198,7 @@ def _print_where_served(lines: list[tuple[bool, str]]) -> int:
 
     where = serving_from_env().address()
     print(
-        f"results served at {where}: one view per output (`nightshift serving versions "
+        f"results served at {where}, each output under its own name (`nightshift serving versions "
         "--asset user_recommendations`, docs/serving.md)"
     )
     failed = [line for ok, line in lines if not ok]
