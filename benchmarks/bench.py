@@ -64,6 +64,7 @@ SIZES = {
         "publish_fraud_repeats": 3,
         "serving_users": 50_000,
         "serving_repeats": 3,
+        "serving_docs": 2_000,
     },
     # benchmarks/gpu.sh: a CUDA box with many cores, all of it in under 8 minutes.
     "large": {
@@ -96,6 +97,7 @@ SIZES = {
         "publish_fraud_repeats": 3,
         "serving_users": 50_000,
         "serving_repeats": 3,
+        "serving_docs": 2_000,
     },
     "quick": {
         "fraud_rows": 100_000,
@@ -127,6 +129,7 @@ SIZES = {
         "publish_fraud_repeats": 1,
         "serving_users": 2_000,
         "serving_repeats": 1,
+        "serving_docs": 200,
     },
 }
 
@@ -246,7 +249,8 @@ def run_workload(name: str, args: argparse.Namespace, sizes: dict, work: Path) -
         from benchmarks import serving
 
         users = int(sizes["serving_users"] * scale)
-        return serving.run(work, users, 20, sizes["items"], sizes["serving_repeats"])
+        docs = int(sizes["serving_docs"] * scale)
+        return serving.run(work, users, 20, sizes["items"], sizes["serving_repeats"], docs)
     from benchmarks import backfill
 
     return backfill.run(work, sizes["partitions"], sizes["partition_rows"], threads)

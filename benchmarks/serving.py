@@ -7,6 +7,12 @@ a table of the same file, in one transaction, with no index, registry or view.
 Both convert the rows to Python values the same way and insert them with ``executemany`` in
 batches of the target's ``batch_rows``, so the ratio is what the versioning, the index and the
 swap cost over loading the rows at all. The two take turns (best of ``repeats`` each).
+
+The vector figure: ``docs`` demo articles embedded by ``document_embeddings``' own model step
+(the shipped MiniLM, offline) and published as a version of ``document_embeddings``, with its
+HNSW index; queries are as many other articles again (up to ``QUERIES``), embedded the same way.
+Recall@10 of ``search`` (the index) against ``search_exact`` (every vector compared), and the
+queries/s of the two, one query at a time, alternated, best of ``repeats``.
 """
 
 from __future__ import annotations
@@ -23,6 +29,8 @@ from resources.serving import SqliteTarget
 
 ASSET = "user_recommendations"
 DAY = "2026-03-01"
+DOCS = "document_embeddings"
+QUERIES = 500
 
 
 def recommendations_day(users: int, k: int, items: int, seed: int = 0) -> pa.Table:
@@ -66,7 +74,72 @@ def _plain_insert(path: Path, rows: pa.Table, batch_rows: int) -> int:
     return rows.num_rows
 
 
-def run(work: Path, users: int, k: int, items: int, repeats: int) -> Workload:
+def embedded_articles(count: int, seed: int) -> np.ndarray:
+    """``count`` demo articles' vectors as ``document_embeddings`` writes them."""
+    from assets.documents.demo_data import demo_articles
+    from assets.embeddings.document_embeddings import EmbeddingsConfig
+    from assets.text_models import sentence_encoder
+    from evaluation.embeddings import asset_embeddings
+    from resources.inference import InferenceResource
+
+    inference = InferenceResource(device="cpu")
+    texts = [f"{title}\n\n{body}" for title, body in demo_articles(count, seed)]
+    return asset_embeddings(sentence_encoder(inference), inference, EmbeddingsConfig(), texts)
+
+
+def vectors(workload: Workload, work: Path, docs: int, repeats: int) -> None:
+    """The vector figure (see the module's docstring), added to ``workload``."""
+    queries = min(QUERIES, docs)
+    matrix, asked = embedded_articles(docs, seed=0), embedded_articles(queries, seed=1)
+    dim = matrix.shape[1]
+    rows = pa.table(
+        {
+            "doc_id": [f"doc-{n:06d}" for n in range(docs)],
+            "embedding": pa.FixedSizeListArray.from_arrays(pa.array(matrix.ravel()), dim),
+            "model_version": ["minilm"] * docs,
+        }
+    )
+    target = SqliteTarget(path=str(work / "serving" / "vectors.sqlite"))
+    version = target.publish(DOCS, rows, partition=DAY)
+    target.search(DOCS, asked[0])  # the index is read and deserialized once, not timed
+
+    def every(search) -> list:
+        return [search(DOCS, query, 10) for query in asked]
+
+    best = best_alternated(
+        {"ann": lambda: every(target.search), "exact": lambda: every(target.search_exact)},
+        repeats,
+    )
+    (ann, ann_s), (exact, exact_s) = best["ann"], best["exact"]
+    found = sum(
+        len({key for key, _ in a} & {key for key, _ in e}) for a, e in zip(ann, exact, strict=True)
+    )
+    recall = found / (10 * queries)
+    workload.compare(
+        "SqliteTarget.search: the version's HNSW index (inner product on unit vectors)",
+        "SqliteTarget.search_exact: cosine against every vector of the version",
+        queries / ann_s,
+        queries / exact_s,
+        "queries/s",
+        True,
+        note=f"{docs:,} demo articles x {dim} dims (the asset's model step), {queries} other "
+        f"articles as queries, k=10; recall@10 against exact {recall:.3f}; "
+        f"M={target.hnsw_m}, efSearch={target.ef_search}; load {version.load_seconds:.2f} s",
+    )
+    workload.facts.update(
+        {
+            "docs": docs,
+            "dims": dim,
+            "queries": queries,
+            "recall_at_10": recall,
+            "ann_s": ann_s,
+            "exact_s": exact_s,
+            "vector_load_s": version.load_seconds,
+        }
+    )
+
+
+def run(work: Path, users: int, k: int, items: int, repeats: int, docs: int = 0) -> Workload:
     rows = recommendations_day(users, k, items)
     path = work / "serving" / "serving.sqlite"
     target = SqliteTarget(path=str(path), keep_versions=2)
@@ -101,4 +174,6 @@ def run(work: Path, users: int, k: int, items: int, repeats: int) -> Workload:
             "version": served.version,
         }
     )
+    if docs:
+        vectors(workload, work, docs, repeats)
     return workload

@@ -1,8 +1,10 @@
-"""A day of served recommendations the serving tests load, and what the readers' query
-answers for it: a module without Dagster or torch, which the loader processes import quickly."""
+"""A day of served recommendations (or embeddings) the serving tests load, and what the
+readers' query answers for it: a module without Dagster or torch, which the loader processes
+import quickly."""
 
 from __future__ import annotations
 
+import numpy as np
 import pyarrow as pa
 
 USERS, RANKS = 2_000, 10
@@ -34,3 +36,31 @@ def seen(table: pa.Table) -> list:
         max(table["model_version"].to_pylist()),
         sum(table["item_id"].to_pylist()),
     ]
+
+
+def vectors_day(docs: int, seed: int, dim: int = 64) -> tuple[pa.Table, np.ndarray]:
+    """A day of ``document_embeddings`` rows with random unit vectors, and the vectors."""
+    rng = np.random.default_rng(seed)
+    matrix = rng.standard_normal((docs, dim)).astype(np.float32)
+    matrix /= np.linalg.norm(matrix, axis=1, keepdims=True)
+    return embeddings_day([f"doc-{seed}-{i:04d}" for i in range(docs)], matrix), matrix
+
+
+def embeddings_day(ids: list[str], matrix: np.ndarray, model: str = "m") -> pa.Table:
+    dim = matrix.shape[1]
+    return pa.table(
+        {
+            "doc_id": ids,
+            "embedding": pa.FixedSizeListArray.from_arrays(pa.array(matrix.ravel()), dim),
+            "model_version": [model] * len(ids),
+        }
+    )
+
+
+def recall_at(target, asset: str, queries: np.ndarray, k: int = 10) -> float:
+    """The share of the exact ``k`` nearest (``search_exact``) that ``search`` finds."""
+    found = 0
+    for query in queries:
+        exact = {key for key, _ in target.search_exact(asset, query, k)}
+        found += len(exact & {key for key, _ in target.search(asset, query, k)})
+    return found / (k * len(queries))

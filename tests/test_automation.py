@@ -87,8 +87,8 @@ def test_every_partitioned_asset_follows_the_one_backfill_policy() -> None:
     graph = defs.get_repository_def().asset_graph
     partitioned = [graph.get(k) for k in graph.get_all_asset_keys() if graph.get(k).is_partitioned]
     # With the shadows of fraud_scores and user_recommendations, and the publish steps of
-    # user_recommendations and fraud_alerts.
-    assert len(partitioned) == 14
+    # user_recommendations, fraud_alerts and document_embeddings.
+    assert len(partitioned) == 15
     assert {node.backfill_policy for node in partitioned} == {backfill_policy}
 
 
@@ -114,6 +114,7 @@ def test_downstream_assets_automate_and_scoring_assets_have_a_0700_deadline() ->
         "daily_digest",
         "fraud_alerts_serving",
         "user_recommendations_serving",
+        "document_embeddings_serving",
     }
     condition = graph.get(AssetKey("fraud_alerts")).automation_condition
     assert [c.get_label() for c in condition.children] == [

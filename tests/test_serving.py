@@ -19,7 +19,7 @@ import pytest
 from aws_world import stop_process_group, wait_for
 from dagster import DagsterInstance, Definitions, RunConfig, materialize
 from helpers import asset_metadata
-from serving_world import day, seen
+from serving_world import day, embeddings_day, recall_at, seen, vectors_day
 
 from assets.recommendations import interactions, recommendation_model, user_recommendations
 from assets.recommendations.assets import UserRecommendationsConfig
@@ -35,6 +35,7 @@ from resources.serving import (
     ServingTarget,
     SqliteTarget,
     serving_from_env,
+    table_name,
 )
 from resources.storage import DataStore
 
@@ -534,3 +535,103 @@ def test_the_cli_lists_versions_and_rolls_back_one_step(data_root: Path, capsys)
     assert main(["serving", "rollback", "--asset", ASSET, "--date", "2026-03-02"]) == 0
     assert capsys.readouterr().out.startswith(f"{ASSET}: v1 (2026-03-01, 50 rows) is current")
     assert target.read_current(ASSET).equals(first)
+
+
+# ----- vectors: document_embeddings searchable by cosine ------------------------------------
+DOCS = "document_embeddings"
+
+
+def _ann_kept(target: ServingTarget, version: int) -> bool:
+    """Whether version ``version``'s ANN index is still stored."""
+    if isinstance(target, RedisTarget):
+        import redis
+
+        client = redis.Redis.from_url(target.url)
+        return bool(client.exists(f"{target.data_key(DOCS, version)}:ann"))
+    side = f"{table_name(DOCS, version)}__ann"
+    with target._transaction() as cur:
+        if isinstance(target, SqliteTarget):
+            cur.execute("SELECT count(*) FROM sqlite_master WHERE name = ?", (side,))
+        else:
+            cur.execute("SELECT count(*) FROM pg_tables WHERE tablename = %s", (side,))
+        return cur.fetchone()[0] == 1
+
+
+def _vectors_served(target: ServingTarget):
+    """``target`` serving a first day of 400 random unit vectors; that day and a second one."""
+    first, second = vectors_day(400, seed=1), vectors_day(300, seed=2)
+    target.publish(DOCS, first[0], partition="2026-03-01", model_version="m")
+    return first, second
+
+
+@pytest.mark.parametrize("kind", TARGETS)
+def test_vectors_are_searched_by_cosine_and_their_index_rolls_back_with_the_day(
+    kind: str, request, tmp_path: Path
+) -> None:
+    target = _target(kind, request, tmp_path, keep_versions=2)
+    (first, first_vectors), (second, second_vectors) = _vectors_served(target)
+    # The rows come back in the types they were published with, vectors included.
+    served = target.read_current(DOCS)
+    assert served.schema == first.schema and served.equals(first)
+    for n in (0, 17, 399):
+        best = target.search(DOCS, first_vectors[n], k=10)
+        assert best[0][0] == f"doc-1-{n:04d}" and best[0][1] == pytest.approx(1.0, abs=1e-5)
+        assert [s for _, s in best] == sorted((s for _, s in best), reverse=True)
+        assert target.search_exact(DOCS, first_vectors[n], k=10)[0][0] == f"doc-1-{n:04d}"
+    assert recall_at(target, DOCS, first_vectors[:50]) >= 0.9
+
+    target.publish(DOCS, second, partition="2026-03-02", model_version="m")
+    assert target.search(DOCS, second_vectors[5], k=1)[0][0] == "doc-2-0005"
+    assert all(key.startswith("doc-2-") for key, _ in target.search(DOCS, first_vectors[5]))
+    restored = target.rollback(DOCS, "2026-03-02")
+    assert restored.version == 1
+    assert target.search(DOCS, first_vectors[5], k=1)[0][0] == "doc-1-0005"
+    assert target.read_current(DOCS).equals(first)
+
+    # Made current again and a third day loaded: version 1 is beyond the two kept, and its
+    # index goes with its rows.
+    target.make_current(DOCS, 2)
+    target.publish(DOCS, first, partition="2026-03-03", model_version="m")
+    assert [v.version for v in target.versions(DOCS)] == [3, 2]
+    assert not _ann_kept(target, 1) and _ann_kept(target, 2) and _ann_kept(target, 3)
+    with pytest.raises(ServingError, match="a query of 10 dimensions against vectors of 64"):
+        target.search(DOCS, first_vectors[0][:10])
+
+
+def test_a_failed_vector_load_leaves_the_old_index_current(target: ServingTarget) -> None:
+    (_, first_vectors), (second, second_vectors) = _vectors_served(target)
+
+    def killed(rows: int) -> None:
+        # After the rows, before the index and the registry record.
+        raise KeyboardInterrupt("the load is killed")
+
+    with pytest.raises(KeyboardInterrupt):
+        target.publish(DOCS, second, partition="2026-03-02", on_batch=killed)
+    assert [(v.version, v.current) for v in target.versions(DOCS)] == [(1, True)]
+    assert target.search(DOCS, second_vectors[3], k=10)[0][0].startswith("doc-1-")
+    assert target.search(DOCS, first_vectors[3], k=1)[0][0] == "doc-1-0003"
+    # The next load is complete, index and all.
+    loaded = target.publish(DOCS, second, partition="2026-03-02")
+    assert target.search(DOCS, second_vectors[3], k=1)[0][0] == "doc-2-0003"
+    assert _ann_kept(target, loaded.version)
+
+
+def test_real_embeddings_find_themselves_and_the_index_finds_the_exact_neighbours(
+    tmp_path: Path,
+) -> None:
+    """The asset's own model step (the shipped MiniLM, offline) over demo articles."""
+    from assets.documents.demo_data import demo_articles
+    from assets.embeddings.document_embeddings import EmbeddingsConfig
+    from assets.text_models import sentence_encoder
+    from evaluation.embeddings import asset_embeddings
+    from resources.inference import InferenceResource
+
+    inference = InferenceResource(device="cpu")
+    texts = [f"{title}\n\n{body}" for title, body in demo_articles(240, seed=3)]
+    matrix = asset_embeddings(sentence_encoder(inference), inference, EmbeddingsConfig(), texts)
+    ids = [f"doc-{n:04d}" for n in range(len(texts))]
+    target = SqliteTarget(path=str(tmp_path / "serving.sqlite"))
+    target.publish(DOCS, embeddings_day(ids, matrix), partition="2026-03-01")
+    for n in range(0, 240, 12):
+        assert target.search(DOCS, matrix[n], k=10)[0][0] == ids[n]
+    assert recall_at(target, DOCS, matrix[::6]) >= 0.9

@@ -59,6 +59,13 @@ def generate_day(store: DataStore, date: str, scale: float = 1.0, seed: int = 0)
     return {"documents": table.num_rows}
 
 
+def demo_articles(count: int, seed: int = 0) -> list[tuple[str, str]]:
+    """``count`` demo articles as (title, body), topics drawn evenly: text to embed outside a
+    day's landing (the serving benchmark, the vector search tests)."""
+    rng = np.random.default_rng(seed)
+    return [_article(rng, str(topic)) for topic in rng.choice(sorted(TOPICS), size=count)]
+
+
 def _article(rng: np.random.Generator, topic: str) -> tuple[str, str]:
     spec = TOPICS[topic]
     slots = {name: str(rng.choice(values)) for name, values in FILL.items()}

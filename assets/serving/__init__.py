@@ -6,7 +6,12 @@ from dataclasses import dataclass
 
 import dagster
 
-from assets.serving.assets import PUBLISHED, fraud_alerts_serving, user_recommendations_serving
+from assets.serving.assets import (
+    PUBLISHED,
+    document_embeddings_serving,
+    fraud_alerts_serving,
+    user_recommendations_serving,
+)
 
 
 @dataclass(frozen=True)
@@ -25,15 +30,23 @@ PUBLISH_JOBS: tuple[Publish, ...] = (
         asset="user_recommendations_serving",
         after="recommendations_job",
     ),
+    Publish(
+        job="embeddings_serving_job",
+        asset="document_embeddings_serving",
+        after="document_embeddings_job",
+    ),
 )
 
-defs = dagster.Definitions(assets=[fraud_alerts_serving, user_recommendations_serving])
+defs = dagster.Definitions(
+    assets=[fraud_alerts_serving, user_recommendations_serving, document_embeddings_serving]
+)
 
 __all__ = [
     "PUBLISHED",
     "PUBLISH_JOBS",
     "Publish",
     "defs",
+    "document_embeddings_serving",
     "fraud_alerts_serving",
     "user_recommendations_serving",
 ]

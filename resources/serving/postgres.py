@@ -28,6 +28,7 @@ class PostgresTarget(SqlTarget):
     )
 
     placeholder: ClassVar[str] = "%s"
+    blob_type: ClassVar[str] = "BYTEA"
 
     def _parameters(self) -> dict:
         from psycopg2.extensions import parse_dsn

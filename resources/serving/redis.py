@@ -5,9 +5,10 @@ Version N of asset A is the hash ``<prefix>:A:v<N>``: one field per key value (t
 value the JSON list of that key's rows, so a lookup is one ``HGET``. A version is loaded beside
 the current one in pipelined batches and is complete only once its record is written to the
 registry hash ``<prefix>:A:versions`` (last, by one script that also takes it out of the set of
-loads under way). It is made current by pointing ``<prefix>:A:current`` at N, in one
-``MULTI``/``EXEC`` with the record of what was current before (what a rollback goes back to). A
-complete version's keys never change again until it is dropped.
+loads under way); rows with vectors also get the list ``<prefix>:A:v<N>:ann``, their ANN
+index, written before that record. It is made current by pointing ``<prefix>:A:current`` at N,
+in one ``MULTI``/``EXEC`` with the record of what was current before (what a rollback goes back
+to). A complete version's keys never change again until it is dropped.
 
 A reader does ``GET <prefix>:A:current``, then ``HGET <prefix>:A:v<N> <key>``: it sees the old
 day or the new one, never a mix. A load that is killed, or whose connection or store goes away,
@@ -17,6 +18,7 @@ number. docs/serving.md, "Redis".
 
 from __future__ import annotations
 
+import base64
 import json
 import time
 from collections.abc import Callable, Iterator
@@ -35,6 +37,7 @@ from resources.serving.target import (
     _from_text,
     _schema_of,
     _to_text,
+    ann_parts,
 )
 
 # Deletes or extends the lock only while ``ARGV[1]`` holds it: a holder that lost it (it
@@ -191,6 +194,7 @@ class RedisTarget(ServingTarget):
     def _load(self, asset: str, rows: pa.Table, day: Day) -> Version:
         """Loads the version's keys in batches, its registry record last."""
         groups, order = self._grouped(asset, rows)
+        ann = self.ann_payload(asset, rows)
         with self._client() as client, self._locked(client, asset) as renew:
             self._clean_incomplete(client, asset)
             version = int(client.incr(self.key(asset, "next")))
@@ -209,6 +213,11 @@ class RedisTarget(ServingTarget):
                     chunk, chunk_rows = {}, 0
                     renew()
                     day.loaded(loaded)
+            if ann is not None:
+                # Before the record: a version is never complete without its index.
+                for part in ann_parts(ann):
+                    client.rpush(f"{data}:ann", base64.b64encode(part).decode())
+                    renew()
             record = {**day.record(rows), "previous": None, "dropped": False}
             keys = [
                 self.key(asset, "lock"),
@@ -274,6 +283,18 @@ class RedisTarget(ServingTarget):
             schema=schema,
         )
 
+    def _ann_bytes(self, client, current: Version) -> bytes | None:
+        # One snapshot, as ``_read``: the index, or the version's record marked dropped.
+        read = client.pipeline(transaction=True)
+        read.hget(self.key(current.asset, "versions"), str(current.version))
+        read.lrange(f"{current.table}:ann", 0, -1)
+        text, parts = read.execute()
+        if json.loads(text)["dropped"]:
+            raise ServingError(
+                f"{current.asset}: v{current.version} was dropped while it was read; read again"
+            )
+        return b"".join(base64.b64decode(part) for part in parts) if parts else None
+
     def drop_old(self, asset: str) -> list[int]:
         asset = self._checked(asset)
         with self._client() as client, self._locked(client, asset):
@@ -282,7 +303,7 @@ class RedisTarget(ServingTarget):
                 record = self._stored(client, asset, old.version)
                 record["dropped"] = True
                 drop = client.pipeline(transaction=True)
-                drop.delete(old.table, f"{old.table}:order")
+                drop.delete(old.table, f"{old.table}:order", f"{old.table}:ann")
                 drop.hset(self.key(asset, "versions"), str(old.version), json.dumps(record))
                 drop.execute()
         return [v.version for v in beyond]
@@ -318,7 +339,7 @@ class RedisTarget(ServingTarget):
         for number in client.smembers(loading):
             data = self.data_key(asset, int(number))
             clean = client.pipeline(transaction=True)
-            clean.delete(data, f"{data}:order")
+            clean.delete(data, f"{data}:order", f"{data}:ann")
             clean.srem(loading, number)
             clean.execute()
 

@@ -4,7 +4,9 @@ A published day is served as a new *version*: its own table ``<asset>__v<N>``, l
 transaction together with its row in the registry table ``serving_versions``. The name readers
 query, ``<asset>``, is a view over the current version, replaced in one transaction (SQLite and
 PostgreSQL both roll DDL back): a reader sees the old version or the new one, never a mix, and a
-load that is killed or loses its store never commits, so nothing current changes.
+load that is killed or loses its store never commits, so nothing current changes. Rows with
+vectors store each as the bytes of its floats, and their ANN index in ``<asset>__v<N>__ann``,
+created in the same transaction and dropped with the version's table.
 """
 
 from __future__ import annotations
@@ -17,11 +19,16 @@ from typing import Any, ClassVar
 import pyarrow as pa
 
 from resources.serving.target import (
+    VECTOR_COLUMN,
     Day,
     ServingError,
     ServingTarget,
     Version,
     _schema_of,
+    ann_parts,
+    is_vector_type,
+    vectors_from_bytes,
+    vectors_to_bytes,
 )
 
 REGISTRY = "serving_versions"
@@ -29,6 +36,11 @@ REGISTRY = "serving_versions"
 
 def table_name(asset: str, version: int) -> str:
     return f"{asset}__v{version}"
+
+
+def ann_table(table: str) -> str:
+    """The side table holding version ``table``'s ANN index, in parts."""
+    return f"{table}__ann"
 
 
 class SqlTarget(ServingTarget):
@@ -40,6 +52,7 @@ class SqlTarget(ServingTarget):
 
     # ----- what a dialect provides -------------------------------------------------------
     placeholder: ClassVar[str] = "?"
+    blob_type: ClassVar[str] = "BLOB"
 
     def _connect(self):
         raise NotImplementedError
@@ -62,6 +75,22 @@ class SqlTarget(ServingTarget):
 
     def _from_python(self, kind: pa.DataType, values: list) -> list:
         return values
+
+    def _cells(self, kind: pa.DataType, values: list) -> list:
+        """A column's values as stored: vectors as the bytes of their floats."""
+        return (
+            vectors_to_bytes(kind, values)
+            if is_vector_type(kind)
+            else self._to_python(kind, values)
+        )
+
+    def _uncells(self, kind: pa.DataType, values: list) -> list:
+        if is_vector_type(kind):
+            return vectors_from_bytes(kind, values)
+        return self._from_python(kind, values)
+
+    def _sql_type(self, kind: pa.DataType) -> str:
+        return self.blob_type if is_vector_type(kind) else self._column_type(kind)
 
     # ----- connections -------------------------------------------------------------------
     @contextmanager
@@ -105,8 +134,10 @@ class SqlTarget(ServingTarget):
 
     # ----- the contract ------------------------------------------------------------------
     def _load(self, asset: str, rows: pa.Table, day: Day) -> Version:
-        """Loads the version in one transaction with its registry row."""
+        """Loads the version in one transaction with its registry row (and its ANN index, for
+        rows with vectors: built before, stored inside)."""
         key = self.key_column(asset, rows)
+        ann = self.ann_payload(asset, rows)
         p = self.placeholder
         with self._transaction(exclusive=True) as cur:
             cur.execute(
@@ -114,12 +145,12 @@ class SqlTarget(ServingTarget):
             )
             version = int(cur.fetchone()[0]) + 1
             table = table_name(asset, version)
-            columns = ", ".join(f'"{f.name}" {self._column_type(f.type)}' for f in rows.schema)
+            columns = ", ".join(f'"{f.name}" {self._sql_type(f.type)}' for f in rows.schema)
             cur.execute(f'CREATE TABLE "{table}" ({columns})')
             loaded = 0
             for batch in rows.to_batches(max_chunksize=self.batch_rows):
                 values = [
-                    self._to_python(f.type, batch.column(i).to_pylist())
+                    self._cells(f.type, batch.column(i).to_pylist())
                     for i, f in enumerate(rows.schema)
                 ]
                 self._insert_rows(cur, table, rows.column_names, list(zip(*values, strict=True)))
@@ -127,6 +158,13 @@ class SqlTarget(ServingTarget):
                 day.loaded(loaded)
             if key is not None:
                 cur.execute(f'CREATE INDEX "{table}__{key}" ON "{table}" ("{key}")')
+            if ann is not None:
+                side = ann_table(table)
+                cur.execute(
+                    f'CREATE TABLE "{side}" (part INTEGER PRIMARY KEY, data {self.blob_type})'
+                )
+                for part, data in enumerate(ann_parts(ann)):
+                    cur.execute(f'INSERT INTO "{side}" VALUES ({p}, {p})', (part, data))
             r = day.record(rows)
             cur.execute(
                 f"INSERT INTO {REGISTRY} VALUES ({', '.join([p] * 14)})",
@@ -195,7 +233,7 @@ class SqlTarget(ServingTarget):
         columns = list(zip(*rows, strict=True)) if rows else [[] for _ in schema]
         return pa.table(
             [
-                pa.array(self._from_python(f.type, list(values)), f.type)
+                pa.array(self._uncells(f.type, list(values)), f.type)
                 for f, values in zip(schema, columns, strict=True)
             ],
             schema=schema,
@@ -209,11 +247,26 @@ class SqlTarget(ServingTarget):
             p = self.placeholder
             for old in beyond:
                 cur.execute(f'DROP TABLE IF EXISTS "{old.table}"')
+                cur.execute(f'DROP TABLE IF EXISTS "{ann_table(old.table)}"')
                 cur.execute(
                     f"UPDATE {REGISTRY} SET dropped = 1 WHERE asset = {p} AND version = {p}",
                     (asset, old.version),
                 )
         return [v.version for v in beyond]
+
+    def _ann_bytes(self, cur, current: Version) -> bytes | None:
+        p = self.placeholder
+        cur.execute(
+            f"SELECT arrow_schema FROM {REGISTRY} WHERE asset = {p} AND version = {p}",
+            (current.asset, current.version),
+        )
+        schema = _schema_of(cur.fetchone()[0])
+        if VECTOR_COLUMN not in schema.names or not is_vector_type(
+            schema.field(VECTOR_COLUMN).type
+        ):
+            return None
+        cur.execute(f'SELECT data FROM "{ann_table(current.table)}" ORDER BY part')
+        return b"".join(bytes(part) for (part,) in cur.fetchall())
 
     # ----- inside a transaction ----------------------------------------------------------
     def _point_view(self, cur, asset: str, version: Version) -> None:

@@ -16,6 +16,7 @@ from __future__ import annotations
 import base64
 import datetime as dt
 import decimal
+import json
 import re
 import time
 from collections.abc import Callable
@@ -23,6 +24,7 @@ from contextlib import AbstractContextManager
 from dataclasses import dataclass
 from typing import Any
 
+import numpy as np
 import pyarrow as pa
 from dagster import ConfigurableResource
 from pydantic import Field
@@ -32,7 +34,13 @@ from pydantic import Field
 SERVED_KEYS: dict[str, str] = {
     "user_recommendations": "user_id",
     "fraud_alerts": "transaction_id",
+    "document_embeddings": "doc_id",
 }
+# A served asset with this column (a list of floats per row) is searchable by cosine: each of
+# its versions carries an ANN index over the column, loaded and dropped with the version.
+VECTOR_COLUMN = "embedding"
+# Index bytes are stored in parts, so that no single value nears a store's value limit.
+ANN_PART_BYTES = 16 * 1024 * 1024
 
 _NAME = re.compile(r"^[a-z_][a-z0-9_]*$")
 
@@ -112,6 +120,79 @@ def _schema_of(text: str) -> pa.Schema:
     return pa.ipc.read_schema(pa.py_buffer(base64.b64decode(text)))
 
 
+def is_vector_type(kind: pa.DataType) -> bool:
+    """A list (fixed size or not) of floats: stored as the bytes of its values."""
+    return (pa.types.is_list(kind) or pa.types.is_fixed_size_list(kind)) and pa.types.is_floating(
+        kind.value_type
+    )
+
+
+def vectors_to_bytes(kind: pa.DataType, values: list) -> list:
+    """Each row's vector as the bytes of its values in their published float type."""
+    dtype = kind.value_type.to_pandas_dtype()
+    return [None if v is None else np.asarray(v, dtype=dtype).tobytes() for v in values]
+
+
+def vectors_from_bytes(kind: pa.DataType, values: list) -> list:
+    dtype = kind.value_type.to_pandas_dtype()
+    return [None if v is None else np.frombuffer(bytes(v), dtype=dtype).tolist() for v in values]
+
+
+@dataclass(frozen=True)
+class Ann:
+    """A version's ANN index, deserialized, with the key of each of its ids and its vectors."""
+
+    index: Any
+    keys: list
+    vectors: np.ndarray
+
+    def search(self, query: np.ndarray, k: int) -> list[tuple[Any, float]]:
+        scores, ids = self.index.search(query, min(k, len(self.keys)))
+        return [(self.keys[i], float(s)) for i, s in zip(ids[0], scores[0], strict=True) if i >= 0]
+
+    def search_exact(self, query: np.ndarray, k: int) -> list[tuple[Any, float]]:
+        scores = self.vectors @ query[0]
+        k = min(k, len(self.keys))
+        best = np.argpartition(-scores, k - 1)[:k] if k else np.array([], dtype=int)
+        best = best[np.argsort(-scores[best], kind="stable")]
+        return [(self.keys[i], float(scores[i])) for i in best]
+
+
+def unit_rows(matrix: np.ndarray) -> np.ndarray:
+    """``matrix`` as float32 rows of unit length, so that inner product is cosine."""
+    import faiss
+
+    # A copy: faiss scales in place, and the caller's vectors (or Arrow's buffers) stay as given.
+    rows = np.array(matrix, dtype=np.float32, order="C", copy=True)
+    faiss.normalize_L2(rows)
+    return rows
+
+
+def ann_parts(payload: bytes) -> list[bytes]:
+    return [payload[i : i + ANN_PART_BYTES] for i in range(0, len(payload), ANN_PART_BYTES)]
+
+
+def _ann_payload(index_bytes: bytes, keys: list) -> bytes:
+    """The keys (JSON) and the serialized index as one value: the keys' length, then both."""
+    head = json.dumps(keys).encode()
+    return len(head).to_bytes(8, "little") + head + index_bytes
+
+
+def _ann_of(payload: bytes) -> Ann:
+    import faiss
+
+    size = int.from_bytes(payload[:8], "little")
+    keys = json.loads(payload[8 : 8 + size])
+    index = faiss.deserialize_index(np.frombuffer(payload[8 + size :], dtype=np.uint8))
+    vectors = index.reconstruct_n(0, index.ntotal) if index.ntotal else np.zeros((0, index.d))
+    return Ann(index, keys, np.asarray(vectors, dtype=np.float32))
+
+
+# Deserialized indexes by (store address, asset, version): a version's index never changes
+# once it is complete, so a process deserializes each once.
+_ANN_CACHE: dict[tuple[str, str, int], Ann] = {}
+
+
 def _to_text(kind: pa.DataType, values: list) -> list:
     """A column's values for a store that keeps text and plain numbers (SQLite, JSON): times as
     ISO text, exact decimals as their text; ``_from_text`` turns them back."""
@@ -145,6 +226,18 @@ class ServingTarget(ConfigurableResource):
     )  # the current version is never dropped, however old
     batch_rows: int = Field(
         default=10_000, ge=1, description="Rows written per statement while a version loads."
+    )
+    hnsw_m: int = Field(
+        default=32, ge=2, description="Links per vector in a version's HNSW index (its M)."
+    )
+    ef_construction: int = Field(
+        default=80, ge=1, description="Candidates kept while the HNSW index is built."
+    )
+    ef_search: int = Field(
+        default=128,
+        ge=1,
+        description="Candidates kept while `search` walks the index: higher finds more of the "
+        "exact neighbours, more slowly.",
     )
 
     def address(self) -> str:
@@ -216,6 +309,68 @@ class ServingTarget(ConfigurableResource):
         """Drops the versions beyond the newest ``keep_versions``, never the current one."""
         raise NotImplementedError
 
+    def search(self, asset: str, vector, k: int = 10) -> list[tuple[Any, float]]:
+        """The ``k`` rows of the current version nearest ``vector`` by cosine, best first, as
+        (key, cosine), through the version's ANN index (approximate: see ``ef_search``)."""
+        ann, query = self._ann_and_query(asset, vector)
+        ann.index.hnsw.efSearch = max(self.ef_search, k)
+        return ann.search(query, k)
+
+    def search_exact(self, asset: str, vector, k: int = 10) -> list[tuple[Any, float]]:
+        """As ``search``, by comparing ``vector`` with every vector of the current version."""
+        ann, query = self._ann_and_query(asset, vector)
+        return ann.search_exact(query, k)
+
+    def ann_payload(self, asset: str, rows: pa.Table) -> bytes | None:
+        """The version's index over its ``VECTOR_COLUMN`` with each id's key, as bytes stored
+        with the version; None for rows without vectors."""
+        import faiss
+
+        if VECTOR_COLUMN not in rows.column_names or not is_vector_type(
+            rows.schema.field(VECTOR_COLUMN).type
+        ):
+            return None
+        column = rows[VECTOR_COLUMN]
+        if column.null_count:
+            raise ServingError(f"{asset}: {column.null_count} rows have no {VECTOR_COLUMN}")
+        width = len(column[0]) if len(column) else 0
+        flat = pa.concat_arrays([c.flatten() for c in column.chunks]) if len(column) else []
+        matrix = unit_rows(np.asarray(flat, dtype=np.float32).reshape(len(column), width))
+        index = faiss.IndexHNSWFlat(max(width, 1), self.hnsw_m, faiss.METRIC_INNER_PRODUCT)
+        index.hnsw.efConstruction = self.ef_construction
+        if len(matrix):
+            index.add(matrix)
+        key = self.key_column(asset, rows)
+        keys = rows[key].to_pylist() if key is not None else list(range(rows.num_rows))
+        return _ann_payload(faiss.serialize_index(index).tobytes(), keys)
+
+    def _ann_and_query(self, asset: str, vector) -> tuple[Ann, np.ndarray]:
+        asset = _checked_name(asset)
+        with self._session() as session:
+            current = self._current(session, asset)
+            if current is None:
+                raise ServingError(f"{asset}: nothing is served")
+            found = (self.address(), asset, current.version, current.loaded_at)
+            found += (current.load_seconds,)
+            ann = _ANN_CACHE.get(found)
+            if ann is None:
+                payload = self._ann_bytes(session, current)
+                if payload is None:
+                    raise ServingError(
+                        f"{asset}: v{current.version} has no {VECTOR_COLUMN} column to search"
+                    )
+                ann = _ann_of(payload)
+                # Only the current version's index is kept: a swap makes the older one unused.
+                for old in [c for c in _ANN_CACHE if c[:2] == found[:2]]:
+                    del _ANN_CACHE[old]
+                _ANN_CACHE[found] = ann
+        query = unit_rows(np.asarray(vector, dtype=np.float32).reshape(1, -1))
+        if query.shape[1] != ann.index.d:
+            raise ServingError(
+                f"{asset}: a query of {query.shape[1]} dimensions against vectors of {ann.index.d}"
+            )
+        return ann, query
+
     # ----- what a store provides ----------------------------------------------------------
     def _load(self, asset: str, rows: pa.Table, day: Day) -> Version:
         """Loads the version ``load`` asks for; ``day.record(rows)`` is its registry record."""
@@ -237,6 +392,10 @@ class ServingTarget(ConfigurableResource):
 
     def _read(self, session, current: Version) -> pa.Table:
         """The rows of ``current``, as readers see them."""
+        raise NotImplementedError
+
+    def _ann_bytes(self, session, current: Version) -> bytes | None:
+        """The ANN payload stored with ``current`` (``ann_payload``), None if it has none."""
         raise NotImplementedError
 
     # ----- what every store decides the same way -----------------------------------------
