@@ -638,7 +638,7 @@ def test_real_embeddings_find_themselves_and_the_index_finds_the_exact_neighbour
 
 
 def test_the_embeddings_publish_asset_serves_a_searchable_day(
-    store: DataStore, resources: dict, instance: DagsterInstance, tmp_path: Path
+    store: DataStore, resources: dict, tmp_path: Path
 ) -> None:
     """document_embeddings_serving, downstream of a day embedded by the asset itself."""
     from assets.documents.assets import documents
@@ -648,19 +648,11 @@ def test_the_embeddings_publish_asset_serves_a_searchable_day(
 
     date = DAYS[-1]
     generate_documents(store, date, scale=0.06)
-    embedded = materialize(
-        [documents, document_embeddings], resources=resources, instance=instance, partition_key=date
-    )
-    assert embedded.success
-    published = store.read_output(DOCS, date)
     target = SqliteTarget(path=str(tmp_path / "serving.sqlite"))
-    served = materialize(
-        [document_embeddings_serving],
-        resources={**resources, "serving": target},
-        instance=instance,
-        partition_key=date,
-    )
-    assert served.success
+    steps = [documents, document_embeddings, document_embeddings_serving]
+    run = materialize(steps, resources={**resources, "serving": target}, partition_key=date)
+    assert run.success
+    published = store.read_output(DOCS, date)
     assert target.read_current(DOCS).equals(published)
     ids, vectors = published["doc_id"].to_pylist(), published["embedding"].to_pylist()
     assert target.search(DOCS, vectors[7], k=5)[0][0] == ids[7]
