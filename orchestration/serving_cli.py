@@ -8,7 +8,7 @@ import os
 import sys
 from typing import Any
 
-SERVED_ASSETS = ("user_recommendations", "fraud_alerts")
+SERVED_ASSETS = ("user_recommendations", "fraud_alerts", "document_embeddings")
 
 
 def _target(args: argparse.Namespace):

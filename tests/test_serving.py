@@ -537,6 +537,79 @@ def test_the_cli_lists_versions_and_rolls_back_one_step(data_root: Path, capsys)
     assert target.read_current(ASSET).equals(first)
 
 
+@pytest.mark.parametrize("kind", TARGETS)
+def test_the_publish_step_rolls_back_from_its_launch_config(
+    kind: str, request, tmp_path: Path, resources: dict, instance: DagsterInstance
+) -> None:
+    """The Launchpad's rollback: the publish asset launched for the current day with
+    ``rollback: true`` makes the previous version current in one step, and says so; launched for
+    another day it is refused once, and nothing changes."""
+    from assets.serving.assets import PublishConfig
+
+    target = _target(kind, request, tmp_path)
+    first, second = day("a", users=5), day("b", users=6, shift=1)
+    target.publish(ASSET, first, partition="2026-03-01", commit="c1", model_version="a")
+    target.publish(ASSET, second, partition="2026-03-02", commit="c2", model_version="b")
+
+    def launch(date: str):
+        return materialize(
+            [user_recommendations_serving],
+            resources={**resources, "serving": target},
+            instance=instance,
+            partition_key=date,
+            run_config=RunConfig({"user_recommendations_serving": PublishConfig(rollback=True)}),
+            raise_on_error=False,
+        )
+
+    refused = launch("2026-03-01")
+    assert not refused.success
+    [failure] = refused.get_step_failure_events()
+    assert not [e for e in refused.all_events if e.event_type_value == "STEP_UP_FOR_RETRY"]
+    text = failure.step_failure_data.error.to_string()
+    assert "v2 serves 2026-03-02, not 2026-03-01; nothing changed" in text, text
+    assert target.current(ASSET).version == 2 and target.read_current(ASSET).equals(second)
+
+    rolled = launch("2026-03-02")
+    assert rolled.success
+    meta = asset_metadata(rolled, "user_recommendations_serving")
+    assert (meta["current_version"], meta["current_partition"]) == (1, "2026-03-01")
+    assert meta["rolled_back_from"] == 2 and meta["dagster/row_count"] == first.num_rows
+    assert (meta["commit"], meta["model_version"]) == ("c1", "a")
+    assert meta["served_at"] == target.address()
+    assert meta["rolled_back"].startswith("user_recommendations 2026-03-02: rolled back: v1")
+    assert target.current(ASSET).version == 1 and target.read_current(ASSET).equals(first)
+    assert [v.version for v in target.versions(ASSET)] == [2, 1]  # the rolled-back day is kept
+
+
+def test_a_publish_of_a_day_never_published_says_what_stays_current(
+    resources: dict, instance: DagsterInstance
+) -> None:
+    target = SqliteTarget()
+    served = day("a", users=5)
+    target.publish(ASSET, served, partition="2026-03-02", commit="c1", model_version="a")
+    failed = materialize(
+        [user_recommendations_serving],
+        resources={**resources, "serving": target},
+        instance=instance,
+        partition_key="2026-03-03",
+        raise_on_error=False,
+    )
+    assert not failed.success
+    [failure] = failed.get_step_failure_events()
+    assert not [e for e in failed.all_events if e.event_type_value == "STEP_UP_FOR_RETRY"]
+    text = failure.step_failure_data.error.to_string()
+    assert "no published output for 'user_recommendations', date 2026-03-03" in text, text
+    assert "v1 (2026-03-02) is still current" in text, text
+    assert target.current(ASSET).version == 1 and target.read_current(ASSET).equals(served)
+
+
+def test_the_cli_serves_every_published_asset() -> None:
+    from assets.serving import PUBLISHED
+    from orchestration.serving_cli import SERVED_ASSETS
+
+    assert sorted(SERVED_ASSETS) == sorted(PUBLISHED)
+
+
 # ----- vectors: document_embeddings searchable by cosine ------------------------------------
 DOCS = "document_embeddings"
 

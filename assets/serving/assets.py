@@ -11,7 +11,15 @@ from typing import Any
 
 import pyarrow as pa
 import pyarrow.compute as pc
-from dagster import AssetExecutionContext, AssetsDefinition, AssetSpec, Failure, MetadataValue
+from dagster import (
+    AssetExecutionContext,
+    AssetsDefinition,
+    AssetSpec,
+    Config,
+    Failure,
+    MetadataValue,
+)
+from pydantic import Field
 
 from assets.days import DayRecorder, daily_assets
 from assets.handed import handed, read_at
@@ -53,6 +61,17 @@ def _models(rows: pa.Table) -> str:
     return ",".join(sorted(v for v in pc.unique(rows["model_version"]).to_pylist() if v))
 
 
+class PublishConfig(Config):
+    """A publish step's launch settings: the Launchpad's way to roll a served day back."""
+
+    rollback: bool = Field(
+        default=False,
+        description="Load nothing: make the version served before the current one current "
+        "again, in one step. Launch it for the current version's partition (one day), as "
+        "`nightshift serving rollback --asset A --date D` does; the current version is kept.",
+    )
+
+
 def left_current(serving: ServingTarget, asset: str) -> str:
     """What readers still see after a failed load, in words."""
     try:
@@ -75,9 +94,20 @@ def publish_day(
     (None when a later day is current), the version current before and the snapshots read.
     Fails the step saying what stayed current."""
     pins = handed(context, store, [scored], date)
-    with store.pinned(pins):
-        rows: pa.Table = store.read_output(scored, date)
-        record = _record(store, scored, date, pins)
+    try:
+        with store.pinned(pins):
+            rows: pa.Table = store.read_output(scored, date)
+            record = _record(store, scored, date, pins)
+    except FileNotFoundError as exc:
+        # Launched for a day that was never published (or whose scoring failed): nothing is
+        # loaded, and the product keeps reading what it did.
+        left = left_current(serving, scored)
+        raise Failure(
+            description=f"{scored} {date}: not served: {exc}; {left}. Fix: materialize "
+            f"{scored} for {date} first (its publish follows once its checks pass).",
+            metadata={"address": serving.address(), "left_current": left},
+            allow_retries=False,
+        ) from exc
     record["model_version"] = record["model_version"] or _models(rows)
     try:
         before = serving.current(scored)
@@ -104,13 +134,74 @@ def publish_day(
     return loaded, before, pins
 
 
+def rollback_day(serving: ServingTarget, scored: str, date: str) -> tuple[Version, Version]:
+    """Makes the version before ``scored``'s current one current again; returns it and the
+    version it replaced. A refusal (not the current day, nothing kept to go back to, the store
+    down) fails the step once, saying that nothing changed."""
+    try:
+        before = serving.current(scored)
+        restored = serving.rollback(scored, date)
+    except ServingUnavailable as exc:
+        raise Failure(
+            description=f"{scored} {date}: not rolled back: the serving store {exc.address} is "
+            f"unreachable; nothing current changed there. Fix: {exc.fix}.",
+            metadata={"address": exc.address, "cause": str(exc.__cause__ or exc)},
+            allow_retries=False,
+        ) from exc
+    except ServingError as exc:
+        raise Failure(
+            description=f"{scored} {date}: not rolled back: {exc}",
+            metadata={"address": serving.address(), "left_current": left_current(serving, scored)},
+            # A refusal is an answer, not an accident: the same request is refused again.
+            allow_retries=False,
+        ) from exc
+    assert before is not None  # rollback refuses when nothing is served
+    return restored, before
+
+
 def publish_asset(scored: str) -> AssetsDefinition:
     """The publish asset of ``scored``: daily, downstream of it, gated on its checks."""
     name = PUBLISHED[scored]
 
-    def _publish(context: AssetExecutionContext, storage: StorageResource, serving: ServingTarget):
+    def _publish(
+        context: AssetExecutionContext,
+        config: PublishConfig,
+        storage: StorageResource,
+        serving: ServingTarget,
+    ):
         store, days = storage.store(), DayRecorder(context)
-        for date in partition_dates(context):
+        dates = partition_dates(context)
+        if config.rollback:
+            if len(dates) != 1:
+                raise Failure(
+                    description=f"{name}: a rollback is launched for one day, the current "
+                    f"version's partition, not {len(dates)} ({dates[0]}..{dates[-1]}); "
+                    "nothing changed",
+                    allow_retries=False,
+                )
+            restored, before = rollback_day(serving, scored, dates[0])
+            rolled = (
+                f"{scored} {dates[0]}: rolled back: v{restored.version} ({restored.partition}, "
+                f"{restored.rows} rows) is current again at {serving.address()}; "
+                f"v{before.version} ({before.partition}) is kept"
+            )
+            context.log.info(rolled)
+            metadata = {
+                "current_version": restored.version,
+                "current_partition": restored.partition,
+                "rolled_back_from": before.version,
+                "rolled_back": rolled,
+                "dagster/row_count": restored.rows,
+                "served_at": MetadataValue.text(serving.address()),
+                "view": scored,
+                "table": restored.table,
+                "commit": restored.commit,
+                "model_version": restored.model_version,
+            }
+            yield from days.record(name, dates[0], metadata)
+            yield from days.finish()
+            return
+        for date in dates:
             started = time.perf_counter()
             version, before, pins = publish_day(context, store, serving, scored, date)
             if version is None:

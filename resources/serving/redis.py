@@ -34,10 +34,10 @@ from resources.serving.target import (
     ServingError,
     ServingTarget,
     Version,
-    _from_text,
-    _schema_of,
-    _to_text,
     ann_parts,
+    schema_of,
+    values_from_text,
+    values_to_text,
 )
 
 # Deletes or extends the lock only while ``ARGV[1]`` holds it: a holder that lost it (it
@@ -275,11 +275,14 @@ class RedisTarget(ServingTarget):
         record = json.loads(text)
         if record["dropped"]:
             raise ServingError(f"{asset}: v{number} was dropped while it was read; read again")
-        schema = _schema_of(record["arrow_schema"])
+        schema = schema_of(record["arrow_schema"])
         pending = {field: iter(json.loads(value)) for field, value in groups.items()}
         found = [next(pending[field]) for piece in order for field in json.loads(piece)]
         return pa.table(
-            [pa.array(_from_text(f.type, [r[f.name] for r in found]), f.type) for f in schema],
+            [
+                pa.array(values_from_text(f.type, [r[f.name] for r in found]), f.type)
+                for f in schema
+            ],
             schema=schema,
         )
 
@@ -320,7 +323,8 @@ class RedisTarget(ServingTarget):
         offset = 0
         for batch in rows.to_batches(max_chunksize=self.batch_rows):
             values = [
-                _to_text(f.type, batch.column(i).to_pylist()) for i, f in enumerate(rows.schema)
+                values_to_text(f.type, batch.column(i).to_pylist())
+                for i, f in enumerate(rows.schema)
             ]
             if key is not None:
                 fields = ["" if v is None else str(v) for v in batch.column(key).to_pylist()]

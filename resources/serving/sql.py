@@ -24,9 +24,9 @@ from resources.serving.target import (
     ServingError,
     ServingTarget,
     Version,
-    _schema_of,
     ann_parts,
     is_vector_type,
+    schema_of,
     vectors_from_bytes,
     vectors_to_bytes,
 )
@@ -227,7 +227,7 @@ class SqlTarget(ServingTarget):
             f"SELECT arrow_schema FROM {REGISTRY} WHERE asset = {p} AND version = {p}",
             (current.asset, current.version),
         )
-        schema = _schema_of(cur.fetchone()[0])
+        schema = schema_of(cur.fetchone()[0])
         cur.execute(f'SELECT * FROM "{current.asset}"')
         rows = cur.fetchall()
         columns = list(zip(*rows, strict=True)) if rows else [[] for _ in schema]
@@ -260,7 +260,7 @@ class SqlTarget(ServingTarget):
             f"SELECT arrow_schema FROM {REGISTRY} WHERE asset = {p} AND version = {p}",
             (current.asset, current.version),
         )
-        schema = _schema_of(cur.fetchone()[0])
+        schema = schema_of(cur.fetchone()[0])
         if VECTOR_COLUMN not in schema.names or not is_vector_type(
             schema.field(VECTOR_COLUMN).type
         ):

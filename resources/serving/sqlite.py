@@ -10,7 +10,7 @@ import pyarrow as pa
 from pydantic import Field
 
 from resources.serving.sql import SqlTarget
-from resources.serving.target import _from_text, _to_text
+from resources.serving.target import values_from_text, values_to_text
 from resources.storage import default_data_root
 
 
@@ -64,7 +64,7 @@ class SqliteTarget(SqlTarget):
         return "TEXT"
 
     def _to_python(self, kind: pa.DataType, values: list) -> list:
-        return _to_text(kind, values)
+        return values_to_text(kind, values)
 
     def _from_python(self, kind: pa.DataType, values: list) -> list:
-        return _from_text(kind, values)
+        return values_from_text(kind, values)

@@ -82,7 +82,7 @@ class Day:
             "model_version": self.model_version,
             "checks": self.checks,
             "rows": rows.num_rows,
-            "arrow_schema": _schema_text(rows.schema),
+            "arrow_schema": schema_text(rows.schema),
             "loaded_at": dt.datetime.now(dt.UTC).isoformat(timespec="seconds"),
             "load_seconds": time.perf_counter() - self.started,
         }
@@ -112,11 +112,11 @@ def _checked_name(asset: str) -> str:
     return asset
 
 
-def _schema_text(schema: pa.Schema) -> str:
+def schema_text(schema: pa.Schema) -> str:
     return base64.b64encode(schema.serialize().to_pybytes()).decode()
 
 
-def _schema_of(text: str) -> pa.Schema:
+def schema_of(text: str) -> pa.Schema:
     return pa.ipc.read_schema(pa.py_buffer(base64.b64decode(text)))
 
 
@@ -193,9 +193,9 @@ def _ann_of(payload: bytes) -> Ann:
 _ANN_CACHE: dict[tuple[str, str, int], Ann] = {}
 
 
-def _to_text(kind: pa.DataType, values: list) -> list:
+def values_to_text(kind: pa.DataType, values: list) -> list:
     """A column's values for a store that keeps text and plain numbers (SQLite, JSON): times as
-    ISO text, exact decimals as their text; ``_from_text`` turns them back."""
+    ISO text, exact decimals as their text; ``values_from_text`` turns them back."""
     if pa.types.is_timestamp(kind) or pa.types.is_date(kind) or pa.types.is_time(kind):
         return [None if v is None else v.isoformat() for v in values]
     if pa.types.is_decimal(kind):
@@ -203,7 +203,7 @@ def _to_text(kind: pa.DataType, values: list) -> list:
     return values
 
 
-def _from_text(kind: pa.DataType, values: list) -> list:
+def values_from_text(kind: pa.DataType, values: list) -> list:
     if pa.types.is_timestamp(kind):
         return [None if v is None else dt.datetime.fromisoformat(v) for v in values]
     if pa.types.is_date(kind):
