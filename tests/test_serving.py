@@ -581,6 +581,64 @@ def test_the_publish_step_rolls_back_from_its_launch_config(
     assert [v.version for v in target.versions(ASSET)] == [2, 1]  # the rolled-back day is kept
 
 
+# Redis keeps at least two versions (docs/serving.md says why), so this is the SQL targets'.
+@pytest.mark.parametrize("kind", KINDS)
+def test_readers_follow_the_swap_when_only_one_version_is_kept(
+    kind: str, request, tmp_path: Path
+) -> None:
+    """With ``keep_versions=1`` each swap drops the version a reader may be between finding and
+    reading: every read and search still answers from one whole version."""
+    import threading
+
+    target = _target(kind, request, tmp_path, keep_versions=1)
+    days = [vectors_day(200, seed) for seed in range(6)]
+    target.publish(DOCS, days[0][0], partition="2026-03-01")
+    errors: list[BaseException] = []
+    seen_versions: set[int] = set()
+    loading = threading.Event()
+
+    def read() -> None:
+        while not loading.is_set():
+            try:
+                rows = target.read_current(DOCS)
+                # One whole version: 200 rows, all of one seed's documents.
+                assert rows.num_rows == 200
+                assert len({d.split("-")[1] for d in rows["doc_id"].to_pylist()}) == 1
+                [(key, _)] = target.search(DOCS, days[0][1][0], k=1)
+                seen_versions.add(int(key.split("-")[1]))
+            except BaseException as exc:  # noqa: BLE001 - any failure is the finding
+                errors.append(exc)
+                return
+
+    readers = [threading.Thread(target=read) for _ in range(2)]
+    for reader in readers:
+        reader.start()
+    for seed, (rows, _) in enumerate(days[1:], start=1):
+        target.publish(DOCS, rows, partition=f"2026-03-0{seed + 1}")
+    loading.set()
+    for reader in readers:
+        reader.join(timeout=60)
+    assert not errors, errors
+    assert [v.version for v in target.versions(DOCS)] == [6]
+    assert len(seen_versions) >= 1
+
+
+def test_first_loads_at_once_on_a_new_postgres_database_both_land(request, tmp_path: Path) -> None:
+    """Two first-ever loads against a database with no registry yet: one creates it, the other
+    waits for it; both versions land, one after the other."""
+    from concurrent.futures import ThreadPoolExecutor
+
+    target = _target("postgres", request, tmp_path)
+    with ThreadPoolExecutor(2) as pool:
+        loads = [
+            pool.submit(target.publish, ASSET, day(m, users=40), partition="2026-03-01")
+            for m in ("a", "b")
+        ]
+        versions = sorted(load.result(timeout=120).version for load in loads)
+    assert versions == [1, 2]
+    assert [v.version for v in target.versions(ASSET)] == [2, 1]
+
+
 def test_a_publish_of_a_day_never_published_says_what_stays_current(
     resources: dict, instance: DagsterInstance
 ) -> None:

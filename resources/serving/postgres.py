@@ -63,6 +63,16 @@ class PostgresTarget(SqlTarget):
 
         return psycopg2.connect(connect_timeout=self.connect_timeout_s, **self._parameters())
 
+    def _ensure_registry(self, cursor) -> None:
+        cursor.execute("SELECT to_regclass(%s)", (REGISTRY,))
+        if cursor.fetchone()[0] is not None:
+            return
+        # Two first loads at once would both create it: CREATE TABLE IF NOT EXISTS is not safe
+        # against a concurrent create in PostgreSQL (a unique violation in its catalog), so the
+        # first creation is one transaction at a time.
+        cursor.execute("SELECT pg_advisory_xact_lock(hashtext(%s))", (f"nightshift:{REGISTRY}",))
+        super()._ensure_registry(cursor)
+
     def _lock(self, cursor) -> None:
         # Conflicts with itself and with writers, not with plain SELECTs.
         cursor.execute(f"LOCK TABLE {REGISTRY} IN SHARE ROW EXCLUSIVE MODE")

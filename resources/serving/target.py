@@ -42,6 +42,9 @@ VECTOR_COLUMN = "embedding"
 # Index bytes are stored in parts, so that no single value nears a store's value limit.
 ANN_PART_BYTES = 16 * 1024 * 1024
 
+# How many times a read follows the current version when a swap drops the one it was reading.
+READ_TRIES = 5
+
 _NAME = re.compile(r"^[a-z_][a-z0-9_]*$")
 
 
@@ -298,12 +301,34 @@ class ServingTarget(ConfigurableResource):
 
     def read_current(self, asset: str) -> pa.Table:
         """The rows readers see now, in the order and types they were published with."""
-        asset = _checked_name(asset)
-        with self._session() as session:
-            current = self._current(session, asset)
-            if current is None:
-                raise ServingError(f"{asset}: nothing is served")
-            return self._read(session, current)
+        return self._on_current(_checked_name(asset), self._read)
+
+    def _on_current(self, asset: str, read: Callable[[Any, Version], Any]) -> Any:
+        """``read(session, current)`` on the version current now.
+
+        Finding the current version and reading it are two statements: in between, a load on
+        another connection can make a newer version current and drop this one (PostgreSQL
+        reads each statement at its own snapshot; ``keep_versions=1`` drops at once). A read
+        that fails on a version no longer current is done again on the one that is.
+        """
+        for _ in range(READ_TRIES):
+            current: Version | None = None
+            try:
+                with self._session() as session:
+                    current = self._current(session, asset)
+                    if current is None:
+                        raise ServingError(f"{asset}: nothing is served")
+                    return read(session, current)
+            except ServingError:
+                raise
+            except Exception:
+                now = self.current(asset)
+                if current is None or now is None or now.version == current.version:
+                    raise
+        raise ServingError(
+            f"{asset}: the current version changed under {READ_TRIES} reads in a row; "
+            "loads are swapping faster than a read completes"
+        )
 
     def drop_old(self, asset: str) -> list[int]:
         """Drops the versions beyond the newest ``keep_versions``, never the current one."""
@@ -346,10 +371,8 @@ class ServingTarget(ConfigurableResource):
 
     def _ann_and_query(self, asset: str, vector) -> tuple[Ann, np.ndarray]:
         asset = _checked_name(asset)
-        with self._session() as session:
-            current = self._current(session, asset)
-            if current is None:
-                raise ServingError(f"{asset}: nothing is served")
+
+        def index_of(session, current: Version) -> Ann:
             found = (self.address(), asset, current.version, current.loaded_at)
             found += (current.load_seconds,)
             ann = _ANN_CACHE.get(found)
@@ -364,6 +387,9 @@ class ServingTarget(ConfigurableResource):
                 for old in [c for c in _ANN_CACHE if c[:2] == found[:2]]:
                     del _ANN_CACHE[old]
                 _ANN_CACHE[found] = ann
+            return ann
+
+        ann = self._on_current(asset, index_of)
         query = unit_rows(np.asarray(vector, dtype=np.float32).reshape(1, -1))
         if query.shape[1] != ann.index.d:
             raise ServingError(
