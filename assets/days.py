@@ -27,6 +27,7 @@ from dagster import (
     AssetRecordsFilter,
     AssetsDefinition,
     AssetSpec,
+    DagsterEventType,
     Output,
     PreviewWarning,
     multi_asset,
@@ -208,6 +209,30 @@ def latest_materialization(context: AssetExecutionContext, asset: str, date: str
         AssetRecordsFilter(asset_key=AssetKey(asset), asset_partitions=[date]), limit=1
     ).records
     return records[0] if records else None
+
+
+def day_checks(context: AssetExecutionContext, asset: str, date: str) -> dict[str, bool]:
+    """Whether each check on ``asset`` passed on ``date``, as :class:`DayRecorder` recorded
+    them against the day's latest materialisation (a re-scored day's, not an earlier run's);
+    empty when the day has none."""
+    latest = latest_materialization(context, asset, date)
+    if latest is None:
+        return {}
+    records = context.instance.get_records_for_run(
+        latest.run_id, of_type=DagsterEventType.ASSET_CHECK_EVALUATION
+    ).records
+    results: dict[str, bool] = {}
+    for record in records:
+        evaluation = record.event_log_entry.dagster_event.event_specific_data
+        target = evaluation.target_materialization_data
+        if (
+            evaluation.asset_key == AssetKey(asset)
+            and evaluation.partition == date
+            and target is not None
+            and target.storage_id == latest.storage_id
+        ):
+            results[evaluation.check_name] = evaluation.passed
+    return results
 
 
 def _evaluation(

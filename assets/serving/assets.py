@@ -21,7 +21,7 @@ from dagster import (
 )
 from pydantic import Field
 
-from assets.days import DayRecorder, daily_assets
+from assets.days import DayRecorder, daily_assets, day_checks
 from assets.handed import handed, read_at
 from assets.partitions import partition_dates
 from policy.automation import after_parent_passes_checks
@@ -109,6 +109,9 @@ def publish_day(
             allow_retries=False,
         ) from exc
     record["model_version"] = record["model_version"] or _models(rows)
+    # An output published before its checks ran (fraud_alerts) records none on its commit: the
+    # results the automation waited for are those Dagster holds for the day.
+    record["checks"] = record["checks"] or day_checks(context, scored, date)
     try:
         before = serving.current(scored)
         if before is not None and before.partition > date:
