@@ -256,3 +256,76 @@ def test_a_failed_day_says_why_one_click_from_its_partition(page, ui_stack: Dags
     page.get_by_text(reason).first.wait_for()
     page.get_by_text("To fix it, land the day's parquet files there").first.wait_for()
     shot(page, "fraud_scores_failed_day_logs")
+
+
+ROLLBACK_CONFIG = "ops: {fraud_alerts_serving: {config: {rollback: true}}}"
+
+
+def partition_value(page, key: str) -> str:
+    """A metadata value in a partition's latest materialisation (key, value, then an empty
+    cell for the row's actions)."""
+    row = page.locator("tr", has=page.get_by_text(key, exact=True)).first
+    row.locator("td").nth(1).wait_for()
+    return row.locator("td").nth(1).inner_text().strip()
+
+
+def test_the_serving_step_shows_what_is_current_and_what_a_failed_load_left(
+    page, ui_stack: DagsterStack
+) -> None:
+    """Issue 38's point 5: the publish step's partition shows the version current, its rows and
+    load time; a failed load's logs say what stayed current; and a rollback launched from the
+    Launchpad says which version it made current again."""
+    from resources.serving import ServingError, SqliteTarget
+
+    landed = ui_stack.facts["landed"]
+    # The store the stack serves into: the embedded default, under its data root.
+    target = SqliteTarget(path=str(ui_stack.data_root / "serving" / "serving.sqlite"))
+
+    # The automation sensor serves the landing sensor's day by itself once its checks passed.
+    def landed_served():
+        try:
+            current = target.current("fraud_alerts")
+        except ServingError:  # nothing loaded yet: the store has no registry
+            return None
+        return current if current is not None and current.partition == landed else None
+
+    served = wait_for(
+        landed_served,
+        240,
+        "the automation sensor's publish of the landed day",
+        every=5,
+    )
+
+    launchpad(page, ui_stack, "fraud_serving_job")
+    shows_success(page, ui_stack, launch(page, partition=landed))
+    current = target.current("fraud_alerts")
+    assert current.partition == landed and current.version > served.version
+    open_partition(page, ui_stack, "fraud_alerts_serving", landed)
+    assert partition_value(page, "current_version") == str(current.version)
+    assert partition_value(page, "previous_version") == str(served.version)
+    assert partition_value(page, "served_at") == target.address()
+    assert float(partition_value(page, "load_seconds")) >= 0
+    assert partition_value(page, "dagster/row_count") == str(current.rows)
+    shot(page, "fraud_alerts_serving_current")
+
+    # Launched for a day that was never scored: the load fails once, saying what stayed.
+    yesterday = completed_days(1, ending_days_ago=1)[0]
+    launchpad(page, ui_stack, "fraud_serving_job")
+    run_id = launch(page, partition=yesterday)
+    assert wait_for_run(ui_stack, run_id)["status"] == "FAILURE"
+    open_partition(page, ui_stack, "fraud_alerts_serving", yesterday)
+    page.get_by_text(re.compile(rf"Run {run_id[:8]} failed")).wait_for()
+    page.get_by_text("View logs", exact=True).click()
+    page.get_by_text(f"v{current.version} ({landed}) is still current").first.wait_for()
+    shot(page, "fraud_alerts_serving_failed_load_logs")
+    assert target.current("fraud_alerts").version == current.version
+
+    # The rollback, from the Launchpad: the version before is current again, and the
+    # partition's latest materialisation says so.
+    launchpad(page, ui_stack, "fraud_serving_job")
+    shows_success(page, ui_stack, launch(page, partition=landed, config=ROLLBACK_CONFIG))
+    assert target.current("fraud_alerts").version == served.version
+    open_partition(page, ui_stack, "fraud_alerts_serving", landed)
+    assert partition_value(page, "current_version") == str(served.version)
+    assert partition_value(page, "rolled_back_from") == str(current.version)
+    shot(page, "fraud_alerts_serving_rolled_back")
