@@ -223,7 +223,7 @@ def score(
                 check_seconds = round(check_seconds + time.perf_counter() - started, 4)
             refused = days.refused(checks)
             verdicts = {str(c.check_name): bool(c.passed) for c in checks}
-            outcome = _publish_or_reject(
+            outcome = publish_or_reject(
                 context, store, spec.asset, date, staged, refused, verdicts, model.version
             )
             figures = {
@@ -248,7 +248,7 @@ def score(
     yield from days.finish()
 
 
-def _publish_or_reject(
+def publish_or_reject(
     context: AssetExecutionContext,
     store: DataStore,
     asset: str,

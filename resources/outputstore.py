@@ -56,6 +56,8 @@ class Published:
     files: int
     # table -> the snapshot that put the day on its main.
     snapshots: dict[str, int] = field(default_factory=dict)
+    # Published with ``audit``: the day staged, waiting for its checks (not on main yet).
+    staged: StagedDay | None = None
 
 
 def catalog_properties(
@@ -214,29 +216,44 @@ class OutputStore(FileStore):
         return S3CasStore(client)
 
     def publish(
-        self, asset: str, date: str, batches: Iterable[pa.RecordBatch | pa.Table], schema: pa.Schema
+        self,
+        asset: str,
+        date: str,
+        batches: Iterable[pa.RecordBatch | pa.Table],
+        schema: pa.Schema,
+        audit: bool = False,
     ) -> Published:
         """Writes a whole partition and commits it in one step (no checkpoints).
 
         Re-running a partition replaces it; it never appends. If writing fails, nothing is
-        committed and the previously published partition stays as it was.
+        committed and the previously published partition stays as it was. With ``audit`` the
+        day is only staged (``Published.staged``): the caller reads it there, runs its checks
+        and publishes or rejects it.
         """
         writer = ShardedWriter(
             ShardFileTargets(self.partition_target(asset, date), schema),
             uuid.uuid4().hex,
             shard_rows=0,
             lineage=f"publish-{uuid.uuid4().hex}",
+            audit=audit,
         )
         writer.begin()
+        report = None
         try:
             tables = (b if isinstance(b, pa.Table) else pa.Table.from_batches([b]) for b in batches)
             writer.write_shard(0, tables, rows_in=0)
             report = writer.commit(1)
         finally:
             writer.close()
-            writer.discard_staging()
+            if report is None or report.staged is None:
+                # A staged day keeps its staging until it is published or rejected.
+                writer.discard_staging()
         return Published(
-            uri=report.uri, rows=report.rows_out, files=1, snapshots=report.published_ids
+            uri=report.uri,
+            rows=report.rows_out,
+            files=1,
+            snapshots=report.published_ids,
+            staged=report.staged,
         )
 
     @contextmanager

@@ -289,3 +289,35 @@ def test_the_side_output_is_committed_with_the_scores(fraud) -> None:
     scores = store.read_output("fraud_scores", date)
     assert flagged.num_rows == scores.filter(pc.field("flagged")).num_rows
     assert flagged.schema.field("amount").type == pa.float64()
+
+
+def test_an_alerts_day_its_check_refuses_never_reaches_main(fraud, monkeypatch) -> None:
+    """The alert count is checked on the day as staged: an alerts build that loses a flagged
+    transaction fails its blocking check, the day is kept off main (on a branch of its own),
+    and main keeps the day it had."""
+    from assets.fraud import pipeline
+
+    store, date = fraud["store"], _day(fraud)
+    first = _run(fraud, [transactions, fraud_scores, fraud_alerts], date)
+    assert first.success
+    before = store.read_output("fraud_alerts", date)
+    before_commit = store.output_commit("fraud_alerts", date)
+    assert before.num_rows >= 2
+
+    built = pipeline.flagged_transactions
+
+    def losing_one(store: DataStore, date: str) -> pa.Table:
+        rows = built(store, date)
+        return rows.slice(1)  # a bug in the build: the highest-scored alert is lost
+
+    monkeypatch.setattr(pipeline, "flagged_transactions", losing_one)
+    refused = _run(fraud, [fraud_alerts], date)
+
+    assert not refused.success
+    checks = {c.check_name: c.passed for c in refused.get_asset_check_evaluations()}
+    assert checks == {"alert_count_matches_flagged_scores": False}
+    meta = asset_metadata(refused, "fraud_alerts")
+    assert meta["rejected_branch"] and "not published" in meta["main"]
+    assert f"main keeps commit {before_commit}" in meta["main"]
+    assert store.output_commit("fraud_alerts", date) == before_commit
+    assert store.read_output("fraud_alerts", date).equals(before)

@@ -23,8 +23,9 @@ from assets.fraud.model import (
 )
 from assets.fraud.schemas import ALERTS, GROUP, SCORES
 from assets.fraud.scoring import fraud_scores
-from assets.handed import handed, read_at, snapshot_metadata
+from assets.handed import SNAPSHOTS, handed, read_at, snapshot_metadata
 from assets.partitions import partition_dates
+from assets.runner import publish_or_reject
 from policy.automation import after_parent_passes_checks
 from resources.storage import StorageResource
 
@@ -56,22 +57,38 @@ __all__ = [
     checks=[AssetCheckSpec("alert_count_matches_flagged_scores", asset=ALERTS, blocking=True)],
 )
 def fraud_alerts(context: AssetExecutionContext, storage: StorageResource):
-    """Publishes each day's alerts from the flagged transactions scored with them."""
+    """Publishes each day's alerts from the flagged transactions scored with them, once their
+    check passed on the day as staged: a day it refuses never reaches main."""
     store, days = storage.store(), DayRecorder(context)
     for date in partition_dates(context):
         # The scores and flagged details as fraud_scores' materialisation handed them on.
         pins = handed(context, store, [SCORES], date)
         with store.pinned(pins):
             with fail_fast_on_bad_input():
-                published, amount = pipeline.publish_alerts(store, date)
-            context.log.info(f"fraud_alerts {date}: {published.rows} alerts -> {published.uri}")
-            flagged, alerts = pipeline.count_alerts(store, [date])
+                staged, amount = pipeline.stage_alerts(store, date)
+            with store.reading(staged.staged):
+                flagged, alerts = pipeline.count_alerts(store, [date])
+            scored = store.output_figures(SCORES, date)
+        check = alert_check_result(flagged, alerts)
+        outcome = publish_or_reject(
+            context,
+            store,
+            ALERTS,
+            date,
+            staged.staged,
+            days.refused([check]),
+            {str(check.check_name): bool(check.passed)},
+            scored.text("model_version") if scored is not None else "",
+        )
+        if "main" not in outcome:
+            context.log.info(f"fraud_alerts {date}: {staged.rows} alerts -> {staged.uri}")
         metadata = {
-            "dagster/row_count": published.rows,
-            "output": MetadataValue.path(published.uri),
+            "dagster/row_count": staged.rows,
+            "output": MetadataValue.path(staged.uri),
             "flagged_amount": round(amount, 2),
-            **snapshot_metadata(published.snapshots),
+            **{k: v for k, v in outcome.items() if k != SNAPSHOTS},
+            **snapshot_metadata(outcome.get(SNAPSHOTS, {})),
             **read_at(pins),
         }
-        yield from days.record(ALERTS, date, metadata, [alert_check_result(flagged, alerts)])
+        yield from days.record(ALERTS, date, metadata, [check], why=outcome.get("main"))
     yield from days.finish()

@@ -252,19 +252,20 @@ def flagged_transactions(store: DataStore, date: str) -> pa.Table:
     return _output(store, FLAGGED, date).to_table()
 
 
-def publish_alerts(store: DataStore, date: str) -> tuple[Published, float]:
-    """Publishes the day's flagged transactions with their details, highest score first.
+def stage_alerts(store: DataStore, date: str) -> tuple[Published, float]:
+    """Stages the day's flagged transactions with their details, highest score first: not on
+    main until their check passed (``Published.staged`` publishes or rejects them).
 
     The details come from what scoring read, not from landing: a landing file replaced since,
     or a duplicate id that scoring quarantined, cannot change an alert.
 
     Returns:
-        where they went, and the flagged amount in total.
+        where they are staged, and the flagged amount in total.
     """
     alerts = flagged_transactions(store, date)
     alerts = alerts.sort_by([("score", "descending"), ("transaction_id", "ascending")])
-    published = store.publish(ALERTS, date, [alerts], ALERTS_SCHEMA)
-    return published, float(pc.sum(alerts["amount"]).as_py() or 0.0)
+    staged = store.publish(ALERTS, date, [alerts], ALERTS_SCHEMA, audit=True)
+    return staged, float(pc.sum(alerts["amount"]).as_py() or 0.0)
 
 
 def count_alerts(store: DataStore, dates: Sequence[str]) -> tuple[int, int]:
