@@ -65,6 +65,8 @@ SIZES = {
         "serving_users": 50_000,
         "serving_repeats": 3,
         "serving_docs": 2_000,
+        "serving_news_docs": 2_000,
+        "serving_news_queries": 500,
     },
     # benchmarks/gpu.sh: a CUDA box with many cores, all of it in under 8 minutes.
     "large": {
@@ -98,6 +100,8 @@ SIZES = {
         "serving_users": 50_000,
         "serving_repeats": 3,
         "serving_docs": 2_000,
+        "serving_news_docs": 2_000,
+        "serving_news_queries": 500,
     },
     "quick": {
         "fraud_rows": 100_000,
@@ -130,6 +134,8 @@ SIZES = {
         "serving_users": 2_000,
         "serving_repeats": 1,
         "serving_docs": 200,
+        "serving_news_docs": 200,
+        "serving_news_queries": 50,
     },
 }
 
@@ -166,6 +172,37 @@ def parse_args(argv: list[str] | None = None) -> argparse.Namespace:
     )
     parser.add_argument(
         "--plan", action="store_true", help="print the sizes and settings, then exit"
+    )
+    parser.add_argument(
+        "--news-docs",
+        type=int,
+        help="workload 11: real news documents published for the vector search (default "
+        "2,000; the sample has 9,997, of which --news-queries are held out as queries)",
+    )
+    parser.add_argument(
+        "--news-queries", type=int, help="workload 11: held-out news queries (default 500)"
+    )
+    parser.add_argument(
+        "--ann-sizes",
+        type=int,
+        nargs="*",
+        default=[],
+        help="workload 11: vector counts for the index at scale (none by default; beyond the "
+        "news sample, real vectors plus gaussian perturbations)",
+    )
+    parser.add_argument(
+        "--ann-settings",
+        nargs="*",
+        default=[],
+        metavar="M:EFC:EFS",
+        help="workload 11: HNSW settings (M:efConstruction:efSearch) tried at each --ann-sizes "
+        "size (default: the serving target's own)",
+    )
+    parser.add_argument(
+        "--vectors-cache",
+        type=Path,
+        help="workload 11: folder that keeps the news embeddings between runs (embedding the "
+        "whole sample takes minutes on 2 cores)",
     )
     return parser.parse_args(argv)
 
@@ -250,7 +287,14 @@ def run_workload(name: str, args: argparse.Namespace, sizes: dict, work: Path) -
 
         users = int(sizes["serving_users"] * scale)
         docs = int(sizes["serving_docs"] * scale)
-        return serving.run(work, users, 20, sizes["items"], sizes["serving_repeats"], docs)
+        vectors = serving.VectorRuns(
+            news_docs=args.news_docs or sizes["serving_news_docs"],
+            news_queries=args.news_queries or sizes["serving_news_queries"],
+            ann_sizes=args.ann_sizes,
+            ann_settings=[serving.hnsw_setting(text) for text in args.ann_settings],
+            cache=args.vectors_cache,
+        )
+        return serving.run(work, users, 20, sizes["items"], sizes["serving_repeats"], docs, vectors)
     from benchmarks import backfill
 
     return backfill.run(work, sizes["partitions"], sizes["partition_rows"], threads)

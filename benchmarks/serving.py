@@ -12,12 +12,15 @@ The vector figure: ``docs`` demo articles embedded by ``document_embeddings``' o
 (the shipped MiniLM, offline) and published as a version of ``document_embeddings``, with its
 HNSW index; queries are as many other articles again (up to ``QUERIES``), embedded the same way.
 Recall@10 of ``search`` (the index) against ``search_exact`` (every vector compared), and the
-queries/s of the two, one query at a time, alternated, best of ``repeats``.
+queries/s of the two, one query at a time, alternated, best of ``repeats``. The same on real
+news, and the index at scale when sizes are asked for: ``benchmarks/serving_ann.py``.
 """
 
 from __future__ import annotations
 
 import sqlite3
+from collections.abc import Sequence
+from dataclasses import dataclass
 from pathlib import Path
 
 import numpy as np
@@ -25,12 +28,39 @@ import pyarrow as pa
 import pyarrow.compute as pc
 
 from benchmarks.common import Workload, best_alternated
+from benchmarks.serving_ann import news_search, scale_sweep, search_figures
 from resources.serving import SqliteTarget
 
 ASSET = "user_recommendations"
 DAY = "2026-03-01"
 DOCS = "document_embeddings"
 QUERIES = 500
+
+
+@dataclass(frozen=True)
+class VectorRuns:
+    """The vector figures beyond the demo articles': real news, and the index at scale."""
+
+    news_docs: int = 0
+    news_queries: int = QUERIES
+    ann_sizes: Sequence[int] = ()
+    # (M, efConstruction, efSearch) per run at each size; none: the target's own.
+    ann_settings: Sequence[tuple[int, int, int]] = ()
+    cache: Path | None = None
+
+    def settings(self) -> list[tuple[int, int, int]]:
+        fields = SqliteTarget.model_fields
+        own = tuple(fields[name].default for name in ("hnsw_m", "ef_construction", "ef_search"))
+        return list(self.ann_settings) or [own]
+
+
+def hnsw_setting(text: str) -> tuple[int, int, int]:
+    """``M:efConstruction:efSearch`` as three integers."""
+    try:
+        m, ef_construction, ef_search = (int(part) for part in text.split(":"))
+    except ValueError:
+        raise ValueError(f"an HNSW setting is M:efConstruction:efSearch, got {text!r}") from None
+    return m, ef_construction, ef_search
 
 
 def recommendations_day(users: int, k: int, items: int, seed: int = 0) -> pa.Table:
@@ -101,20 +131,8 @@ def vectors(workload: Workload, work: Path, docs: int, repeats: int) -> None:
     )
     target = SqliteTarget(path=str(work / "serving" / "vectors.sqlite"))
     version = target.publish(DOCS, rows, partition=DAY)
-    target.search(DOCS, asked[0])  # the index is read and deserialized once, not timed
-
-    def every(search) -> list:
-        return [search(DOCS, query, 10) for query in asked]
-
-    best = best_alternated(
-        {"ann": lambda: every(target.search), "exact": lambda: every(target.search_exact)},
-        repeats,
-    )
-    (ann, ann_s), (exact, exact_s) = best["ann"], best["exact"]
-    found = sum(
-        len({key for key, _ in a} & {key for key, _ in e}) for a, e in zip(ann, exact, strict=True)
-    )
-    recall = found / (10 * queries)
+    got = search_figures(target, asked, repeats)
+    recall, ann_s, exact_s = got["recall"], got["ann_s"], got["exact_s"]
     workload.compare(
         "SqliteTarget.search: the version's HNSW index (inner product on unit vectors)",
         "SqliteTarget.search_exact: cosine against every vector of the version",
@@ -139,7 +157,15 @@ def vectors(workload: Workload, work: Path, docs: int, repeats: int) -> None:
     )
 
 
-def run(work: Path, users: int, k: int, items: int, repeats: int, docs: int = 0) -> Workload:
+def run(
+    work: Path,
+    users: int,
+    k: int,
+    items: int,
+    repeats: int,
+    docs: int = 0,
+    more: VectorRuns | None = None,
+) -> Workload:
     rows = recommendations_day(users, k, items)
     path = work / "serving" / "serving.sqlite"
     target = SqliteTarget(path=str(path), keep_versions=2)
@@ -176,4 +202,17 @@ def run(work: Path, users: int, k: int, items: int, repeats: int, docs: int = 0)
     )
     if docs:
         vectors(workload, work, docs, repeats)
+    more = more or VectorRuns()
+    if more.news_docs:
+        news_search(workload, work, more.news_docs, more.news_queries, repeats, more.cache)
+    if more.ann_sizes:
+        scale_sweep(
+            workload,
+            work,
+            more.ann_sizes,
+            more.news_queries,
+            repeats,
+            more.cache,
+            more.settings(),
+        )
     return workload

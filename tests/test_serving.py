@@ -768,6 +768,20 @@ def test_real_embeddings_find_themselves_and_the_index_finds_the_exact_neighbour
     assert recall_at(target, DOCS, matrix[::6]) >= 0.9
 
 
+def test_real_news_held_out_queries_find_the_exact_neighbours(tmp_path: Path) -> None:
+    """Real text: 300 documents of the committed News Category sample (benchmarks/data)
+    embedded by the asset's model step and served; 40 other documents of it as queries."""
+    from benchmarks.news_corpus import news_documents, news_vectors
+
+    documents = news_documents()
+    matrix = news_vectors(documents[:300] + documents[-40:])
+    ids = [f"news-{n:04d}" for n in range(300)]
+    target = SqliteTarget(path=str(tmp_path / "serving.sqlite"))
+    target.publish(DOCS, embeddings_day(ids, matrix[:300]), partition="2026-03-01")
+    assert target.search(DOCS, matrix[7], k=1)[0][0] == ids[7]
+    assert recall_at(target, DOCS, matrix[300:]) >= 0.9
+
+
 def test_the_embeddings_publish_asset_serves_a_searchable_day(
     store: DataStore, resources: dict, tmp_path: Path
 ) -> None:
