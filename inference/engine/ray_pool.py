@@ -21,6 +21,7 @@ from typing import Any
 
 from inference.engine.device import MALLOC_ARENAS
 from inference.engine.shard_worker import ShardInput, ShardJob, ShardResult, compute_shard
+from inference.engine.watchdog import Heartbeat, StallLimit, Watchdog
 
 # Restarts of one actor, and retries of one shard on a restarted actor, before the step fails.
 MAX_RESTARTS = 3
@@ -159,7 +160,11 @@ class RayPool:
             cause = exc.cause if isinstance(exc.cause, BaseException) else None
             raise (cause or exc) from None
 
-    def stop(self, handles: list[Any]) -> tuple[list[ShardResult], int]:
+    def watchdog(self, limit: StallLimit) -> Watchdog:
+        """Not yet on Ray: the actors' model calls do not beat a heartbeat the driver sees."""
+        return Watchdog(Heartbeat(), StallLimit(seconds=0))
+
+    def stop(self, handles: list[Any], abandon: bool = False) -> tuple[list[ShardResult], int]:
         """Cancels the shards not finished; those finished are returned, the others' rows
         are the work lost."""
         if not handles:
