@@ -1,12 +1,13 @@
 """Shards computed in the step's own process (the ``local`` executor).
 
-Each shard's model calls run on a thread of their own, one shard at a time, while the step's
-thread drives: it records finished shards, sees an interruption at once (a signal is handled on
-the step's thread) and asks the progress watchdog (inference/engine/watchdog.py) whether the
-day still moves. A model call that never returns therefore holds only its own thread: the step
-stops waiting for it, keeps the finished shards and fails, whatever the call is stuck in. The
-stop check is read at every model call, so an interruption stops the shard being scored at its
-next call, as before.
+With the progress watchdog on (inference/engine/watchdog.py; the spot-safe step always asks for
+it), each shard's model calls run on a thread of their own, one shard at a time, while the
+step's thread drives: it records finished shards, sees an interruption at once (a signal is
+handled on the step's thread) and asks the watchdog whether the day still moves. A model call
+that never returns therefore holds only its own thread: the step stops waiting for it, keeps the
+finished shards and fails, whatever the call is stuck in. The stop check is read at every model
+call, so an interruption stops the shard being scored at its next call. Without a watchdog
+(:func:`run_local`, the engine without Dagster) the model calls run on the caller's thread.
 
 What comes before a shard's first model call (its program: the fraud profile of its accounts;
 and its first calls' preparation) runs on a starting thread while the shard before it is
@@ -95,8 +96,8 @@ def _in_thread(name: str, fn: Callable[[], object]) -> Future:
 
 
 class LocalPool:
-    """Computes shards in this process: one shard's model calls on a scoring thread while the
-    next is started on another, and the step's thread free to watch both."""
+    """Computes shards in this process: one shard's model calls on a scoring thread (on the
+    caller's, without a watchdog) while the next is started on another."""
 
     # The shard being scored and the one being started. Nothing is read ahead of them: the
     # started shard is already ahead of the model, and a third shard's rows would only be held.
@@ -139,6 +140,13 @@ class LocalPool:
         if not handles:
             return []
         oldest = handles[0]
+        if not self._watched:
+            # Nothing watches the calls: they run here, as the caller waits for them.
+            ready = [h for h in handles if h.finished]
+            if ready or timeout <= 0:
+                return ready
+            self._score(oldest)
+            return [oldest]
         if oldest.scoring is None and not oldest.finished:
             oldest.scoring = threading.Thread(
                 target=self._score, args=(oldest,), name="nightshift-score", daemon=True
@@ -150,10 +158,15 @@ class LocalPool:
         oldest.done.wait(timeout)
         return [h for h in handles if h.finished]
 
+    @property
+    def _watched(self) -> bool:
+        return self._watchdog is not None and not self._watchdog.limit.off
+
     def _score(self, handle: _Handle) -> None:
-        # Signals are the step's thread's to handle; blocked here, a signal still waiting for
-        # it is seen by this thread's stop check (inference/engine/interrupt.py).
-        signal.pthread_sigmask(signal.SIG_BLOCK, WATCHED_SIGNALS)
+        if threading.current_thread() is not threading.main_thread():
+            # Signals are the step's thread's to handle; blocked here, a signal still waiting
+            # for it is seen by this thread's stop check (inference/engine/interrupt.py).
+            signal.pthread_sigmask(signal.SIG_BLOCK, WATCHED_SIGNALS)
         try:
             started = handle.started.result()  # a failure to start the shard is raised here
             with hosting(self._models):

@@ -68,8 +68,8 @@ class Stalled(Interrupted):
     def __init__(self, stall: Stall, where: str, shards_done: int, rows: int, interruptions: int):
         Exception.__init__(
             self,
-            f"stalled: {stall.describe()} at {where}; the stuck work was stopped and "
-            f"{shards_done} finished shards kept, {rows} rows of the shards in flight will be "
+            f"stalled: {stall.describe()} at {where}; the stuck work was stopped, "
+            f"{shards_done} finished shards kept and the stuck shard's {rows} rows will be "
             f"redone on retry (interruption {interruptions} of this partition)",
         )
         self.reason = f"stalled: {stall.describe()}"
@@ -278,8 +278,14 @@ class _Loop:
         finished anyway, and says where the day stopped moving."""
         handles = list(self.pending)
         finished, _ = self.pool.stop(handles, abandon=True)
+        # The stuck shard's rows are all redone (its marker says so to the retry); a shard
+        # only started lost nothing.
         kept = {r.index for r in finished}
-        lost = sum(s.rows.num_rows for s in self.pending.values() if s.index not in kept)
+        lost = sum(
+            s.rows.num_rows
+            for s in self.pending.values()
+            if s.index == stall.shard and s.index not in kept
+        )
         by_index = {s.index: s for s in self.pending.values()}
         self.pending.clear()
         for result in sorted(finished, key=lambda r: r.index):
