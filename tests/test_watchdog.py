@@ -5,9 +5,11 @@ publishes the output of a clean run exactly once; the time lost reaches the capa
 import ctypes
 import datetime as dt
 import os
+import sys
 import threading
 import time
 from collections.abc import Iterator
+from dataclasses import dataclass
 
 import numpy as np
 import pyarrow as pa
@@ -19,8 +21,10 @@ from assets.checkpointing import spot_safe
 from assets.partitions import partition_dates
 from assets.runner import scoring_metadata
 from inference.engine.ledger import LedgerBook
-from inference.engine.shard_worker import ModelStep
-from inference.engine.shards import WAIT_SECONDS
+from inference.engine.shard_worker import ModelStep, ShardJob
+from inference.engine.ray_pool import BEAT_SECONDS
+from inference.engine.shard_writer import ShardedWriter, ShardFileTargets
+from inference.engine.shards import WAIT_SECONDS, Stalled, Watch, row_range_shards, run_partition
 from inference.engine.watchdog import Heartbeat, StallLimit, Watchdog
 from inference.engine.work import Input, Output, Sizes, Work
 from policy.partitions import daily_partitions
@@ -284,3 +288,91 @@ def test_the_settings_come_from_the_environment(monkeypatch) -> None:
     monkeypatch.setenv("NIGHTSHIFT_STALL_BATCH_MULTIPLE", "10")
     limit = InferenceResource(**engine_overrides()).stall_limit()
     assert limit == StallLimit(seconds=120.0, floor=30.0, ceiling=600.0, batch_multiple=10.0)
+
+
+# -- on Ray: the stuck call is in a worker process, which is killed ---------------------------
+
+
+@pytest.fixture(scope="module")
+def ray():
+    ray_module = pytest.importorskip("ray")
+    from inference.engine.ray_pool import ray_session
+
+    with ray_session("", num_cpus=2, num_gpus=0) as session:
+        ray_module.cloudpickle.register_pickle_by_value(sys.modules[__name__])
+        yield session
+
+
+@dataclass(frozen=True)
+class SleepsAt:
+    """Doubles ids, 50 rows a call; the call that starts at id ``at`` sleeps for ever."""
+
+    at: int | None
+
+    def __call__(self, rows: pa.Table) -> ModelStep:
+        def transform(batch: pa.RecordBatch, prepared) -> pa.Table:
+            if batch["id"][0].as_py() == self.at:
+                while True:
+                    time.sleep(1)
+            ids = batch["id"].to_numpy()
+            return pa.table({"id": ids, "y": ids * 2.0})
+
+        return ModelStep(transform)
+
+
+def _ray_day(store: DataStore, pool, at: int | None, lineage: str):
+    writer = ShardedWriter(
+        ShardFileTargets(store.partition_target("out", DAY), SCHEMA), "fp", SHARD_ROWS, lineage
+    )
+    limit = StallLimit(floor=3.0, ceiling=10.0, batch_multiple=20.0)
+    return run_partition(
+        writer,
+        lambda: row_range_shards([pa.record_batch({"id": np.arange(ROWS)})], SHARD_ROWS),
+        ShardJob(writer.files(), SleepsAt(at), batch_size=50),
+        pool,
+        Watch(watchdog=pool.watchdog(limit)),
+    )
+
+
+def test_a_ray_worker_stuck_in_a_model_call_is_killed_and_the_retry_resumes(ray, store) -> None:
+    from inference.engine.ray_pool import RayPool
+
+    pool = RayPool(ray, workers=2, cpus_per_worker=1, gpus_per_worker=0)
+    pids = pool.pids()
+    try:
+        with pytest.raises(Stalled) as err:
+            _ray_day(store, pool, at=STUCK_AT, lineage="run-a")
+    finally:
+        pool.close()
+    stall = err.value.stall
+    assert (stall.shard, stall.batches) == (2, 2)  # 50-row calls: 400 and 450 finished
+    assert 3.0 <= stall.waited <= 3.0 + 2 * BEAT_SECONDS + 4 * WAIT_SECONDS + 1.0
+    assert "in shard 2 after its batch 2 (limit 3.0 s: the floor;" in str(err.value)
+    # Shards 0, 1 and 3 finish on either worker; shard 4 too, unless it was queued behind the
+    # stuck one.
+    assert err.value.shards_done >= 3
+    # The stuck worker's process is gone: the call that never returns ended with it.
+    deadline = time.monotonic() + 30
+    while any(_alive(pid) for pid in pids) and time.monotonic() < deadline:
+        time.sleep(0.1)
+    assert not any(_alive(pid) for pid in pids)
+    assert not store.output_exists("out", DAY)
+
+    retry_pool = RayPool(ray, workers=2, cpus_per_worker=1, gpus_per_worker=0)
+    try:
+        report = _ray_day(store, retry_pool, at=None, lineage="run-b")
+    finally:
+        retry_pool.close()
+    assert report.shards_resumed == err.value.shards_done
+    assert report.stalls == 1 and report.rows_out == ROWS
+    out = store.read_output("out", DAY).sort_by("id")
+    assert out["id"].to_pylist() == list(range(ROWS))
+    assert out["y"].to_pylist() == [2.0 * i for i in range(ROWS)]
+
+
+def _alive(pid: int) -> bool:
+    try:
+        os.kill(pid, 0)
+    except ProcessLookupError:
+        return False
+    return True

@@ -171,6 +171,7 @@ class LocalPool:
             started = handle.started.result()  # a failure to start the shard is raised here
             with hosting(self._models):
                 handle.result = started.finish(lambda: self._stop_check(handle), self.heartbeat)
+            self.heartbeat.shard_done(handle.result.index, handle.result.metrics.batches)
         except ShardStopped as stopped:
             handle.stopped = stopped
         except ShardAbandoned:

@@ -190,14 +190,20 @@ class _Outputs:
     rows_done: int = 0
 
 
-def compute_shard(job: ShardJob, shard: ShardInput, stop: StopCheck | None = None) -> ShardResult:
-    """Computes one shard and writes its files to staging.
+def compute_shard(
+    job: ShardJob,
+    shard: ShardInput,
+    stop: StopCheck | None = None,
+    heartbeat: Heartbeat | None = None,
+) -> ShardResult:
+    """Computes one shard and writes its files to staging; ``heartbeat`` is told as each
+    model call finishes.
 
     Raises:
         ShardStopped: ``stop`` fired before a model call; the marker records the rows done.
         RowConservationError: a model call answered for more or fewer rows than it was given.
     """
-    return StartedShard(job, shard).finish(stop)
+    return StartedShard(job, shard).finish(stop, heartbeat)
 
 
 class StartedShard:

@@ -85,42 +85,67 @@ class StallLimit:
 
 
 class Heartbeat:
-    """When a model call last finished, in which shard and after which of its batches.
+    """When a model call last finished, and where each shard in flight got to.
 
-    Written by the threads that run model calls, read by the driver's watchdog: each write is
-    one assignment of a tuple, which the interpreter makes whole.
+    Written by the threads that run model calls (or by the driver, from the Ray workers'
+    beats), read by the driver's watchdog: each write is one assignment the interpreter makes
+    whole, and the shards in flight are copied before they are read.
     """
 
     def __init__(self, clock: Callable[[], float] = time.monotonic):
         self.clock = clock
         self._last: tuple[float, int | None, int] = (clock(), None, 0)
         self._seconds: deque[float] = deque(maxlen=RECENT_BATCHES)
+        self._open: dict[int, tuple[float, int]] = {}  # shard -> (its latest beat, batches)
+        self._done: set[int] = set()
 
     def restart(self) -> None:
         """A new day: its own batch times, and its clock from now."""
         self._seconds.clear()
+        self._open, self._done = {}, set()
         self._last = (self.clock(), None, 0)
 
     def shard_started(self, shard: int) -> None:
         """A shard's model calls begin: the wait is counted from here, not from the shard
         before (its files were written in between)."""
-        self._last = (self.clock(), shard, 0)
+        now = self.clock()
+        if shard not in self._done:  # a Ray worker's start, read after the shard's result
+            self._open[shard] = (now, 0)
+        self._last = (now, shard, 0)
 
     def beat(self, shard: int, batches: int, seconds: float | None) -> None:
         """A model call of ``shard`` finished, its ``batches``-th, after ``seconds`` (None: a
         call whose rows were all quarantined, which ran no model)."""
         if seconds is not None:
             self._seconds.append(seconds)
+        now = self.clock()
+        if shard not in self._done:
+            self._open[shard] = (now, batches)
+        self._last = (now, shard, batches)
+
+    def shard_done(self, shard: int, batches: int) -> None:
+        """A shard's calls are all done: progress, and no longer a shard that may be stuck."""
+        self._done.add(shard)
+        self._open.pop(shard, None)
         self._last = (self.clock(), shard, batches)
 
     def median(self) -> float | None:
         """The day's median model call (its recent ones), None before the first."""
-        return statistics.median(self._seconds) if self._seconds else None
+        return statistics.median(list(self._seconds)) if self._seconds else None
 
     @property
-    def last(self) -> tuple[float, int | None, int]:
-        """(when, shard, its batches finished) of the latest beat."""
-        return self._last
+    def last(self) -> float:
+        """When the day last moved (clock seconds)."""
+        return self._last[0]
+
+    def stuck(self) -> tuple[int | None, int]:
+        """The shard that has gone longest without a model call finishing, among those in
+        flight, and its batches finished; else the shard that moved last."""
+        shards = list(self._open.items())
+        if not shards:
+            return self._last[1], self._last[2]
+        shard, (_, batches) = min(shards, key=lambda item: item[1][0])
+        return shard, batches
 
 
 @dataclass(frozen=True)
@@ -158,12 +183,12 @@ class Watchdog:
         """The stall, once no model call has finished within the limit; else None."""
         if self.limit.off:
             return None
-        when, shard, batches = self.heartbeat.last
-        waited = self.heartbeat.clock() - when
+        waited = self.heartbeat.clock() - self.heartbeat.last
         median = self.heartbeat.median()
         limit = self.limit.after(median)
         if waited < limit:
             return None
+        shard, batches = self.heartbeat.stuck()
         return Stall(shard, batches, waited, limit, self.limit.why(median))
 
 
