@@ -21,8 +21,8 @@ from assets.checkpointing import spot_safe
 from assets.partitions import partition_dates
 from assets.runner import scoring_metadata
 from inference.engine.ledger import LedgerBook
-from inference.engine.shard_worker import ModelStep, ShardJob
 from inference.engine.ray_pool import BEAT_SECONDS
+from inference.engine.shard_worker import ModelStep, ShardJob
 from inference.engine.shard_writer import ShardedWriter, ShardFileTargets
 from inference.engine.shards import WAIT_SECONDS, Stalled, Watch, row_range_shards, run_partition
 from inference.engine.watchdog import Heartbeat, StallLimit, Watchdog
@@ -133,9 +133,7 @@ def test_a_stuck_model_call_fails_the_step_for_a_retry_that_resumes_exactly_once
     assert "in shard 2 after its batch 1 (limit 3.0 s: the floor;" in message
     assert "2 finished shards kept and the stuck shard's 200 rows will be redone" in message
     assert "will be relaunched and resume from the checkpoint" in message
-    figures = {
-        k: v.value for k, v in failure.step_failure_data.user_failure_data.metadata.items()
-    }
+    figures = {k: v.value for k, v in failure.step_failure_data.user_failure_data.metadata.items()}
     assert figures["stall_shard"] == 2 and figures["stall_batches_done"] == 1
     assert figures["stall_limit_s"] == limit
     assert limit <= figures["stall_waited_s"] <= limit + 4 * WAIT_SECONDS + 1.0

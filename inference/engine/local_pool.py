@@ -193,9 +193,7 @@ class LocalPool:
             raise handle.stopped
         return handle.result
 
-    def stop(
-        self, handles: list[_Handle], abandon: bool = False
-    ) -> tuple[list[ShardResult], int]:
+    def stop(self, handles: list[_Handle], abandon: bool = False) -> tuple[list[ShardResult], int]:
         """Nothing is scored once handed back: the finished shards, and the rows the stopped
         lost (a shard only started has lost none).
 

@@ -29,6 +29,7 @@ from dataclasses import dataclass
 # slow down as it goes (longer texts at the end) is judged by its recent pace.
 RECENT_BATCHES = 1024
 
+
 @dataclass(frozen=True)
 class StallLimit:
     """How long a day may go without a model call finishing before it counts as stalled.
