@@ -246,6 +246,9 @@ def test_the_watchdog_names_the_shard_its_last_batch_and_the_wait() -> None:
     watchdog = Watchdog(heartbeat, StallLimit(floor=2, ceiling=10, batch_multiple=4))
     now[0] += 9.0
     assert watchdog.stalled() is None  # before a batch: the ceiling
+    now[0] += 5.0  # a long first read of the input; the first shard is then handed out
+    heartbeat.handed_out()
+    assert watchdog.stalled() is None
     heartbeat.shard_started(3)
     for batch in range(1, 6):
         heartbeat.beat(3, batch, 1.0)

@@ -223,6 +223,8 @@ class _Loop:
                 self.rows_resumed += shard.rows.num_rows
                 continue
             self.watch.metrics.add_phase("read", time.perf_counter() - started)
+            if self.watch.watchdog is not None:
+                self.watch.watchdog.heartbeat.handed_out()
             self.pending[self.pool.submit(job, shard)] = shard
             self.collect(block=False)
             started = time.perf_counter()

@@ -106,6 +106,12 @@ class Heartbeat:
         self._open, self._done = {}, set()
         self._last = (self.clock(), None, 0)
 
+    def handed_out(self) -> None:
+        """The driver handed a shard to the pool: the day moves (after a long first read of
+        the input, its clock starts here). A pool takes a new shard only once one is done, so
+        this never hides a stuck call."""
+        self._last = (self.clock(), *self._last[1:])
+
     def shard_started(self, shard: int) -> None:
         """A shard's model calls begin: the wait is counted from here, not from the shard
         before (its files were written in between)."""
