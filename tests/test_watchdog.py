@@ -4,7 +4,9 @@ publishes the output of a clean run exactly once; the time lost reaches the capa
 
 import ctypes
 import datetime as dt
+import json
 import os
+import signal
 import sys
 import threading
 import time
@@ -13,6 +15,7 @@ from dataclasses import dataclass
 
 import numpy as np
 import pyarrow as pa
+import pyarrow.fs as pafs
 import pytest
 from dagster import AssetExecutionContext, MaterializeResult, asset, materialize
 from helpers import asset_metadata, cpu_resources
@@ -22,7 +25,7 @@ from assets.partitions import partition_dates
 from assets.runner import scoring_metadata
 from inference.engine.ledger import LedgerBook
 from inference.engine.ray_pool import BEAT_SECONDS
-from inference.engine.shard_worker import ModelStep, ShardJob
+from inference.engine.shard_worker import RUNNING_DIR, ModelStep, ShardJob
 from inference.engine.shard_writer import ShardedWriter, ShardFileTargets
 from inference.engine.shards import WAIT_SECONDS, Stalled, Watch, row_range_shards, run_partition
 from inference.engine.watchdog import Heartbeat, StallLimit, Watchdog
@@ -306,30 +309,35 @@ def ray():
 
 @dataclass(frozen=True)
 class SleepsAt:
-    """Doubles ids, 50 rows a call; the call that starts at id ``at`` sleeps for ever."""
+    """Doubles ids, 50 rows a call of ``seconds``; the call that starts at id ``at`` sleeps for
+    ever."""
 
     at: int | None
+    seconds: float = 0.0
 
     def __call__(self, rows: pa.Table) -> ModelStep:
         def transform(batch: pa.RecordBatch, prepared) -> pa.Table:
             if batch["id"][0].as_py() == self.at:
                 while True:
                     time.sleep(1)
+            time.sleep(self.seconds)
             ids = batch["id"].to_numpy()
             return pa.table({"id": ids, "y": ids * 2.0})
 
         return ModelStep(transform)
 
 
-def _ray_day(store: DataStore, pool, at: int | None, lineage: str):
+def _ray_day(store: DataStore, pool, at: int | None, lineage: str, seconds: float = 0.0):
     writer = ShardedWriter(
         ShardFileTargets(store.partition_target("out", DAY), SCHEMA), "fp", SHARD_ROWS, lineage
     )
-    limit = StallLimit(floor=3.0, ceiling=10.0, batch_multiple=20.0)
+    # The ceiling covers the actors' start (a torch import each) on a busy machine; the stalls
+    # come after calls have finished, so the floor is their limit.
+    limit = StallLimit(floor=3.0, ceiling=120.0, batch_multiple=20.0)
     return run_partition(
         writer,
         lambda: row_range_shards([pa.record_batch({"id": np.arange(ROWS)})], SHARD_ROWS),
-        ShardJob(writer.files(), SleepsAt(at), batch_size=50),
+        ShardJob(writer.files(), SleepsAt(at, seconds), batch_size=50),
         pool,
         Watch(watchdog=pool.watchdog(limit)),
     )
@@ -377,3 +385,61 @@ def _alive(pid: int) -> bool:
     except ProcessLookupError:
         return False
     return True
+
+
+def test_a_sigstopped_ray_worker_is_a_stall_and_its_process_is_killed(ray, store) -> None:
+    from inference.engine.ray_pool import RayPool
+
+    pool = RayPool(ray, workers=2, cpus_per_worker=1, gpus_per_worker=0)
+    stopped: list[int] = []
+
+    def stop_the_worker_of_shard_2() -> None:
+        """SIGSTOPs the worker that starts shard 2 (a node frozen, not gone)."""
+        deadline = time.monotonic() + 60
+        while not stopped and time.monotonic() < deadline:
+            for marker in _markers(store):
+                if marker.get("shard") == 2 and "worker" in marker:
+                    pid = int(marker["worker"].rsplit(":", 1)[1])
+                    os.kill(pid, signal.SIGSTOP)
+                    stopped.append(pid)
+                    return
+            time.sleep(0.01)
+
+    freezer = threading.Thread(target=stop_the_worker_of_shard_2)
+    freezer.start()
+    try:
+        with pytest.raises(Stalled) as err:
+            # 0.1 s a call, 4 calls a shard: the stop lands inside shard 2
+            _ray_day(store, pool, at=None, lineage="run-a", seconds=0.1)
+    finally:
+        freezer.join()
+        pool.close()
+    assert stopped, "no worker was seen starting shard 2"
+    assert err.value.stall.shard == 2
+    deadline = time.monotonic() + 30
+    while _alive(stopped[0]) and time.monotonic() < deadline:
+        time.sleep(0.1)
+    assert not _alive(stopped[0])  # killed, stopped as it was
+
+    retry_pool = RayPool(ray, workers=2, cpus_per_worker=1, gpus_per_worker=0)
+    try:
+        report = _ray_day(store, retry_pool, at=None, lineage="run-b")
+    finally:
+        retry_pool.close()
+    assert report.shards_resumed == err.value.shards_done and report.stalls == 1
+    out = store.read_output("out", DAY).sort_by("id")
+    assert out["y"].to_pylist() == [2.0 * i for i in range(ROWS)]
+
+
+def _markers(store: DataStore) -> list[dict]:
+    """The staging markers of the shards started (each names its worker as host:pid)."""
+    target = store.partition_target("out", DAY)
+    folder = f"{target.staging_dir}/{RUNNING_DIR}"
+    found = []
+    for info in target.fs.get_file_info(pafs.FileSelector(folder, allow_not_found=True)):
+        try:
+            with target.fs.open_input_stream(info.path) as stream:
+                found.append(json.loads(stream.read()))
+        except (OSError, ValueError):  # being written
+            pass
+    return found

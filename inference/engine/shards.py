@@ -66,11 +66,16 @@ class Stalled(Interrupted):
     """The day stopped moving: the stuck work was given up, finished shards kept."""
 
     def __init__(self, stall: Stall, where: str, shards_done: int, rows: int, interruptions: int):
+        redone = (
+            f"the stuck shard's {rows} rows will be redone on retry"
+            if stall.shard is not None
+            else "no shard had begun its model calls"
+        )
         Exception.__init__(
             self,
             f"stalled: {stall.describe()} at {where}; the stuck work was stopped, "
-            f"{shards_done} finished shards kept and the stuck shard's {rows} rows will be "
-            f"redone on retry (interruption {interruptions} of this partition)",
+            f"{shards_done} finished shards kept and {redone} "
+            f"(interruption {interruptions} of this partition)",
         )
         self.reason = f"stalled: {stall.describe()}"
         self.stall = stall
