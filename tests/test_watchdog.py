@@ -443,3 +443,33 @@ def _markers(store: DataStore) -> list[dict]:
         except (OSError, ValueError):  # being written
             pass
     return found
+
+
+def test_a_batch_twenty_times_slower_than_the_others_is_not_a_stall(store) -> None:
+    """The limit is a multiple of the day's median call with a floor: one slow call within it
+    is waited for, and the day is published with no stall."""
+    from inference.engine.local_pool import LocalPool
+
+    def transform(batch: pa.RecordBatch, prepared) -> pa.Table:
+        time.sleep(0.4 if batch["id"][0].as_py() == STUCK_AT else 0.02)
+        ids = batch["id"].to_numpy()
+        return pa.table({"id": ids, "y": ids * 2.0})
+
+    writer = ShardedWriter(
+        ShardFileTargets(store.partition_target("out", DAY), SCHEMA), "fp", SHARD_ROWS, "run-a"
+    )
+    pool = LocalPool(lambda: None)
+    watchdog = pool.watchdog(StallLimit(floor=2.0, ceiling=10.0, batch_multiple=20.0))
+    try:
+        report = run_partition(
+            writer,
+            lambda: row_range_shards([pa.record_batch({"id": np.arange(ROWS)})], SHARD_ROWS),
+            ShardJob(writer.files(), lambda rows: ModelStep(transform), batch_size=BATCH),
+            pool,
+            Watch(watchdog=watchdog),
+        )
+    finally:
+        pool.close()
+    assert report.stalls == 0 and report.interruptions == 0 and report.rows_out == ROWS
+    out = store.read_output("out", DAY).sort_by("id")
+    assert out["y"].to_pylist() == [2.0 * i for i in range(ROWS)]
