@@ -33,7 +33,7 @@ from inference.engine.day_run import AtLaunch, DaySettings, run_day
 from inference.engine.interrupt import InterruptionWatcher
 from inference.engine.ledger import RunLedger, StartupShares
 from inference.engine.local_pool import LocalPool
-from inference.engine.shards import Interrupted, ShardPool, Watch
+from inference.engine.shards import Interrupted, ShardPool, Stalled, Watch
 from inference.engine.work import Work
 from policy.tags import (
     CAPACITY_REASON_TAG,
@@ -167,6 +167,7 @@ class SpotSafeRun:
             self.inference.lease_seconds,
             self.shard_rows,
             self.inference.max_batch_size,
+            self.inference.stall_limit(),
         )
         at_launch = None
         if RETRY_NUMBER_TAG not in self.context.run.tags:
@@ -229,7 +230,9 @@ def spot_safe(
                 context.log.info(line)
         except Interrupted as exc:
             watcher.consume()
-            _leave_for_retry(context, inference, exc, node_lost=_node_lost(watcher), run=run)
+            # A stalled step leaves a stuck thread behind: its retry runs in a fresh process.
+            node_lost = isinstance(exc, Stalled) or _node_lost(watcher)
+            _leave_for_retry(context, inference, exc, node_lost=node_lost, run=run)
         finally:
             run.close()
 
@@ -261,6 +264,10 @@ def _leave_for_retry(
         context.instance.add_run_tags(context.run_id, {SOFT_INTERRUPTIONS_TAG: str(soft + 1)})
         raise RetryRequested(max_retries=context.retry_number + 1, seconds_to_wait=5) from exc
     tags = {INTERRUPTED_TAG: "true", INTERRUPTIONS_TAG: str(count)}
+    metadata: dict[str, Any] = {"interruptions": count, "shards_done": exc.shards_done}
+    if isinstance(exc, Stalled):
+        context.log.error(str(exc))
+        metadata.update(_stall_figures(exc))
     if within_budget:
         tags[RETRY_ON_STEP_FAILURE_TAG] = "true"
         day = run.ledger.open_day if run is not None else None
@@ -273,6 +280,20 @@ def _leave_for_retry(
     )
     raise Failure(
         description=f"{exc}; {what}",
-        metadata={"interruptions": count, "shards_done": exc.shards_done},
+        metadata=metadata,
         allow_retries=False,
     ) from exc
+
+
+def _stall_figures(exc: Stalled) -> dict[str, Any]:
+    """Where the day stopped moving, for the failure's metadata."""
+    stall = exc.stall
+    figures: dict[str, Any] = {
+        "stalled": True,
+        "stall_waited_s": round(stall.waited, 1),
+        "stall_limit_s": round(stall.limit, 1),
+        "stall_batches_done": stall.batches,
+    }
+    if stall.shard is not None:
+        figures["stall_shard"] = stall.shard
+    return figures

@@ -83,13 +83,14 @@ def log_partition(context: AssetExecutionContext, asset: str, report: PartitionR
 
 
 def checkpoint_totals(reports: list[PartitionReport]) -> dict[str, int]:
-    """Attempts, interruptions, shards resumed and rows redone over the run's partitions."""
+    """Attempts, interruptions (stalls among them), shards resumed and rows redone over the run's partitions."""
     shards = [r.shards for r in reports if r.shards is not None]
     if not shards:
         return {}
     return {
         "attempt": max(s.attempt for s in shards),
         "interruptions": sum(s.interruptions for s in shards),
+        "stalls": sum(s.stalls for s in shards),
         "shards": sum(s.shards for s in shards),
         "shards_resumed": sum(s.shards_resumed for s in shards),
         "rows_redone": sum(s.rows_redone for s in shards),

@@ -31,6 +31,7 @@ WORKLOADS = (
     "memory_keys",
     "publish",
     "serving",
+    "watchdog",
 )
 
 SIZES = {
@@ -55,6 +56,9 @@ SIZES = {
         "executor_rows": 1_000_000,
         "executor_shard_rows": 250_000,
         "executor_repeats": 3,
+        "watchdog_rows": 1_000_000,
+        "watchdog_shard_rows": 250_000,
+        "watchdog_repeats": 3,
         "memory_keys_scale": 5.0,
         "memory_keys_factor": 10,
         "memory_keys_shard_rows": 250_000,
@@ -90,6 +94,9 @@ SIZES = {
         "executor_rows": 4_000_000,
         "executor_shard_rows": 250_000,
         "executor_repeats": 3,
+        "watchdog_rows": 4_000_000,
+        "watchdog_shard_rows": 250_000,
+        "watchdog_repeats": 3,
         "memory_keys_scale": 5.0,
         "memory_keys_factor": 10,
         "memory_keys_shard_rows": 250_000,
@@ -124,6 +131,9 @@ SIZES = {
         "executor_rows": 100_000,
         "executor_shard_rows": 25_000,
         "executor_repeats": 1,
+        "watchdog_rows": 100_000,
+        "watchdog_shard_rows": 25_000,
+        "watchdog_repeats": 2,
         "memory_keys_scale": 0.2,
         "memory_keys_factor": 10,
         "memory_keys_shard_rows": 10_000,
@@ -258,6 +268,18 @@ def run_workload(name: str, args: argparse.Namespace, sizes: dict, work: Path) -
             args.fraud_batch,
             sizes["executor_shard_rows"],
             sizes["executor_repeats"],
+        )
+    if name == "watchdog":
+        from benchmarks import watchdog
+
+        rows = int(sizes["watchdog_rows"] * scale)
+        return watchdog.run(
+            work,
+            rows,
+            threads,
+            args.fraud_batch,
+            sizes["watchdog_shard_rows"],
+            sizes["watchdog_repeats"],
         )
     if name == "memory_keys":
         from benchmarks import memory_keys

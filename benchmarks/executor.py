@@ -73,7 +73,7 @@ def private_ray() -> Iterator[str]:
 
 
 def _resources(
-    root: Path, executor: str, threads: int, batch_size: int, shard_rows: int
+    root: Path, executor: str, threads: int, batch_size: int, shard_rows: int, **inference: Any
 ) -> dict[str, Any]:
     return {
         "storage": StorageResource(data_root=str(root)),
@@ -86,20 +86,22 @@ def _resources(
             executor=executor,
             ray_workers=WORKERS,
             ray_cpus_per_worker=1,
+            **inference,
         ),
     }
 
 
 def score(
-    root: Path, executor: str, threads: int, batch_size: int, shard_rows: int
+    root: Path, executor: str, threads: int, batch_size: int, shard_rows: int, **inference: Any
 ) -> tuple[float, dict]:
-    """Materialises ``fraud_scores`` for the day; returns (wall seconds, its metadata)."""
+    """Materialises ``fraud_scores`` for the day (``inference``: more of the inference
+    resource's settings); returns (wall seconds, its metadata)."""
     with DagsterInstance.ephemeral() as instance:
         result, seconds = timed(
             lambda: materialize(
                 [fraud_scores],
                 partition_key=DAY,
-                resources=_resources(root, executor, threads, batch_size, shard_rows),
+                resources=_resources(root, executor, threads, batch_size, shard_rows, **inference),
                 instance=instance,
                 run_config=QUIET_RUN_CONFIG,
             )

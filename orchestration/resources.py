@@ -33,6 +33,10 @@ ENGINE_SETTINGS = {
     "NIGHTSHIFT_SPOT_NOTICE": ("spot_notice", str),
     "NIGHTSHIFT_SPOT_ENDPOINT": ("spot_endpoint", str),
     "NIGHTSHIFT_NOTICE_POLL_SECONDS": ("notice_poll_seconds", float),
+    "NIGHTSHIFT_STALL_SECONDS": ("stall_seconds", float),
+    "NIGHTSHIFT_STALL_FLOOR_SECONDS": ("stall_floor_seconds", float),
+    "NIGHTSHIFT_STALL_CEILING_SECONDS": ("stall_ceiling_seconds", float),
+    "NIGHTSHIFT_STALL_BATCH_MULTIPLE": ("stall_batch_multiple", float),
     "NIGHTSHIFT_PRICE_SPOT_PER_HOUR": ("price_spot_per_hour", float),
     "NIGHTSHIFT_PRICE_ON_DEMAND_PER_HOUR": ("price_on_demand_per_hour", float),
 }

@@ -108,6 +108,9 @@ class NightFacts:
     interruptions: int
     on_demand_after: int | None
     current: str = IDLE
+    # Seconds the day's attempts waited on stuck model calls before the progress watchdog
+    # gave up: counted as work left, since a day that stalled once may stall again.
+    stalled_s: float = 0.0
 
 
 def deadline_decision(facts: NightFacts) -> tuple[CapacityDecision | None, str]:
@@ -124,7 +127,7 @@ def deadline_decision(facts: NightFacts) -> tuple[CapacityDecision | None, str]:
         return None, "the day's row count is not known yet; the count-based switch decides"
     if facts.rows_left <= 0:
         return None, "no rows left to score"
-    work_left = work_seconds(facts.rows_left, facts.rows_per_second)
+    work_left = work_seconds(facts.rows_left, facts.rows_per_second) + facts.stalled_s
     total = max(work_seconds(facts.rows_total, facts.rows_per_second), work_left)
     overhead = facts.restart_overhead_s
     decision = choose_capacity(
@@ -139,6 +142,10 @@ def deadline_decision(facts: NightFacts) -> tuple[CapacityDecision | None, str]:
         on_demand_after=facts.on_demand_after,
         deadline=label,
     )
+    if facts.stalled_s:
+        return decision, (
+            f"{decision.reason}; {facts.stalled_s:.0f} s lost to stalls counted as work left"
+        )
     return decision, decision.reason
 
 

@@ -10,6 +10,7 @@ from pydantic import Field, PrivateAttr
 
 from inference.engine.device import Runtime, configure_cpu_threads, make_runtime
 from inference.engine.interrupt import InterruptionWatcher, notice_source
+from inference.engine.watchdog import StallLimit
 from inference.text.workers import CPU_BATCH_TOKENS, GPU_BATCH_TOKENS
 from policy.prices import NodePrices, node_prices_from_env
 from policy.retries import INTERRUPTION_BUDGET
@@ -58,6 +59,28 @@ class InferenceResource(ConfigurableResource):
         # number, so the daemon stops relaunching where the step stops asking.
         default=INTERRUPTION_BUDGET,
         description="Retries after interruptions, counted apart from the error-retry budget.",
+    )
+    stall_seconds: float | None = Field(
+        default=None,
+        ge=0,
+        description="Progress watchdog: seconds without a model call finishing before the "
+        "step gives up on the stuck work and fails for a retry; unset, derived from the day's "
+        "own batch time (stall_batch_multiple x its median, between the floor and the "
+        "ceiling); 0 turns the watchdog off.",
+    )
+    stall_floor_seconds: float = Field(
+        default=StallLimit.floor, gt=0, description="The least stall limit derived from batches."
+    )
+    stall_ceiling_seconds: float = Field(
+        default=StallLimit.ceiling,
+        gt=0,
+        description="The most stall limit derived from batches; the limit before a day's "
+        "first model call has finished.",
+    )
+    stall_batch_multiple: float = Field(
+        default=StallLimit.batch_multiple,
+        gt=0,
+        description="The stall limit in multiples of the day's median model call.",
     )
     price_spot_per_hour: float | None = Field(
         default=None,
@@ -129,6 +152,15 @@ class InferenceResource(ConfigurableResource):
             _given(self.price_spot_per_hour, prices.spot_per_hour),
             _given(self.price_on_demand_per_hour, prices.on_demand_per_hour),
             f"{prices.source}; set on the inference resource",
+        )
+
+    def stall_limit(self) -> StallLimit:
+        """How long a day may go without a model call finishing (inference/engine/watchdog.py)."""
+        return StallLimit(
+            self.stall_seconds,
+            self.stall_floor_seconds,
+            self.stall_ceiling_seconds,
+            self.stall_batch_multiple,
         )
 
     def watcher(self, on_advisory: Callable[[str], None] | None = None) -> InterruptionWatcher:

@@ -24,7 +24,15 @@ from inference.engine.output_partition import (
 from inference.engine.progress import ProgressLog, partition_line
 from inference.engine.shard_worker import FixedProgram, ModelStep, ShardInput, ShardJob
 from inference.engine.shard_writer import ShardedWriter, ShardFileTargets
-from inference.engine.shards import Interrupted, ShardPool, Watch, row_range_shards, run_partition
+from inference.engine.shards import (
+    Interrupted,
+    ShardPool,
+    Stalled,
+    Watch,
+    row_range_shards,
+    run_partition,
+)
+from inference.engine.watchdog import StallLimit
 from inference.engine.work import SampledProgram, Work, quarantine_asset
 from policy.ready_by import NightFacts
 
@@ -33,8 +41,9 @@ from policy.ready_by import NightFacts
 class DaySettings:
     """What the run decides for each of its days: where tables live (``targets``: asset and
     date -> the day's target), the run's lineage (a retry may take over its lease at once), the
-    lease's length, input rows per shard when the work names none (0: checkpointing off) and
-    rows per model call when the work names none."""
+    lease's length, input rows per shard when the work names none (0: checkpointing off),
+    rows per model call when the work names none, and how long the day may go without a model
+    call finishing before the progress watchdog fails it."""
 
     targets: Callable[[str, str], PartitionTarget]
     fs: pafs.FileSystem
@@ -42,6 +51,7 @@ class DaySettings:
     lease_seconds: float
     shard_rows: Callable[[int, int | None], int]
     batch_size: int
+    stall: StallLimit = StallLimit()
 
 
 @dataclass(frozen=True)
@@ -100,12 +110,15 @@ def run_day(
         day.attempt.rows, day.saving = rows - resumed, True
         day.save()
 
-    watch = Watch(stop, progress, BatchMetrics())
+    watch = Watch(stop, progress, BatchMetrics(), watchdog=pool.watchdog(settings.stall))
     job = _job(work, writer, settings.batch_size, sample if pool.in_process else None)
     try:
         shards = run_partition(writer, _shards(work, writer), job, pool, watch)
     except BaseException as exc:
         ledger.left(day, interrupted=isinstance(exc, Interrupted))
+        if isinstance(exc, Stalled):
+            # The time the day waited for nothing: the capacity policy counts it as work left.
+            day.attempt.stalled_s += exc.stall.waited
         raise
     finally:
         day.save()

@@ -3,7 +3,9 @@
 Spot capacity is taken back with a notice (AWS: two minutes; GCP and Azure: about 30 seconds)
 or with just a SIGTERM. A background thread polls the cloud's metadata endpoint; signal
 handlers catch the rest. The engine calls ``check()`` between batches and stops at the next
-batch boundary. SIGUSR1 is a soft interruption: the scheduler wants the node for other work,
+batch boundary, also where the batches run on a thread of their own (Python runs signal
+handlers on the main thread only: the signal's arrival is read from a wake-up pipe, and the
+check waits for the main thread's handler). SIGUSR1 is a soft interruption: the scheduler wants the node for other work,
 but the node itself stays, so the step may be retried in place.
 """
 
@@ -11,6 +13,7 @@ from __future__ import annotations
 
 import json
 import logging
+import os
 import signal
 import threading
 import urllib.error
@@ -23,6 +26,10 @@ log = logging.getLogger(__name__)
 
 HARD_SIGNALS = (signal.SIGTERM, signal.SIGINT)
 SOFT_SIGNAL = signal.SIGUSR1
+WATCHED_SIGNALS = frozenset((*HARD_SIGNALS, SOFT_SIGNAL))
+# How long a check on another thread waits for the main thread to handle a signal that has
+# arrived: the main thread is waiting for that thread's batches, so it takes the signal at once.
+HANDOFF_SECONDS = 2.0
 
 
 @dataclass(frozen=True)
@@ -177,14 +184,40 @@ class InterruptionWatcher:
         self._stop = threading.Event()
         self._thread: threading.Thread | None = None
         self._previous: dict[int, object] = {}
+        self._noticed = threading.Event()
+        self._wakeup: tuple[int, int] | None = None  # the pipe signals are written to
 
     @property
     def notice(self) -> Notice | None:
         return self._notice
 
     def check(self) -> Notice | None:
-        """The pending interruption, if any; the engine calls this between batches."""
+        """The pending interruption, if any; the engine calls this between batches.
+
+        On a thread other than the main one, a signal that has arrived and whose handler has
+        not run yet is waited for, so a batch begun after the signal is never scored."""
+        if self._notice is None and self._wakeup is not None and self._signal_arrived():
+            self._noticed.wait(HANDOFF_SECONDS)
         return self._notice
+
+    def _signal_arrived(self) -> bool:
+        """Whether a watched signal arrived whose handler may not have run yet: written to the
+        wake-up pipe by the C-level handler, or still queued for the main thread (seen
+        only by a thread that blocks the signals, as the scoring thread does)."""
+        if threading.current_thread() is threading.main_thread():
+            return False  # the handler runs here, before this line could
+        return (
+            self._wakeup_read()
+            or bool(signal.sigpending() & WATCHED_SIGNALS)
+            or self._wakeup_read()  # taken off the queue since the line above
+        )
+
+    def _wakeup_read(self) -> bool:
+        try:
+            arrived = os.read(self._wakeup[0], 512)
+        except OSError:  # nothing there (the pipe does not block)
+            return False
+        return any(byte in {int(s) for s in WATCHED_SIGNALS} for byte in arrived)
 
     def consume(self) -> None:
         """Marks the interruption as acted on, so it is not handed on again on exit."""
@@ -195,6 +228,7 @@ class InterruptionWatcher:
             if self._notice is None:
                 self._notice = notice
                 log.warning("interruption: %s", notice.reason)
+        self._noticed.set()
 
     def _on_signal(self, signum: int, frame) -> None:
         self._signal = signum
@@ -216,6 +250,7 @@ class InterruptionWatcher:
         if threading.current_thread() is threading.main_thread():
             for signum in (*HARD_SIGNALS, SOFT_SIGNAL):
                 self._previous[signum] = signal.signal(signum, self._on_signal)
+            self._open_wakeup()
         else:
             log.info("not in the main thread: interruptions come from notices only")
         if self.source is not None:
@@ -225,8 +260,30 @@ class InterruptionWatcher:
             self._thread.start()
         return self
 
+    def _open_wakeup(self) -> None:
+        """Has signals written to a pipe of ours as they arrive, unless someone else (an
+        asyncio loop) already reads them so: then only the main thread sees them at once."""
+        read, write = os.pipe()
+        os.set_blocking(read, False)
+        os.set_blocking(write, False)
+        previous = signal.set_wakeup_fd(write, warn_on_full_buffer=False)
+        if previous != -1:
+            signal.set_wakeup_fd(previous)
+            os.close(read)
+            os.close(write)
+            return
+        self._wakeup = (read, write)
+
+    def _close_wakeup(self) -> None:
+        if self._wakeup is not None:
+            signal.set_wakeup_fd(-1)
+            for fd in self._wakeup:
+                os.close(fd)
+            self._wakeup = None
+
     def __exit__(self, *exc) -> None:
         self._stop.set()
+        self._close_wakeup()
         for signum, previous in self._previous.items():
             signal.signal(signum, previous)
         if self._signal is not None and not self._consumed and self._signal != SOFT_SIGNAL:

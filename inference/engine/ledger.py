@@ -67,6 +67,7 @@ class Attempt:
     rows_redone: int = 0
     interrupted: bool = False
     startup_share_s: float | None = None
+    stalled_s: float = 0.0  # seconds the progress watchdog waited for a stuck model call
 
     @property
     def node_s(self) -> float:
@@ -310,7 +311,7 @@ class OpenDay:
     ) -> NightFacts:
         """What the capacity policy is told about the day: rows left, the asset's recent rate
         and restart overhead (this day's own before any day was committed), its ready-by (from
-        the run's ``tags`` or the settings)."""
+        the run's ``tags`` or the settings), and the time its attempts lost to stalls."""
         recent = self.book.recent()
         rate = recent_rate(recent) or self.ledger.rows_per_second()
         overheads = [o for x in (self.ledger, *recent) if (o := x.restart_overhead_s())]
@@ -327,6 +328,7 @@ class OpenDay:
             interruptions=interruptions,
             on_demand_after=on_demand_after,
             current=current,
+            stalled_s=sum(a.stalled_s for a in self.ledger.attempts),
         )
 
 

@@ -86,6 +86,7 @@ class ShardReport:
     rows_redone: int = 0
     attempt: int = 1
     interruptions: int = 0
+    stalls: int = 0  # of the interruptions, those the progress watchdog raised
     already_committed: bool = False
     uri: str = ""
     rows_in: int = 0
@@ -110,6 +111,7 @@ class ShardReport:
             "rows_redone": self.rows_redone,
             "attempt": self.attempt,
             "interruptions": self.interruptions,
+            "stalls": self.stalls,
         }
 
 

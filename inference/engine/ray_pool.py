@@ -10,22 +10,36 @@ A worker that dies (a reclaimed spot node, an out-of-memory kill) is restarted b
 shard retried there (``max_restarts``, ``max_task_retries``); the shard's files are written
 under fixed names, so the retry overwrites what the lost worker left. Each job (one partition's
 program) is sent to each actor once and kept there by its object id.
+
+The progress watchdog (inference/engine/watchdog.py) sees the actors' model calls through a
+small actor of its own, :class:`Beats`: each worker tells it when a shard starts and, at most
+every :data:`BEAT_SECONDS`, that its calls still finish; the driver reads it between its waits.
+When the day stalls, the actors of the shards in flight are killed: their processes end, a
+call stuck in native code with them, and the step fails for its retry.
 """
 
 from __future__ import annotations
 
 import os
+import threading
+import time
 from collections.abc import Iterator
 from contextlib import ExitStack, contextmanager
 from typing import Any
 
 from inference.engine.device import MALLOC_ARENAS
 from inference.engine.shard_worker import ShardInput, ShardJob, ShardResult, compute_shard
+from inference.engine.watchdog import Heartbeat, StallLimit, Watchdog
 
 # Restarts of one actor, and retries of one shard on a restarted actor, before the step fails.
 MAX_RESTARTS = 3
 # Shards queued per actor: one computing, one whose rows are on their way.
 QUEUED_PER_WORKER = 2
+# A worker's model calls are sent on once a second: the stall limit is a minute or more unless
+# set lower, and an actor call per model call would cost the small ones.
+BEAT_SECONDS = 1.0
+# How long the driver waits for the beats it has not read yet.
+BEATS_READ_SECONDS = 5.0
 # The local Ray's shared-memory object store: shards' input rows wait there (tens of MB each).
 LOCAL_OBJECT_STORE_BYTES = 512 * 1024 * 1024
 
@@ -81,6 +95,60 @@ def ray_session(address: str, num_cpus: float, num_gpus: float) -> Iterator[Any]
         ray.shutdown()
 
 
+class Beats:
+    """A Ray actor between the workers' model calls and the driver's watchdog: what happened
+    since the driver last read, in order."""
+
+    def __init__(self):
+        self.events: list[tuple[str, int, int, list[float]]] = []
+
+    def shard_started(self, shard: int) -> None:
+        self.events.append(("started", shard, 0, []))
+
+    def beat(self, shard: int, batches: int, seconds: list[float]) -> None:
+        self.events.append(("beat", shard, batches, seconds))
+
+    def take(self) -> list[tuple[str, int, int, list[float]]]:
+        events, self.events = self.events, []
+        return events
+
+
+class _ToBeats:
+    """A worker's heartbeat: its shards' starts sent on to :class:`Beats` at once, its model
+    calls every :data:`BEAT_SECONDS` from a thread of its own, so a model call costs no actor
+    call (and a call stuck holding the interpreter stops the beats too, as it should)."""
+
+    def __init__(self):
+        self.beats: Any = None
+        self._lock = threading.Lock()
+        self._pending: tuple[int, int] | None = None  # (shard, batches) not sent yet
+        self._seconds: list[float] = []
+        threading.Thread(target=self._send_every, name="nightshift-beats", daemon=True).start()
+
+    def shard_started(self, shard: int) -> None:
+        self._flush()
+        if self.beats is not None:
+            self.beats.shard_started.remote(shard)
+
+    def beat(self, shard: int, batches: int, seconds: float | None) -> None:
+        with self._lock:
+            self._pending = (shard, batches)
+            if seconds is not None:
+                self._seconds.append(seconds)
+
+    def _send_every(self) -> None:
+        while True:
+            time.sleep(BEAT_SECONDS)
+            self._flush()
+
+    def _flush(self) -> None:
+        with self._lock:
+            pending, seconds = self._pending, self._seconds
+            self._pending, self._seconds = None, []
+        if pending is not None and self.beats is not None:
+            self.beats.beat.remote(*pending, seconds)
+
+
 class ShardWorker:
     """One Ray actor: computes shards with the jobs it was sent, each deserialised once."""
 
@@ -89,14 +157,17 @@ class ShardWorker:
 
         torch.set_num_threads(max(1, cpu_threads))
         self.jobs: dict[str, ShardJob] = {}
+        self.heartbeat = _ToBeats()
 
-    def run(self, job_ref: list, index: int, rows, positions) -> ShardResult:
+    def run(self, job_ref: list, index: int, rows, positions, beats: Any = None) -> ShardResult:
         # The job's ref comes wrapped in a list, so Ray hands it over unresolved and it is
         # fetched once per actor rather than with every shard.
         key = job_ref[0].hex()
         if key not in self.jobs:
             self.jobs = {key: _ray().get(job_ref[0])}  # one partition's job at a time
-        return compute_shard(self.jobs[key], ShardInput(index, rows, positions))
+        self.heartbeat.beats = beats
+        heartbeat = self.heartbeat if beats is not None else None
+        return compute_shard(self.jobs[key], ShardInput(index, rows, positions), None, heartbeat)
 
     def pid(self) -> int:
         return os.getpid()
@@ -125,6 +196,8 @@ class RayPool:
         self._load: dict[Any, int] = {}
         self._rows: dict[Any, int] = {}
         self._busy = [0] * workers
+        self.heartbeat = Heartbeat()
+        self._beats: Any = None  # the Beats actor, while a watchdog reads it
 
     def pids(self) -> list[int]:
         """The actors' process ids (tests kill one to play a lost spot worker)."""
@@ -135,7 +208,7 @@ class RayPool:
             self._job, self._job_ref = job, self.ray.put(job)
         slot = min(range(len(self.actors)), key=self._busy.__getitem__)
         handle = self.actors[slot].run.remote(
-            [self._job_ref], shard.index, self.ray.put(shard.rows), shard.positions
+            [self._job_ref], shard.index, self.ray.put(shard.rows), shard.positions, self._beats
         )
         self._busy[slot] += 1
         self._load[handle] = slot
@@ -144,6 +217,7 @@ class RayPool:
 
     def wait(self, handles: list[Any], timeout: float) -> list[Any]:
         """The shards finished: waits up to ``timeout`` for the first, then takes all ready."""
+        self._read_beats()
         done, _ = self.ray.wait(handles, num_returns=1, timeout=timeout)
         if done and len(handles) > 1:
             done, _ = self.ray.wait(handles, num_returns=len(handles), timeout=0)
@@ -153,29 +227,69 @@ class RayPool:
         self._busy[self._load.pop(handle)] -= 1
         self._rows.pop(handle, None)
         try:
-            return self.ray.get(handle)
+            result = self.ray.get(handle)
+            # A finished shard is progress, whichever of its beats were not sent.
+            self.heartbeat.shard_done(result.index, result.metrics.batches)
+            return result
         except self.ray.exceptions.RayTaskError as exc:
             # The shard's own error (bad data, a model that drops rows), not Ray's wrapper.
             cause = exc.cause if isinstance(exc.cause, BaseException) else None
             raise (cause or exc) from None
 
-    def stop(self, handles: list[Any]) -> tuple[list[ShardResult], int]:
+    def watchdog(self, limit: StallLimit) -> Watchdog:
+        """The day's watchdog, fed by the workers' beats (none are sent when it is off)."""
+        if limit.off:
+            self._beats = None
+        elif self._beats is None:
+            self._beats = self.ray.remote(Beats).options(num_cpus=0).remote()
+        else:
+            self.ray.get(self._beats.take.remote())  # the day before's last beats
+        return Watchdog(self.heartbeat, limit)
+
+    def _read_beats(self) -> None:
+        """Replays the workers' beats since the last read on the driver's heartbeat."""
+        if self._beats is None:
+            return
+        try:
+            events = self.ray.get(self._beats.take.remote(), timeout=BEATS_READ_SECONDS)
+        except self.ray.exceptions.GetTimeoutError:
+            return  # read at the next wait; meanwhile the day counts as not moving
+        for kind, shard, batches, seconds in events:
+            if kind == "started":
+                self.heartbeat.shard_started(shard)
+                continue
+            for call in seconds[:-1]:
+                self.heartbeat.beat(shard, batches, call)
+            self.heartbeat.beat(shard, batches, seconds[-1] if seconds else None)
+
+    def stop(self, handles: list[Any], abandon: bool = False) -> tuple[list[ShardResult], int]:
         """Cancels the shards not finished; those finished are returned, the others' rows
-        are the work lost."""
+        are the work lost. With ``abandon`` (the day stalled) the actors computing them are
+        killed, so a call stuck in native code ends with its process; the pool then has
+        fewer actors, and the step that owns it fails."""
         if not handles:
             return [], 0
         done, running = self.ray.wait(handles, num_returns=len(handles), timeout=0)
-        lost = 0
+        lost, stuck = 0, set()
         for handle in running:
-            self.ray.cancel(handle)
-            self._busy[self._load.pop(handle)] -= 1
+            slot = self._load.pop(handle)
+            self._busy[slot] -= 1
             lost += self._rows.pop(handle, 0)
+            if abandon:
+                stuck.add(slot)
+            else:
+                self.ray.cancel(handle)
+        for slot in sorted(stuck):
+            self.ray.kill(self.actors[slot], no_restart=True)
         return [self.result(handle) for handle in done], lost
 
     def close(self) -> None:
         for actor in self.actors:
             self.ray.kill(actor)
         self.actors = []
+        if self._beats is not None:
+            self.ray.kill(self._beats)
+            self._beats = None
 
 
 def open_ray_pool(

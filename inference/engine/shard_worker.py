@@ -39,6 +39,7 @@ from inference.engine.shard_writer import (
     shard_file_name,
     write_shard_files,
 )
+from inference.engine.watchdog import Heartbeat
 
 RUNNING_DIR = "_running"
 # Model calls prepared ahead of the model, and the threads preparing them: tokenising and
@@ -189,14 +190,20 @@ class _Outputs:
     rows_done: int = 0
 
 
-def compute_shard(job: ShardJob, shard: ShardInput, stop: StopCheck | None = None) -> ShardResult:
-    """Computes one shard and writes its files to staging.
+def compute_shard(
+    job: ShardJob,
+    shard: ShardInput,
+    stop: StopCheck | None = None,
+    heartbeat: Heartbeat | None = None,
+) -> ShardResult:
+    """Computes one shard and writes its files to staging; ``heartbeat`` is told as each
+    model call finishes.
 
     Raises:
         ShardStopped: ``stop`` fired before a model call; the marker records the rows done.
         RowConservationError: a model call answered for more or fewer rows than it was given.
     """
-    return StartedShard(job, shard).finish(stop)
+    return StartedShard(job, shard).finish(stop, heartbeat)
 
 
 class StartedShard:
@@ -222,9 +229,14 @@ class StartedShard:
             # The first call's preparation waited for here, where the shard is started.
             self._first = next(self._calls, None)
 
-    def finish(self, stop: StopCheck | None = None) -> ShardResult:
-        """Runs the shard's model calls on this thread and writes its files to staging."""
+    def finish(
+        self, stop: StopCheck | None = None, heartbeat: Heartbeat | None = None
+    ) -> ShardResult:
+        """Runs the shard's model calls on this thread and writes its files to staging;
+        ``heartbeat`` is told as each call finishes (the progress watchdog's)."""
         job, shard, done = self.job, self.shard, self.done
+        if heartbeat is not None:
+            heartbeat.shard_started(shard.index)
         io = PartitionIO(job.files.target)
         marker = f"{job.files.target.staging_dir}/{RUNNING_DIR}/{shard_file_name(shard.index)}.json"
         redone = _rows_redone(io, marker, shard.rows.num_rows)
@@ -234,7 +246,8 @@ class StartedShard:
         )
         try:
             if self.step is not None:
-                _score_calls(job, shard, self.step, self._started_calls(), done, stop)
+                calls = self._started_calls()
+                _score_calls(job, shard, self.step, calls, done, stop, heartbeat)
         except ShardStopped:
             # Only the rows done count as redone on the retry: none done, nothing to redo.
             io.write_json(marker, {"shard": shard.index, "rows_discarded": done.rows_done})
@@ -287,9 +300,10 @@ def _score_calls(
     calls: Iterator[tuple[int, pa.RecordBatch | None, Any]],
     done: _Outputs,
     stop: StopCheck | None,
+    heartbeat: Heartbeat | None = None,
 ) -> None:
     """The shard's model calls (each prepared ahead) in order, checked and observed."""
-    for rows_in, batch, prepared in calls:
+    for count, (rows_in, batch, prepared) in enumerate(calls, start=1):
         reason = stop() if stop is not None else None
         if reason:
             raise ShardStopped(reason, shard.index, done.rows_done)
@@ -303,6 +317,9 @@ def _score_calls(
             if step.side is not None:
                 done.side.append(step.side(batch, out))
         done.rows_done += rows_in
+        if heartbeat is not None:
+            seconds = done.metrics.batch_seconds[-1] if batch is not None else None
+            heartbeat.beat(shard.index, count, seconds)
 
 
 def score_batch(

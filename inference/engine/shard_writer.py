@@ -54,6 +54,7 @@ class _Progress:
     shard_rows: int
     attempts: int = 0
     interruptions: int = 0
+    stalls: int = 0  # of the interruptions, those the progress watchdog raised
     shards: dict[str, dict[str, int | str]] = field(default_factory=dict)
     in_flight: int | None = None
     discarded_rows: int | None = None
@@ -209,6 +210,7 @@ class ShardedWriter:
         self.progress.attempts += 1
         self.report.attempt = self.progress.attempts
         self.report.interruptions = self.progress.interruptions
+        self.report.stalls = self.progress.stalls
         self.io.mkdir(t.staging_dir)
         self._save_progress()
         return self.report
@@ -281,10 +283,13 @@ class ShardedWriter:
             self._lease.renew()
         return files.rows
 
-    def record_interruption(self, rows_discarded: int) -> None:
-        """Counts an interruption durably; ``rows_discarded``: the work the shards in flight
-        lost (their markers tell the retry the same, shard by shard)."""
+    def record_interruption(self, rows_discarded: int, stalled: bool = False) -> None:
+        """Counts an interruption durably (``stalled``: one the progress watchdog raised);
+        ``rows_discarded``: the work the shards in flight lost (their markers tell the retry
+        the same, shard by shard)."""
         self.progress.interruptions += 1
+        self.progress.stalls += stalled
+        self.report.stalls = self.progress.stalls
         self.progress.in_flight = None
         self.progress.discarded_rows = rows_discarded
         self.report.interruptions = self.progress.interruptions
@@ -321,6 +326,7 @@ class ShardedWriter:
             "committed_at": time.time(),
             "attempts": self.progress.attempts,
             "interruptions": self.progress.interruptions,
+            "stalls": self.progress.stalls,
         }
         report.commit = commit
         staged = StagedDay()

@@ -11,7 +11,10 @@ Ray actors (:class:`inference.engine.ray_pool.RayPool`); the loop is the same. S
   attempt, or Ray's task retry) and its files are overwritten, never duplicated;
 - a driver that dies leaves the progress file: the next attempt skips every recorded shard;
 - a stop (the node is going away) stops the shards in flight at a model-call boundary, keeps
-  every finished one and raises :class:`Interrupted`.
+  every finished one and raises :class:`Interrupted`;
+- a stall (no model call finished within the day's limit, inference/engine/watchdog.py) gives
+  up on the shards in flight without waiting for them, keeps every finished one and raises
+  :class:`Stalled`, an interruption the run's retry resumes from.
 
 Shards carry their own rows, so a shard may be any set of rows: a range of the input
 (:func:`row_range_shards`), or every row of a set of accounts. Each row keeps its position in
@@ -34,6 +37,7 @@ from inference.engine.metrics import BatchMetrics
 from inference.engine.output_partition import ShardReport
 from inference.engine.shard_worker import ShardInput, ShardJob, ShardResult, ShardStopped, StopCheck
 from inference.engine.shard_writer import ShardedWriter
+from inference.engine.watchdog import Stall, StallLimit, Watchdog
 
 # Seconds between stop checks while the driver waits for the pool.
 WAIT_SECONDS = 0.25
@@ -58,6 +62,28 @@ class Interrupted(Exception):
         self.interruptions = interruptions
 
 
+class Stalled(Interrupted):
+    """The day stopped moving: the stuck work was given up, finished shards kept."""
+
+    def __init__(self, stall: Stall, where: str, shards_done: int, rows: int, interruptions: int):
+        redone = (
+            f"the stuck shard's {rows} rows will be redone on retry"
+            if stall.shard is not None
+            else "no shard had begun its model calls"
+        )
+        Exception.__init__(
+            self,
+            f"stalled: {stall.describe()} at {where}; the stuck work was stopped, "
+            f"{shards_done} finished shards kept and {redone} "
+            f"(interruption {interruptions} of this partition)",
+        )
+        self.reason = f"stalled: {stall.describe()}"
+        self.stall = stall
+        self.shards_done = shards_done
+        self.rows_discarded = rows
+        self.interruptions = interruptions
+
+
 class ShardPool(Protocol):
     """Where shards are computed. ``slots``: shards handed out at once (their rows are held
     until they are done); ``read_ahead``: shards read on a thread beyond those;
@@ -73,9 +99,14 @@ class ShardPool(Protocol):
 
     def result(self, handle: Any) -> ShardResult: ...
 
-    def stop(self, handles: list[Any]) -> tuple[list[ShardResult], int]:
+    def stop(self, handles: list[Any], abandon: bool = False) -> tuple[list[ShardResult], int]:
         """Stops the shards of ``handles``: the results of those that finished anyway, and
-        the rows of work the others lose."""
+        the rows of work the others lose; with ``abandon`` (the day stalled), without waiting
+        for the model calls in flight."""
+        ...
+
+    def watchdog(self, limit: StallLimit) -> Watchdog:
+        """The progress watchdog of the day about to run, fed by this pool's model calls."""
         ...
 
 
@@ -117,12 +148,14 @@ class Watch:
         progress: told after each shard recorded.
         metrics: receives the read/preprocess/compute/write split and per-call timings.
         figures: what the workers did.
+        watchdog: says when no model call finished for too long; asked with ``stop``.
     """
 
     stop: StopCheck = lambda: None
     progress: Progress | None = None
     metrics: BatchMetrics = field(default_factory=BatchMetrics)
     figures: WorkerFigures = field(default_factory=WorkerFigures)
+    watchdog: Watchdog | None = None
 
 
 def run_partition(
@@ -140,10 +173,12 @@ def run_partition(
 
     Raises:
         Interrupted: ``watch.stop`` fired; the shards in flight were stopped, finished ones kept.
+        Stalled: ``watch.watchdog`` found no model call finished within the day's limit; the
+            shards in flight were given up, finished ones kept.
         RowConservationError: a model call answered for more or fewer rows than it was given;
             nothing is committed.
     """
-    loop = _Loop(writer, pool, watch or Watch())
+    loop = _Loop(writer, pool, watch or Watch(), job.where)
     try:
         report = writer.begin()
         if report.already_committed:
@@ -161,8 +196,8 @@ def run_partition(
 class _Loop:
     """The shards handed to the pool and not yet recorded, and the rows read so far."""
 
-    def __init__(self, writer: ShardedWriter, pool: ShardPool, watch: Watch):
-        self.writer, self.pool, self.watch = writer, pool, watch
+    def __init__(self, writer: ShardedWriter, pool: ShardPool, watch: Watch, where: str = ""):
+        self.writer, self.pool, self.watch, self.where = writer, pool, watch, where
         self.pending: dict[Any, ShardInput] = {}
         self.rows_read = self.rows_resumed = 0
 
@@ -193,6 +228,8 @@ class _Loop:
                 self.rows_resumed += shard.rows.num_rows
                 continue
             self.watch.metrics.add_phase("read", time.perf_counter() - started)
+            if self.watch.watchdog is not None:
+                self.watch.watchdog.heartbeat.handed_out()
             self.pending[self.pool.submit(job, shard)] = shard
             self.collect(block=False)
             started = time.perf_counter()
@@ -204,6 +241,9 @@ class _Loop:
             reason = self.watch.stop()
             if reason:
                 raise self.stop(reason)
+            stall = self.watch.watchdog.stalled() if self.watch.watchdog is not None else None
+            if stall is not None:
+                raise self.stalled(stall)
             # Wait only when every slot is taken (or at the end); otherwise take what is ready
             # and go back to hand out the next shard.
             full = block or len(self.pending) >= self.pool.slots
@@ -239,6 +279,29 @@ class _Loop:
         for result in sorted(finished, key=lambda r: r.index):
             self.record(by_index[result.index], result)
         return self.interrupted(reason, rows_lost + lost)
+
+    def stalled(self, stall: Stall) -> Stalled:
+        """Gives up on the shards in flight without waiting for them, records those that
+        finished anyway, and says where the day stopped moving."""
+        handles = list(self.pending)
+        finished, _ = self.pool.stop(handles, abandon=True)
+        # The stuck shard's rows are all redone (its marker says so to the retry); a shard
+        # only started lost nothing.
+        kept = {r.index for r in finished}
+        lost = sum(
+            s.rows.num_rows
+            for s in self.pending.values()
+            if s.index == stall.shard and s.index not in kept
+        )
+        by_index = {s.index: s for s in self.pending.values()}
+        self.pending.clear()
+        for result in sorted(finished, key=lambda r: r.index):
+            self.record(by_index[result.index], result)
+        writer = self.writer
+        writer.record_interruption(lost, stalled=True)
+        where = self.where or writer.target.uri(writer.target.data_dir())
+        progress = writer.progress
+        return Stalled(stall, where, len(progress.shards), lost, progress.interruptions)
 
     def interrupted(self, reason: str, rows_lost: int) -> Interrupted:
         writer = self.writer
