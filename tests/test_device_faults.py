@@ -1,0 +1,288 @@
+"""Device faults (out of memory at the batch floor, CUDA errors, OOM-killed workers) fail once, named."""
+
+from __future__ import annotations
+
+import os
+import pickle
+import re
+import shutil
+import signal
+import sys
+import threading
+import time
+from pathlib import Path
+
+import pyarrow as pa
+import pytest
+import torch
+from dagster import AssetKey, DagsterEventType, DagsterInstance
+from fraud_world import trained_fraud_world
+from helpers import asset_metadata
+
+import assets.fraud.scoring as fraud_scoring
+from assets.fraud.demo_data import generate_day
+from inference.engine.adaptive import AdaptiveBatchSize, BatchTooLargeError
+from inference.engine.faults import (
+    DEVICE_ERROR,
+    OOM_AT_FLOOR,
+    OOM_KILLED,
+    OUT_OF_MEMORY,
+    DeviceFault,
+    OomKillCounter,
+    device_faults,
+    fault_kind,
+)
+from orchestration.definitions import build_definitions
+from policy.retries import ERROR_RETRY_POLICY
+from policy.tags import INTERRUPTED_TAG, RETRY_ON_STEP_FAILURE_TAG
+
+DAY = "2026-04-02"
+JOB = "fraud_scoring_job"
+STEP = "fraud_scores"
+ILLEGAL_ACCESS = "CUDA error: an illegal memory access was encountered"
+
+
+# --- the classifier ------------------------------------------------------------------------
+
+
+@pytest.mark.parametrize(
+    ("exc", "kind"),
+    [
+        (BatchTooLargeError("out of memory at the minimum batch size 1", 1, 1), OOM_AT_FLOOR),
+        (torch.OutOfMemoryError("CUDA out of memory. Tried to allocate 2.00 GiB"), OUT_OF_MEMORY),
+        (RuntimeError("MPS backend out of memory"), OUT_OF_MEMORY),
+        (RuntimeError(ILLEGAL_ACCESS), DEVICE_ERROR),
+        (RuntimeError("CUDA error: device-side assert triggered"), DEVICE_ERROR),
+        (RuntimeError("CUBLAS_STATUS_EXECUTION_FAILED when calling cublasSgemm"), DEVICE_ERROR),
+        (RuntimeError("cuDNN error: CUDNN_STATUS_INTERNAL_ERROR"), DEVICE_ERROR),
+        (RuntimeError("CUDA error: uncorrectable ECC error encountered"), DEVICE_ERROR),
+        (RuntimeError("mat1 and mat2 shapes cannot be multiplied (4x3 and 5x1)"), None),
+        (ValueError("CUDA error in a value error is user code, not the device"), None),
+        (KeyError("amount"), None),
+    ],
+)
+def test_device_faults_are_told_from_other_errors(exc: BaseException, kind: str | None) -> None:
+    assert fault_kind(exc) == kind
+
+
+def test_torch_accelerator_errors_are_device_errors() -> None:
+    accelerator = getattr(torch, "AcceleratorError", None)
+    if accelerator is None:
+        pytest.skip(f"torch {torch.__version__} has no AcceleratorError")
+    assert fault_kind(accelerator("unspecified launch failure")) == DEVICE_ERROR
+
+
+def test_an_oom_at_the_floor_becomes_one_line_with_shard_batch_and_memory() -> None:
+    sizer = AdaptiveBatchSize(64)
+
+    def always_out_of_memory(start: int, stop: int) -> None:
+        raise torch.OutOfMemoryError(f"CUDA out of memory. Tried {stop - start} rows")
+
+    with pytest.raises(DeviceFault) as raised, device_faults(shard=3, rows=64):
+        list(sizer.run(64, always_out_of_memory))
+    fault = raised.value
+    assert fault.kind == OOM_AT_FLOOR and isinstance(fault.__cause__, BatchTooLargeError)
+    assert "\n" not in fault.line and str(fault) == fault.line
+    assert fault.line.startswith("device fault: out of memory at the floor batch size 1 ")
+    assert "on shard 3, a call of 64 rows" in fault.line
+    # No CUDA here: the process's memory and what its cgroup or machine has left.
+    assert "process RSS" in fault.line and "GiB" in fault.line
+    # It crosses from a Ray worker to the driver unchanged.
+    again = pickle.loads(pickle.dumps(fault))
+    assert (again.kind, again.line) == (fault.kind, fault.line)
+
+
+def test_a_single_item_too_large_names_the_item_not_a_floor_of_its_size() -> None:
+    sizer = AdaptiveBatchSize(512)
+
+    def out_of_memory(start: int, stop: int) -> None:
+        raise torch.OutOfMemoryError("CUDA out of memory")
+
+    with pytest.raises(DeviceFault, match="single item of size 300") as raised:
+        with device_faults(shard=0, rows=1):
+            list(sizer.run(1, out_of_memory, unit=300))
+    assert raised.value.kind == OOM_AT_FLOOR
+
+
+def test_other_errors_pass_unchanged() -> None:
+    with pytest.raises(KeyError, match="amount"), device_faults(shard=0, rows=8):
+        raise KeyError("amount")
+
+
+def test_the_oom_kill_counter_reads_v2_and_v1_files(tmp_path: Path) -> None:
+    v2 = tmp_path / "memory.events"
+    v2.write_text("low 0\nhigh 0\nmax 4\noom 2\noom_kill 1\noom_group_kill 0\n")
+    counter = OomKillCounter(str(v2))
+    assert counter.baseline == 1 and not counter.rose()
+    v2.write_text("low 0\nhigh 0\nmax 5\noom 3\noom_kill 2\noom_group_kill 0\n")
+    assert counter.rose()
+    v1 = tmp_path / "memory.oom_control"
+    v1.write_text("oom_kill_disable 0\nunder_oom 0\noom_kill 7\n")
+    assert OomKillCounter(str(v1)).count() == 7
+    assert OomKillCounter(str(tmp_path / "absent")).count() == 0
+
+
+# --- a real scoring day ----------------------------------------------------------------------
+
+
+class Injection:
+    """A fault every fraud model loaded while it is ``active`` raises from its second call on
+    (every call after its first, at every batch size); ``sizes``: the rows of each call that
+    raised it."""
+
+    def __init__(self, fault: type[BaseException], message: str):
+        self.fault, self.message = fault, message
+        self.active, self.loads = True, 0
+        self.sizes: list[int] = []
+
+
+class FaultyModel(torch.nn.Module):
+    """The fraud model, with an :class:`Injection`."""
+
+    def __init__(self, model: torch.nn.Module, injection: Injection):
+        super().__init__()
+        self.model, self.injection, self.calls = model, injection, 0
+
+    def forward(self, x: torch.Tensor) -> torch.Tensor:
+        self.calls += 1
+        injection = self.injection
+        if injection.active and self.calls > 1:
+            injection.sizes.append(len(x))
+            raise injection.fault(injection.message)
+        return self.model(x)
+
+
+@pytest.fixture(scope="module")
+def pristine(tmp_path_factory) -> Path:
+    """A data root with a trained fraud model and one landed day, copied by each test."""
+    root = tmp_path_factory.mktemp("device_faults") / "data"
+    world = trained_fraud_world(root, "2026-04-01", 0.02)
+    generate_day(world["store"], DAY, scale=0.02)
+    return root
+
+
+@pytest.fixture
+def settings(monkeypatch: pytest.MonkeyPatch) -> None:
+    # Several shards, each one model call: the first shard finishes before the fault.
+    monkeypatch.setenv("NIGHTSHIFT_SHARD_ROWS", "500")
+    monkeypatch.setenv("NIGHTSHIFT_MAX_BATCH_SIZE", "2048")
+
+
+@pytest.fixture(scope="module")
+def clean_scores(pristine: Path, tmp_path_factory) -> pa.Table:
+    """The day scored without a fault, on a copy of its own."""
+    root = tmp_path_factory.mktemp("clean") / "data"
+    shutil.copytree(pristine, root)
+    with pytest.MonkeyPatch.context() as patch:
+        patch.setenv("NIGHTSHIFT_DATA_ROOT", str(root))
+        patch.setenv("NIGHTSHIFT_SHARD_ROWS", "500")
+        patch.setenv("NIGHTSHIFT_MAX_BATCH_SIZE", "2048")
+        result, _, _ = _run_job()
+    assert result.success
+    return _scores(root)
+
+
+@pytest.fixture
+def root(pristine: Path, tmp_path: Path, monkeypatch: pytest.MonkeyPatch, settings) -> Path:
+    root = tmp_path / "data"
+    shutil.copytree(pristine, root)
+    monkeypatch.setenv("NIGHTSHIFT_DATA_ROOT", str(root))
+    return root
+
+
+def _inject(monkeypatch: pytest.MonkeyPatch, fault: type[BaseException], message: str) -> Injection:
+    """Every fraud scorer loaded from now on gets a faulty model."""
+    injection = Injection(fault, message)
+    load = fraud_scoring.load_scorer
+
+    def faulty_scorer(*args, **kwargs):
+        scorer = load(*args, **kwargs)
+        scorer.model = FaultyModel(scorer.model, injection)
+        injection.loads += 1
+        return scorer
+
+    monkeypatch.setattr(fraud_scoring, "load_scorer", faulty_scorer)
+    return injection
+
+
+def _run_job():
+    """The scoring step of the real job, with the project's retry policy."""
+    job = build_definitions("local").resolve_job_def(JOB)
+    with DagsterInstance.ephemeral() as instance:
+        result = job.execute_in_process(
+            partition_key=DAY,
+            instance=instance,
+            raise_on_error=False,
+            asset_selection=[AssetKey(STEP)],
+        )
+        run = instance.get_run_by_id(result.run_id)
+        return result, instance.all_logs(result.run_id), run.tags
+
+
+def _failed_once(result, logs, tags) -> tuple[str, dict]:
+    """Asserts the step failed on its first attempt, without a retry and without asking the
+    daemon for a relaunch; returns its message and metadata."""
+    assert not result.success
+    assert ERROR_RETRY_POLICY.max_retries > 0  # the policy would have retried an error
+    kinds = [
+        e.dagster_event.event_type
+        for e in logs
+        if e.dagster_event and e.dagster_event.step_key == STEP
+    ]
+    assert kinds.count(DagsterEventType.STEP_START) == 1
+    assert DagsterEventType.STEP_UP_FOR_RETRY not in kinds
+    assert INTERRUPTED_TAG not in tags and tags.get(RETRY_ON_STEP_FAILURE_TAG) != "true"
+    [failure] = [e for e in result.get_step_failure_events() if e.step_key == STEP]
+    data = failure.step_failure_data
+    assert data.error.cls_name == "Failure"
+    metadata = {k: v.value for k, v in (data.user_failure_data.metadata or {}).items()}
+    return data.error.message, metadata
+
+
+def _scores(root: Path) -> pa.Table:
+    from resources.storage import DataStore
+
+    return DataStore(str(root)).read_output(STEP, DAY).sort_by("transaction_id").combine_chunks()
+
+
+def _fault_logged(logs, line: str) -> bool:
+    return any(e.user_message == line for e in logs if e.level >= 40)
+
+
+def test_oom_at_every_batch_size_fails_once_naming_the_floor_and_the_rerun_resumes(
+    root, monkeypatch, clean_scores
+) -> None:
+    model = _inject(monkeypatch, torch.OutOfMemoryError, "CUDA out of memory. Tried 1 GiB")
+    message, metadata = _failed_once(*_run_job())
+    assert model.loads == 1
+    # The back-off halved down to its floor before giving up, on one call of the shard.
+    assert model.sizes[-1] == 1 and model.sizes == sorted(model.sizes, reverse=True)
+    assert metadata["device_fault"] == OOM_AT_FLOOR
+    line = metadata["fault"]
+    assert line.startswith("device fault: out of memory at the floor batch size 1 on shard ")
+    call_rows = int(re.search(r"a call of (\d+) rows", line).group(1))
+    assert 1 < call_rows <= model.sizes[0] and "GiB" in line
+    assert f"fraud_scores {DAY}: {line}. Not retried: a retry meets the same rows" in message
+    kept = metadata["shards_kept"]
+    assert kept >= 1 and f"{kept} finished shard" in message
+
+    # The operator fixes the cause; the rerun resumes from the kept shards.
+    model.active = False
+    result, _, _ = _run_job()
+    assert result.success
+    assert asset_metadata(result, STEP)["shards_resumed"] == kept
+    assert _scores(root).equals(clean_scores)
+
+
+def test_a_cuda_device_error_fails_once_named_in_one_line(root, monkeypatch) -> None:
+    model = _inject(monkeypatch, RuntimeError, f"{ILLEGAL_ACCESS}\nCUDA kernel errors might be")
+    result, logs, tags = _run_job()
+    message, metadata = _failed_once(result, logs, tags)
+    assert len(model.sizes) == 1  # not backed off: a smaller batch meets the same device
+    assert metadata["device_fault"] == DEVICE_ERROR
+    line = metadata["fault"]
+    assert line.startswith(f"device fault: {ILLEGAL_ACCESS} on shard ")
+    assert re.search(r"on shard \d+, a call of \d+ rows \(process RSS ", line)
+    assert "\n" not in line
+    assert "Xid" in message and metadata["shards_kept"] >= 1
+    assert _fault_logged(logs, line)
