@@ -2,6 +2,7 @@
 
 from __future__ import annotations
 
+import json
 import os
 import pickle
 import re
@@ -10,9 +11,13 @@ import signal
 import sys
 import threading
 import time
+from dataclasses import dataclass
 from pathlib import Path
+from typing import Any
 
+import numpy as np
 import pyarrow as pa
+import pyarrow.fs as pafs
 import pytest
 import torch
 from dagster import AssetKey, DagsterEventType, DagsterInstance
@@ -32,9 +37,14 @@ from inference.engine.faults import (
     device_faults,
     fault_kind,
 )
+from inference.engine.ray_pool import RayPool, ray_session
+from inference.engine.shard_worker import RUNNING_DIR, ModelStep, ShardJob
+from inference.engine.shard_writer import ShardedWriter, ShardFileTargets
+from inference.engine.shards import row_range_shards, run_partition
 from orchestration.definitions import build_definitions
 from policy.retries import ERROR_RETRY_POLICY
 from policy.tags import INTERRUPTED_TAG, RETRY_ON_STEP_FAILURE_TAG
+from resources.storage import DataStore
 
 DAY = "2026-04-02"
 JOB = "fraud_scoring_job"
@@ -240,8 +250,6 @@ def _failed_once(result, logs, tags) -> tuple[str, dict]:
 
 
 def _scores(root: Path) -> pa.Table:
-    from resources.storage import DataStore
-
     return DataStore(str(root)).read_output(STEP, DAY).sort_by("transaction_id").combine_chunks()
 
 
@@ -286,3 +294,152 @@ def test_a_cuda_device_error_fails_once_named_in_one_line(root, monkeypatch) -> 
     assert "\n" not in line
     assert "Xid" in message and metadata["shards_kept"] >= 1
     assert _fault_logged(logs, line)
+
+
+# --- a worker the kernel's OOM killer took (local Ray) ---------------------------------------
+
+SCHEMA = pa.schema([("id", pa.int64()), ("y", pa.float64())])
+ROWS, SHARD_ROWS, BATCH = 1_200, 200, 50
+
+
+@dataclass(frozen=True)
+class SlowDouble:
+    """Doubles ids, ``seconds`` per model call of :data:`BATCH` rows: a shard takes 4 calls."""
+
+    seconds: float
+
+    def __call__(self, rows: pa.Table) -> ModelStep:
+        def transform(batch: pa.RecordBatch, prepared) -> pa.Table:
+            time.sleep(self.seconds)
+            ids = batch["id"].to_numpy()
+            return pa.table({"id": ids, "y": ids * 2.0})
+
+        return ModelStep(transform)
+
+
+@pytest.fixture(scope="module")
+def ray():
+    ray_module = pytest.importorskip("ray")
+    with ray_session("", num_cpus=2, num_gpus=0) as session:
+        ray_module.cloudpickle.register_pickle_by_value(sys.modules[__name__])
+        yield session
+
+
+@pytest.fixture
+def memory_events(tmp_path: Path) -> Path:
+    """A cgroup v2 ``memory.events`` the test plays the kernel on."""
+    events = tmp_path / "cgroup" / "memory.events"
+    events.parent.mkdir()
+    _write_events(events, 0)
+    return events
+
+
+def _write_events(events: Path, kills: int) -> None:
+    events.write_text(f"low 0\nhigh 0\nmax {kills}\noom {kills}\noom_kill {kills}\n")
+
+
+def _writer(store: DataStore) -> ShardedWriter:
+    target = store.partition_target("out", "2026-03-01")
+    return ShardedWriter(ShardFileTargets(target, SCHEMA), "fp", SHARD_ROWS, "run-a")
+
+
+def _input() -> list[pa.RecordBatch]:
+    ids = np.arange(ROWS)
+    return [pa.record_batch({"id": ids[i : i + 130]}) for i in range(0, ROWS, 130)]
+
+
+def _running(store: DataStore) -> list[dict]:
+    """The markers of the shards started (``_running/``), each naming its worker."""
+    target = store.partition_target("out", "2026-03-01")
+    selector = pafs.FileSelector(f"{target.staging_dir}/{RUNNING_DIR}", allow_not_found=True)
+    found = []
+    for info in target.fs.get_file_info(selector):
+        try:
+            with target.fs.open_input_stream(info.path) as stream:
+                found.append(json.loads(stream.read()))
+        except (OSError, ValueError):  # being written
+            pass
+    return found
+
+
+def _score_killing_a_worker(
+    ray, store, events: Path, oom_kill: bool
+) -> tuple[dict, Any, ShardedWriter]:
+    """Scores the day on two local Ray workers, SIGKILLing the worker of the first shard seen
+    started once another shard is recorded; with ``oom_kill``, the cgroup's OOM kill count
+    rises first (as the kernel counts before it kills). Returns the kill and what the day did
+    (its report, or the error it raised) and its writer."""
+    pool = RayPool(ray, 2, 1, 0, oom_kills=OomKillCounter(str(events)))
+    writer = _writer(store)
+    killed: dict = {}
+
+    def kill_a_worker_mid_shard() -> None:
+        deadline = time.monotonic() + 60
+        while not killed and time.monotonic() < deadline:
+            recorded = writer.progress.shards
+            for marker in _running(store) if recorded else []:
+                if str(marker["shard"]) in recorded or "worker" not in marker:
+                    continue
+                if oom_kill:
+                    _write_events(events, 1)
+                os.kill(int(marker["worker"].rsplit(":", 1)[1]), signal.SIGKILL)
+                killed.update(marker)
+                break
+            time.sleep(0.01)
+
+    killer = threading.Thread(target=kill_a_worker_mid_shard)
+    killer.start()
+    try:
+        job = ShardJob(writer.files(), SlowDouble(0.2), batch_size=BATCH)
+        shards = lambda: row_range_shards(_input(), SHARD_ROWS)  # noqa: E731
+        outcome: Any = run_partition(writer, shards, job, pool)
+    except DeviceFault as fault:
+        outcome = fault
+    finally:
+        killer.join()
+        pool.close()
+    assert killed, "no worker was seen computing a shard"
+    return killed, outcome, writer
+
+
+def _day_is_whole(store: DataStore) -> None:
+    out = store.read_output("out", "2026-03-01").sort_by("id")
+    assert out["id"].to_pylist() == list(range(ROWS))
+    assert out["y"].to_pylist() == [2.0 * i for i in range(ROWS)]
+
+
+def test_a_worker_the_oom_killer_took_is_named_and_not_redone(ray, store, memory_events) -> None:
+    killed, fault, writer = _score_killing_a_worker(ray, store, memory_events, oom_kill=True)
+    assert isinstance(fault, DeviceFault) and fault.kind == OOM_KILLED
+    assert fault.line.startswith(
+        f"device fault: worker {killed['worker']} killed by the kernel's OOM killer "
+        f"on shard {killed['shard']}, batch size {BATCH} "
+        f"(the oom_kill counter of {memory_events} rose; "
+    )
+    assert "GiB" in fault.line and "\n" not in fault.line
+    # Not committed, and the killed shard not redone: the finished shards wait in staging.
+    assert store.partition_target("out", "2026-03-01").table.current() is None
+    kept = len(writer.progress.shards)
+    assert kept >= 1 and str(killed["shard"]) not in writer.progress.shards
+    # After the fix (a bigger node), the rerun resumes from them.
+    report = _score_again(ray, store, memory_events)
+    assert report.shards_resumed == kept and report.rows_out == ROWS
+    _day_is_whole(store)
+
+
+def _score_again(ray, store, events: Path):
+    pool = RayPool(ray, 2, 1, 0, oom_kills=OomKillCounter(str(events)))
+    writer = _writer(store)
+    try:
+        job = ShardJob(writer.files(), SlowDouble(0.0), batch_size=BATCH)
+        return run_partition(writer, lambda: row_range_shards(_input(), SHARD_ROWS), job, pool)
+    finally:
+        pool.close()
+
+
+def test_a_plain_sigkill_of_a_worker_is_still_redone(ray, store, memory_events) -> None:
+    _, report, _ = _score_killing_a_worker(ray, store, memory_events, oom_kill=False)
+    assert not isinstance(report, DeviceFault), report
+    # The killed worker's shard was redone (a reclaimed node, as before), and nothing else.
+    assert report.rows_redone == SHARD_ROWS and report.rows_out == ROWS
+    _day_is_whole(store)

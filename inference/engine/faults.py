@@ -272,32 +272,74 @@ class OomKillCounter:
         return self.count() > self.baseline
 
 
-@dataclass
+@dataclass(frozen=True)
+class _Shard:
+    slot: int
+    index: int
+    batch_size: int
+
+
 class WorkerDeaths:
     """Tells a worker the OOM killer took from one killed otherwise, for a pool of worker
-    processes on this machine (the local Ray's actors): a worker of this host that is gone
-    while the cgroup's OOM kill count rose. Workers found gone while the count had not risen
-    were killed otherwise (a reclaimed node, an operator): they are redone as before."""
+    processes (the Ray actors), by the shards handed to each slot and each slot's process.
 
-    counter: OomKillCounter
-    workers: dict[int, tuple[str, int]] = field(default_factory=dict)  # slot -> (host, pid)
-    _killed_otherwise: set[int] = field(default_factory=set)
+    A worker of this machine (the local Ray's) that is gone while the cgroup's OOM kill count
+    rose was the OOM killer's: :meth:`check` raises a :class:`DeviceFault` naming the shard it
+    was computing. One found gone while the count had not risen was killed otherwise (a
+    reclaimed node, an operator): the pool redoes its shard, as before. Workers of other
+    machines are Ray's to judge (:func:`ray_fault`)."""
 
-    def watch(self, slot: int, host: str, pid: int) -> None:
-        self.workers[slot] = (host, pid)
+    def __init__(self, counter: OomKillCounter):
+        self.counter = counter
+        self._here = socket.gethostname()
+        self._workers: dict[int, tuple[str, int]] = {}  # slot -> its process (host, pid)
+        self._shards: dict[Any, _Shard] = {}  # handle -> the shard it computes, in order given
+        self._killed_otherwise: set[tuple[str, int]] = set()
 
-    def oom_killed(self) -> list[tuple[int, str]]:
-        """The slots (and worker names) whose worker the OOM killer took."""
-        here = socket.gethostname()
+    def watch(self, slot: int, worker: str) -> None:
+        """``slot``'s process is ``worker`` (``host:pid``), from now on."""
+        host, _, pid = worker.rpartition(":")
+        if pid.isdigit():
+            self._workers[slot] = (host, int(pid))
+
+    def submitted(self, handle: Any, slot: int, index: int, batch_size: int) -> None:
+        self._shards[handle] = _Shard(slot, index, batch_size)
+
+    def shard(self, handle: Any) -> tuple[int, int] | None:
+        """The shard ``handle`` computes and its batch size, if it was handed out here."""
+        shard = self._shards.get(handle)
+        return (shard.index, shard.batch_size) if shard else None
+
+    def finished(self, handle: Any, worker: str | None = None) -> None:
+        """``handle`` is done (or cancelled); ``worker`` computed it, so its slot's process."""
+        shard = self._shards.pop(handle, None)
+        if shard is not None and worker:
+            self.watch(shard.slot, worker)
+
+    def check(self) -> None:
+        """Raises a :class:`DeviceFault` when a watched worker of this machine is gone and the
+        OOM kill count rose."""
         gone = {
-            slot: f"{host}:{pid}"
-            for slot, (host, pid) in self.workers.items()
-            if host == here and not _alive(pid)
+            slot: (host, pid)
+            for slot, (host, pid) in self._workers.items()
+            if host == self._here and (host, pid) not in self._killed_otherwise and not _alive(pid)
         }
+        if not gone:
+            return
         if not self.counter.rose():
-            self._killed_otherwise.update(gone)
-            return []
-        return [(slot, name) for slot, name in gone.items() if slot not in self._killed_otherwise]
+            self._killed_otherwise.update(gone.values())
+            return
+        slot, (host, pid) = next(iter(gone.items()))
+        shard = next((s for s in self._shards.values() if s.slot == slot), None)
+        raise DeviceFault(
+            OOM_KILLED,
+            oom_killed_line(
+                f"{host}:{pid}",
+                shard.index if shard else None,
+                shard.batch_size if shard else 0,
+                self.counter.path or "the memory cgroup",
+            ),
+        )
 
 
 def _alive(pid: int) -> bool:

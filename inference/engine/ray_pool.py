@@ -15,11 +15,13 @@ program) is sent to each actor once and kept there by its object id.
 from __future__ import annotations
 
 import os
+import socket
 from collections.abc import Iterator
 from contextlib import ExitStack, contextmanager
 from typing import Any
 
 from inference.engine.device import MALLOC_ARENAS
+from inference.engine.faults import OomKillCounter, WorkerDeaths, ray_fault
 from inference.engine.shard_worker import ShardInput, ShardJob, ShardResult, compute_shard
 
 # Restarts of one actor, and retries of one shard on a restarted actor, before the step fails.
@@ -101,6 +103,10 @@ class ShardWorker:
     def pid(self) -> int:
         return os.getpid()
 
+    def where(self) -> str:
+        """This actor's process, named as its shards' results name it (``host:pid``)."""
+        return f"{socket.gethostname()}:{os.getpid()}"
+
 
 class RayPool:
     """``workers`` Ray actors computing shards for the driver loop (inference/engine/shards.py)."""
@@ -109,7 +115,14 @@ class RayPool:
     # The next shard is read while the actors compute.
     read_ahead = 1
 
-    def __init__(self, ray: Any, workers: int, cpus_per_worker: float, gpus_per_worker: float):
+    def __init__(
+        self,
+        ray: Any,
+        workers: int,
+        cpus_per_worker: float,
+        gpus_per_worker: float,
+        oom_kills: OomKillCounter | None = None,
+    ):
         self.ray = ray
         actor = ray.remote(ShardWorker).options(
             num_cpus=cpus_per_worker,
@@ -125,6 +138,10 @@ class RayPool:
         self._load: dict[Any, int] = {}
         self._rows: dict[Any, int] = {}
         self._busy = [0] * workers
+        # Which worker the kernel's OOM killer took (inference/engine/faults.py): each actor's
+        # process, asked now and answered while shards run, then named by each shard it returns.
+        self.deaths = WorkerDeaths(oom_kills or OomKillCounter())
+        self._where = {a.where.remote(): slot for slot, a in enumerate(self.actors)}
 
     def pids(self) -> list[int]:
         """The actors' process ids (tests kill one to play a lost spot worker)."""
@@ -139,25 +156,45 @@ class RayPool:
         )
         self._busy[slot] += 1
         self._load[handle] = slot
+        self.deaths.submitted(handle, slot, shard.index, job.batch_size)
         self._rows[handle] = shard.rows.num_rows
         return handle
 
     def wait(self, handles: list[Any], timeout: float) -> list[Any]:
         """The shards finished: waits up to ``timeout`` for the first, then takes all ready."""
+        self._check_deaths()
         done, _ = self.ray.wait(handles, num_returns=1, timeout=timeout)
         if done and len(handles) > 1:
             done, _ = self.ray.wait(handles, num_returns=len(handles), timeout=0)
         return done
 
     def result(self, handle: Any) -> ShardResult:
+        self._check_deaths()  # before the shard's redo is taken for its first try
         self._busy[self._load.pop(handle)] -= 1
         self._rows.pop(handle, None)
+        shard = self.deaths.shard(handle)
         try:
-            return self.ray.get(handle)
+            result = self.ray.get(handle)
         except self.ray.exceptions.RayTaskError as exc:
             # The shard's own error (bad data, a model that drops rows), not Ray's wrapper.
             cause = exc.cause if isinstance(exc.cause, BaseException) else None
             raise (cause or exc) from None
+        except self.ray.exceptions.RayError as exc:
+            # The worker died: for memory (a device fault), or otherwise (raised as it is).
+            fault = ray_fault(self.ray, exc, *shard) if shard else None
+            if fault is None:
+                raise
+            raise fault from exc
+        self.deaths.finished(handle, result.worker)
+        return result
+
+    def _check_deaths(self) -> None:
+        """Raises the fault of a worker the OOM killer took (see ``deaths``)."""
+        if self._where:
+            ready, _ = self.ray.wait(list(self._where), num_returns=len(self._where), timeout=0)
+            for ref in ready:
+                self.deaths.watch(self._where.pop(ref), self.ray.get(ref))
+        self.deaths.check()
 
     def stop(self, handles: list[Any]) -> tuple[list[ShardResult], int]:
         """Cancels the shards not finished; those finished are returned, the others' rows
@@ -168,6 +205,7 @@ class RayPool:
         lost = 0
         for handle in running:
             self.ray.cancel(handle)
+            self.deaths.finished(handle)
             self._busy[self._load.pop(handle)] -= 1
             lost += self._rows.pop(handle, 0)
         return [self.result(handle) for handle in done], lost
