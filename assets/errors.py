@@ -137,8 +137,8 @@ def _user() -> str:
 _DEVICE_FIXES = {
     OOM_AT_FLOOR: (
         "a retry meets the same rows on the same device. To fix it, run the day on a device "
-        "with more memory, or make one batch at the floor smaller (a lower precision, "
-        "NIGHTSHIFT_PRECISION=bf16, or a smaller model)"
+        "with more memory, or make one batch at the floor smaller (a lower precision: the "
+        "inference resource's `precision` bf16 or fp16; or a smaller model)"
     ),
     OUT_OF_MEMORY: (
         "a retry meets the same batch on the same device. To fix it, lower the batch size "

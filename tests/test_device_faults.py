@@ -36,6 +36,7 @@ from inference.engine.faults import (
     OomKillCounter,
     device_faults,
     fault_kind,
+    ray_fault,
 )
 from inference.engine.ray_pool import RayPool, ray_session
 from inference.engine.shard_worker import RUNNING_DIR, ModelStep, ShardJob
@@ -130,6 +131,32 @@ def test_the_oom_kill_counter_reads_v2_and_v1_files(tmp_path: Path) -> None:
     v1.write_text("oom_kill_disable 0\nunder_oom 0\noom_kill 7\n")
     assert OomKillCounter(str(v1)).count() == 7
     assert OomKillCounter(str(tmp_path / "absent")).count() == 0
+
+
+def _actor_died(detail: str) -> BaseException:
+    """Ray's error for an actor task whose worker died, as Ray words it."""
+    errors = pytest.importorskip("ray.exceptions")
+    from ray.core.generated.common_pb2 import ActorDiedErrorContext
+
+    message = f"The actor is dead because its worker process has died. {detail}"
+    return errors.ActorDiedError(ActorDiedErrorContext(actor_id=b"a" * 16, error_message=message))
+
+
+def test_ray_names_its_memory_kills_and_other_deaths_stay_errors() -> None:
+    ray_module = pytest.importorskip("ray")
+    errors = ray_module.exceptions
+    low = "Task was killed due to the node running low on memory."
+    fault = ray_fault(ray_module, errors.OutOfMemoryError(f"{low}\nMemory on the node..."), 4, 64)
+    assert fault.kind == OOM_KILLED
+    assert fault.line == (
+        f"device fault: a Ray worker was killed for memory on shard 4, batch size 64 ({low})"
+    )
+    died = _actor_died(f"Worker exit type: NODE_OUT_OF_MEMORY Worker exit detail: {low}")
+    fault = ray_fault(ray_module, died, 2, 32)
+    assert fault.kind == OOM_KILLED and "NODE_OUT_OF_MEMORY" in fault.line
+    crashed = _actor_died("Worker exit type: SYSTEM_ERROR Worker exit detail: connection error")
+    assert ray_fault(ray_module, crashed, 2, 32) is None
+    assert ray_fault(ray_module, errors.WorkerCrashedError(), 2, 32) is None
 
 
 # --- a real scoring day ----------------------------------------------------------------------

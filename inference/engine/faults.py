@@ -59,7 +59,9 @@ MEMORY_EVENTS_PATHS = ("/sys/fs/cgroup/memory.events", "/sys/fs/cgroup/memory/me
 
 GIB = 1024**3
 # How Ray's death messages name memory as the cause.
-_NAMES_OOM = re.compile(r"out of memory|\bOOM\b|memory monitor|OutOfMemory", re.IGNORECASE)
+_NAMES_OOM = re.compile(
+    r"out[ _]of[ _]memory|\bOOM\b|memory monitor|low on memory|OutOfMemory", re.IGNORECASE
+)
 
 
 class DeviceFault(RuntimeError):
@@ -373,8 +375,10 @@ def ray_fault(ray: Any, exc: BaseException, shard: int, batch_size: int) -> Devi
             return None
     else:
         return None
+    lines = [line.strip() for line in str(exc).splitlines()]
+    why = next((line for line in lines if _NAMES_OOM.search(line)), _first_line(exc))
     return DeviceFault(
         OOM_KILLED,
         f"device fault: a Ray worker was killed for memory on shard {shard}, batch size "
-        f"{batch_size} ({_first_line(exc)})",
+        f"{batch_size} ({why})",
     )

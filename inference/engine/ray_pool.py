@@ -6,9 +6,11 @@ stopped when the session closes) or connects to an existing cluster (``auto``, o
 :class:`ShardWorker` actors (``num_cpus`` and ``num_gpus`` each) and at most two shards queued
 on each, so the next shard's rows travel while the current one computes.
 
-A worker that dies (a reclaimed spot node, an out-of-memory kill) is restarted by Ray and its
+A worker that dies (a reclaimed spot node, an operator's kill) is restarted by Ray and its
 shard retried there (``max_restarts``, ``max_task_retries``); the shard's files are written
-under fixed names, so the retry overwrites what the lost worker left. Each job (one partition's
+under fixed names, so the retry overwrites what the lost worker left. A worker the kernel's OOM
+killer took would die again on the retry: it fails the day as a device fault instead
+(inference/engine/faults.py). Each job (one partition's
 program) is sent to each actor once and kept there by its object id.
 """
 
