@@ -470,3 +470,44 @@ def test_a_plain_sigkill_of_a_worker_is_still_redone(ray, store, memory_events) 
     # The killed worker's shard was redone (a reclaimed node, as before), and nothing else.
     assert report.rows_redone == SHARD_ROWS and report.rows_out == ROWS
     _day_is_whole(store)
+
+
+def test_a_scoring_step_whose_ray_worker_the_oom_killer_took_fails_once(
+    ray, root, memory_events, monkeypatch
+) -> None:
+    """The fraud day on the step's Ray workers: the worker of the first shard seen started is
+    SIGKILLed after the cgroup's OOM kill count rose."""
+    monkeypatch.setenv("NIGHTSHIFT_EXECUTOR", "ray")
+    monkeypatch.setenv("NIGHTSHIFT_RAY_WORKERS", "2")
+    monkeypatch.setenv("NIGHTSHIFT_CGROUP_MEMORY_EVENTS", str(memory_events))
+    running = f"{DataStore(str(root)).partition_target(STEP, DAY).staging_dir}/{RUNNING_DIR}"
+    killed: list[str] = []
+    finished = threading.Event()
+
+    def oom_kill_the_first_worker_seen() -> None:
+        while not killed and not finished.wait(0.01):
+            for marker in Path(running).glob("*.json") if os.path.isdir(running) else []:
+                try:
+                    worker = json.loads(marker.read_text())["worker"]
+                except (OSError, ValueError, KeyError):  # being written
+                    continue
+                _write_events(memory_events, 1)
+                os.kill(int(worker.rsplit(":", 1)[1]), signal.SIGKILL)
+                killed.append(worker)
+                break
+
+    killer = threading.Thread(target=oom_kill_the_first_worker_seen)
+    killer.start()
+    try:
+        result, logs, tags = _run_job()
+    finally:
+        finished.set()
+        killer.join()
+    assert killed, "no worker was seen computing a shard"
+    message, metadata = _failed_once(result, logs, tags)
+    assert metadata["device_fault"] == OOM_KILLED
+    line = metadata["fault"]
+    assert line.startswith(f"device fault: worker {killed[0]} killed by the kernel's OOM killer ")
+    assert f"the oom_kill counter of {memory_events} rose" in line
+    assert f"fraud_scores {DAY}: {line}. Not retried: the workers need more memory" in message
+    assert _fault_logged(logs, line)
