@@ -49,7 +49,6 @@ DEVICE_ERROR_MARKERS = (
     "cudnn error",
     "cudnn_status_",
     "uncorrectable ecc error",
-    "nccl error",
 )
 
 # Where the kernel counts the OOM killer's kills in this process's memory cgroup: cgroup v2
@@ -129,7 +128,7 @@ def fault_line(kind: str, exc: BaseException, shard: int, rows: int) -> str:
             at = f"at the floor batch size {size if size is not None else floor}"
         what = f"{device}out of memory {at} {where}"
     elif kind == OUT_OF_MEMORY:
-        what = f"{device}out of memory {where} (the model has no batch back-off)"
+        what = f"{device}out of memory {where} (outside any batch back-off)"
     else:
         what = f"{_first_line(exc)} {where}"
     return f"device fault: {what} ({memory_figures(cuda)})"

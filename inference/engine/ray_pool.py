@@ -19,7 +19,7 @@ from __future__ import annotations
 import os
 import socket
 from collections.abc import Iterator
-from contextlib import ExitStack, contextmanager
+from contextlib import ExitStack, contextmanager, suppress
 from typing import Any
 
 from inference.engine.device import MALLOC_ARENAS
@@ -195,7 +195,9 @@ class RayPool:
         if self._where:
             ready, _ = self.ray.wait(list(self._where), num_returns=len(self._where), timeout=0)
             for ref in ready:
-                self.deaths.watch(self._where.pop(ref), self.ray.get(ref))
+                slot = self._where.pop(ref)
+                with suppress(self.ray.exceptions.RayError):  # died first: Ray redoes its shard
+                    self.deaths.watch(slot, self.ray.get(ref))
         self.deaths.check()
 
     def stop(self, handles: list[Any]) -> tuple[list[ShardResult], int]:
