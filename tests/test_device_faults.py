@@ -8,6 +8,8 @@ import pickle
 import re
 import shutil
 import signal
+import socket
+import subprocess
 import sys
 import threading
 import time
@@ -34,6 +36,7 @@ from inference.engine.faults import (
     OUT_OF_MEMORY,
     DeviceFault,
     OomKillCounter,
+    WorkerDeaths,
     device_faults,
     fault_kind,
     ray_fault,
@@ -157,6 +160,58 @@ def test_ray_names_its_memory_kills_and_other_deaths_stay_errors() -> None:
     crashed = _actor_died("Worker exit type: SYSTEM_ERROR Worker exit detail: connection error")
     assert ray_fault(ray_module, crashed, 2, 32) is None
     assert ray_fault(ray_module, errors.WorkerCrashedError(), 2, 32) is None
+
+
+def _sleeper() -> subprocess.Popen:
+    return subprocess.Popen([sys.executable, "-c", "import time; time.sleep(120)"])
+
+
+@pytest.mark.parametrize("oom_kill", [True, False])
+def test_a_killed_worker_process_is_oom_killed_only_when_the_counter_rose(
+    tmp_path: Path, oom_kill: bool
+) -> None:
+    events = tmp_path / "memory.events"
+    _write_events(events, 3)
+    deaths = WorkerDeaths(OomKillCounter(str(events)))
+    worker, other = _sleeper(), _sleeper()
+    try:
+        host = socket.gethostname()
+        deaths.watch(0, f"{host}:{worker.pid}")
+        deaths.watch(1, f"{host}:{other.pid}")
+        deaths.submitted("first", 0, 7, 64)
+        deaths.submitted("second", 1, 8, 64)
+        deaths.check()  # both alive: nothing to say
+        if oom_kill:
+            _write_events(events, 4)  # the kernel counts the kill, then sends SIGKILL
+        worker.send_signal(signal.SIGKILL)  # not reaped yet: a zombie is dead too
+        worker_name = f"{host}:{worker.pid}"
+        for _ in range(500):
+            if _state_of(worker.pid) in ("Z", ""):
+                break
+            time.sleep(0.01)
+        if oom_kill:
+            with pytest.raises(DeviceFault) as raised:
+                deaths.check()
+            assert raised.value.kind == OOM_KILLED
+            assert raised.value.line.startswith(
+                f"device fault: worker {worker_name} killed by the kernel's OOM killer on "
+                f"shard 7, batch size 64 (the oom_kill counter of {events} rose; "
+            )
+        else:
+            deaths.check()  # a plain kill: its shard is redone
+            _write_events(events, 4)  # a later kill of something else is not this one's
+            deaths.check()
+    finally:
+        for process in (worker, other):
+            process.kill()
+            process.wait()
+
+
+def _state_of(pid: int) -> str:
+    try:
+        return Path(f"/proc/{pid}/stat").read_text().rsplit(")", 1)[-1].split()[0]
+    except OSError:
+        return ""
 
 
 # --- a real scoring day ----------------------------------------------------------------------
