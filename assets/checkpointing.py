@@ -27,9 +27,11 @@ from typing import Any
 from dagster import AssetExecutionContext, Failure, RetryRequested
 
 from assets.capacity import capacity_of, decide, retry_capacity, say_at_launch
+from assets.errors import device_fault_failure
 from assets.observability import GpuMonitor
 from assets.partitions import PartitionReport
 from inference.engine.day_run import AtLaunch, DaySettings, run_day
+from inference.engine.faults import DeviceFault
 from inference.engine.interrupt import InterruptionWatcher
 from inference.engine.ledger import RunLedger, StartupShares
 from inference.engine.local_pool import LocalPool
@@ -233,6 +235,9 @@ def spot_safe(
             # A stalled step leaves a stuck thread behind: its retry runs in a fresh process.
             node_lost = isinstance(exc, Stalled) or _node_lost(watcher)
             _leave_for_retry(context, inference, exc, node_lost=node_lost, run=run)
+        except DeviceFault as exc:
+            context.log.error(exc.line)
+            raise device_fault_failure(exc, *_left_day(run)) from exc
         finally:
             run.close()
 
@@ -241,6 +246,14 @@ def _run_started(context: AssetExecutionContext) -> float | None:
     """When this run's process started (its node was up): the launch the ledger charges from."""
     record = context.instance.get_run_record_by_id(context.run_id)
     return record.start_time if record is not None else None
+
+
+def _left_day(run: SpotSafeRun) -> tuple[str | None, int]:
+    """The day the step left (asset and date) and its shards finished, kept in staging."""
+    day = run.ledger.open_day
+    if day is None:
+        return None, 0
+    return f"{day.asset} {day.date}", len(day.writer.progress.shards)
 
 
 def _node_lost(watcher: InterruptionWatcher) -> bool:

@@ -4,7 +4,9 @@ to fix it, instead of spending the retry budget (and its back-off) on them.
 Permanent: missing or malformed landing data, no trained model, a model version whose files
 are missing or damaged, an unusable checkpoint, and a storage layout the job cannot write to
 (a file where a folder must be, a folder where a file must be, a folder it may not write).
-A retry would read the same bytes or meet the same folder.
+A retry would read the same bytes or meet the same folder. So would the faults of the device or
+the node (inference/engine/faults.py): out of memory at the batch floor, a CUDA device error, a
+worker the kernel's OOM killer took; :func:`device_fault_failure` names them the same way.
 """
 
 from __future__ import annotations
@@ -19,6 +21,13 @@ from pathlib import Path
 from dagster import Failure
 
 from assets.wiring import TRAINED_BY
+from inference.engine.faults import (
+    DEVICE_ERROR,
+    OOM_AT_FLOOR,
+    OOM_KILLED,
+    OUT_OF_MEMORY,
+    DeviceFault,
+)
 from inference.generation.generate import CheckpointError
 from inference.models.modelstore import ModelNotFoundError, ModelUnusableError
 from resources.storage import LandingDataError
@@ -121,3 +130,48 @@ def _user() -> str:
         return f"the user running the job ({getpass.getuser()})"
     except (KeyError, OSError):
         return "the user running the job"
+
+
+# What the operator does about each device fault: a retry meets the same batch on the same kind
+# of node, so each says what to change before the rerun.
+_DEVICE_FIXES = {
+    OOM_AT_FLOOR: (
+        "a retry meets the same rows on the same device. To fix it, run the day on a device "
+        "with more memory, or make one batch at the floor smaller (a lower precision: the "
+        "inference resource's `precision` bf16 or fp16; or a smaller model)"
+    ),
+    OUT_OF_MEMORY: (
+        "a retry meets the same batch on the same device. To fix it, lower the batch size "
+        "(NIGHTSHIFT_MAX_BATCH_SIZE or the spec's batch size) or run on a device with more "
+        "memory"
+    ),
+    DEVICE_ERROR: (
+        "a CUDA error leaves the process's device context unusable. To fix it, check the node "
+        "(nvidia-smi, and Xid errors in dmesg) and replace it if it reports ECC or Xid errors; "
+        "a device-side assert is usually an input the model indexes out of range"
+    ),
+    OOM_KILLED: (
+        "the workers need more memory than the node has. To fix it, lower the rows per shard "
+        "(NIGHTSHIFT_SHARD_ROWS), the batch size or the workers per node "
+        "(NIGHTSHIFT_RAY_WORKERS), or run on a node with more memory"
+    ),
+}
+
+
+def device_fault_failure(exc: DeviceFault, day: str | None, shards_kept: int) -> Failure:
+    """The step's failure for a device fault: its one line, where (``day``: asset and date),
+    what to change, and that the finished shards wait in staging for the rerun; not retried,
+    and not an interruption the daemon relaunches."""
+    where = f"{day}: " if day else ""
+    shards = "shard is" if shards_kept == 1 else "shards are"
+    kept = (
+        f"{shards_kept} finished {shards} kept: the rerun resumes from them"
+        if shards_kept
+        else "No shard had finished"
+    )
+    return Failure(
+        description=f"{where}{exc.line}. Not retried: {_DEVICE_FIXES[exc.kind]}; then run "
+        f"the day again. {kept}.",
+        metadata={"device_fault": exc.kind, "fault": exc.line, "shards_kept": shards_kept},
+        allow_retries=False,
+    )

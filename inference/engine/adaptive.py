@@ -42,7 +42,20 @@ def release_cached_memory() -> None:
 
 
 class BatchTooLargeError(RuntimeError):
-    """A batch ran out of memory even at the smallest allowed size."""
+    """A batch ran out of memory even at the smallest allowed size.
+
+    Args:
+        message: what ran out of memory.
+        size: the size of the batch that failed (in the size's units: rows or tokens).
+        minimum: the floor the back-off may not go below.
+    """
+
+    def __init__(self, message: str, size: int | None = None, minimum: int | None = None):
+        super().__init__(message)
+        self.size, self.minimum = size, minimum
+
+    def __reduce__(self) -> tuple:  # crosses from a Ray worker to the driver intact
+        return BatchTooLargeError, (str(self), self.size, self.minimum)
 
 
 @dataclass
@@ -98,7 +111,9 @@ class AdaptiveBatchSize:
         if size <= self.minimum:
             raise BatchTooLargeError(
                 f"out of memory on a batch of {size} at the minimum batch size {self.minimum}: "
-                "the model or a single item does not fit this device"
+                "the model or a single item does not fit this device",
+                size,
+                self.minimum,
             )
         if self.failed_at is not None and size >= self.failed_at:
             # Growing back into a size that failed before failed again: wait twice as long
@@ -145,7 +160,9 @@ class AdaptiveBatchSize:
                     self.ooms += 1
                     raise BatchTooLargeError(
                         f"out of memory on a single item of {unit} (batch budget {self.size}): "
-                        "one item does not fit this device"
+                        "one item does not fit this device",
+                        unit,
+                        self.minimum,
                     )
                 self.record_out_of_memory((stop - start) * unit)
                 continue

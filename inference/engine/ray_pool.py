@@ -6,9 +6,11 @@ stopped when the session closes) or connects to an existing cluster (``auto``, o
 :class:`ShardWorker` actors (``num_cpus`` and ``num_gpus`` each) and at most two shards queued
 on each, so the next shard's rows travel while the current one computes.
 
-A worker that dies (a reclaimed spot node, an out-of-memory kill) is restarted by Ray and its
+A worker that dies (a reclaimed spot node, an operator's kill) is restarted by Ray and its
 shard retried there (``max_restarts``, ``max_task_retries``); the shard's files are written
-under fixed names, so the retry overwrites what the lost worker left. Each job (one partition's
+under fixed names, so the retry overwrites what the lost worker left. A worker the kernel's OOM
+killer took would die again on the retry: it fails the day as a device fault instead
+(inference/engine/faults.py). Each job (one partition's
 program) is sent to each actor once and kept there by its object id.
 
 The progress watchdog (inference/engine/watchdog.py) sees the actors' model calls through a
@@ -21,13 +23,15 @@ call stuck in native code with them, and the step fails for its retry.
 from __future__ import annotations
 
 import os
+import socket
 import threading
 import time
 from collections.abc import Iterator
-from contextlib import ExitStack, contextmanager
+from contextlib import ExitStack, contextmanager, suppress
 from typing import Any
 
 from inference.engine.device import MALLOC_ARENAS
+from inference.engine.faults import OomKillCounter, WorkerDeaths, ray_fault
 from inference.engine.shard_worker import ShardInput, ShardJob, ShardResult, compute_shard
 from inference.engine.watchdog import Heartbeat, StallLimit, Watchdog
 
@@ -172,6 +176,10 @@ class ShardWorker:
     def pid(self) -> int:
         return os.getpid()
 
+    def where(self) -> str:
+        """This actor's process, named as its shards' results name it (``host:pid``)."""
+        return f"{socket.gethostname()}:{os.getpid()}"
+
 
 class RayPool:
     """``workers`` Ray actors computing shards for the driver loop (inference/engine/shards.py)."""
@@ -180,7 +188,14 @@ class RayPool:
     # The next shard is read while the actors compute.
     read_ahead = 1
 
-    def __init__(self, ray: Any, workers: int, cpus_per_worker: float, gpus_per_worker: float):
+    def __init__(
+        self,
+        ray: Any,
+        workers: int,
+        cpus_per_worker: float,
+        gpus_per_worker: float,
+        oom_kills: OomKillCounter | None = None,
+    ):
         self.ray = ray
         actor = ray.remote(ShardWorker).options(
             num_cpus=cpus_per_worker,
@@ -198,6 +213,10 @@ class RayPool:
         self._busy = [0] * workers
         self.heartbeat = Heartbeat()
         self._beats: Any = None  # the Beats actor, while a watchdog reads it
+        # Which worker the kernel's OOM killer took (inference/engine/faults.py): each actor's
+        # process, asked now and answered while shards run, then named by each shard it returns.
+        self.deaths = WorkerDeaths(oom_kills or OomKillCounter())
+        self._where = {a.where.remote(): slot for slot, a in enumerate(self.actors)}
 
     def pids(self) -> list[int]:
         """The actors' process ids (tests kill one to play a lost spot worker)."""
@@ -212,11 +231,13 @@ class RayPool:
         )
         self._busy[slot] += 1
         self._load[handle] = slot
+        self.deaths.submitted(handle, slot, shard.index, job.batch_size)
         self._rows[handle] = shard.rows.num_rows
         return handle
 
     def wait(self, handles: list[Any], timeout: float) -> list[Any]:
         """The shards finished: waits up to ``timeout`` for the first, then takes all ready."""
+        self._check_deaths()
         self._read_beats()
         done, _ = self.ray.wait(handles, num_returns=1, timeout=timeout)
         if done and len(handles) > 1:
@@ -224,17 +245,36 @@ class RayPool:
         return done
 
     def result(self, handle: Any) -> ShardResult:
+        self._check_deaths()  # before the shard's redo is taken for its first try
         self._busy[self._load.pop(handle)] -= 1
         self._rows.pop(handle, None)
+        shard = self.deaths.shard(handle)
         try:
             result = self.ray.get(handle)
-            # A finished shard is progress, whichever of its beats were not sent.
-            self.heartbeat.shard_done(result.index, result.metrics.batches)
-            return result
         except self.ray.exceptions.RayTaskError as exc:
             # The shard's own error (bad data, a model that drops rows), not Ray's wrapper.
             cause = exc.cause if isinstance(exc.cause, BaseException) else None
             raise (cause or exc) from None
+        except self.ray.exceptions.RayError as exc:
+            # The worker died: for memory (a device fault), or otherwise (raised as it is).
+            fault = ray_fault(self.ray, exc, *shard) if shard else None
+            if fault is None:
+                raise
+            raise fault from exc
+        # A finished shard is progress, whichever of its beats were not sent.
+        self.heartbeat.shard_done(result.index, result.metrics.batches)
+        self.deaths.finished(handle, result.worker)
+        return result
+
+    def _check_deaths(self) -> None:
+        """Raises the fault of a worker the OOM killer took (see ``deaths``)."""
+        if self._where:
+            ready, _ = self.ray.wait(list(self._where), num_returns=len(self._where), timeout=0)
+            for ref in ready:
+                slot = self._where.pop(ref)
+                with suppress(self.ray.exceptions.RayError):  # died first: Ray redoes its shard
+                    self.deaths.watch(slot, self.ray.get(ref))
+        self.deaths.check()
 
     def watchdog(self, limit: StallLimit) -> Watchdog:
         """The day's watchdog, fed by the workers' beats (none are sent when it is off)."""
@@ -274,6 +314,7 @@ class RayPool:
         for handle in running:
             slot = self._load.pop(handle)
             self._busy[slot] -= 1
+            self.deaths.finished(handle)
             lost += self._rows.pop(handle, 0)
             if abandon:
                 stuck.add(slot)

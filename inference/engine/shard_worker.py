@@ -29,6 +29,7 @@ from typing import Any
 import numpy as np
 import pyarrow as pa
 
+from inference.engine.faults import device_faults
 from inference.engine.invariants import StreamStats
 from inference.engine.metrics import BatchMetrics, peak_rss_mb
 from inference.engine.output_partition import QUARANTINED_PREFIX, PartitionIO
@@ -332,7 +333,8 @@ def score_batch(
 ) -> pa.Table:
     """Runs the model step on one batch and checks it answered for exactly its rows."""
     started = time.perf_counter()
-    out = step.transform(good, prepared)
+    with device_faults(shard, good.num_rows):
+        out = step.transform(good, prepared)
     elapsed = time.perf_counter() - started
     out = out if isinstance(out, pa.Table) else pa.Table.from_batches([out])
     answered = step.count_out(out) if step.count_out else out.num_rows
