@@ -8,6 +8,7 @@ from typing import Any, Literal, TypeVar
 from dagster import ConfigurableResource, InitResourceContext
 from pydantic import Field, PrivateAttr
 
+from inference.engine.batch_timeout import BatchTimeout
 from inference.engine.device import Runtime, configure_cpu_threads, make_runtime
 from inference.engine.interrupt import InterruptionWatcher, notice_source
 from inference.engine.watchdog import StallLimit
@@ -81,6 +82,17 @@ class InferenceResource(ConfigurableResource):
         default=StallLimit.batch_multiple,
         gt=0,
         description="The stall limit in multiples of the day's median model call.",
+    )
+    batch_timeout_multiple: float = Field(
+        default=BatchTimeout.multiple,
+        ge=0,
+        description="Per-call deadline: a model call running longer than this many times its "
+        "shard's median call is stopped, tried once more, then split in halves before the "
+        "shard fails; 0 (the default) turns deadlines off. A spec may set its own "
+        "(Sizes.batch_timeout_multiple).",
+    )
+    batch_timeout_floor_seconds: float = Field(
+        default=BatchTimeout.floor, gt=0, description="The least per-call deadline."
     )
     price_spot_per_hour: float | None = Field(
         default=None,
@@ -162,6 +174,10 @@ class InferenceResource(ConfigurableResource):
             self.stall_ceiling_seconds,
             self.stall_batch_multiple,
         )
+
+    def batch_timeout(self) -> BatchTimeout:
+        """How long one model call may run (inference/engine/batch_timeout.py)."""
+        return BatchTimeout(self.batch_timeout_multiple, self.batch_timeout_floor_seconds)
 
     def watcher(self, on_advisory: Callable[[str], None] | None = None) -> InterruptionWatcher:
         """Watches for SIGTERM/SIGINT and, if configured, the cloud's interruption notices."""

@@ -203,8 +203,11 @@ class ShardAbandoned(Exception):
     """Raised in a model call's thread that the watchdog gave up on, to stop its Python code."""
 
 
-def raise_in_thread(thread: threading.Thread) -> bool:
-    """Asks ``thread`` to raise :class:`ShardAbandoned` at its next Python instruction.
+def raise_in_thread(
+    thread: threading.Thread, error: type[BaseException] = ShardAbandoned
+) -> bool:
+    """Asks ``thread`` to raise ``error`` (:class:`ShardAbandoned` unless told) at its next
+    Python instruction.
 
     CPython's ``PyThreadState_SetAsyncExc`` is the only way to stop another thread's Python
     code; it has no public wrapper, so it is called here, in one place. It cannot reach a
@@ -213,6 +216,12 @@ def raise_in_thread(thread: threading.Thread) -> bool:
     if thread.ident is None or not thread.is_alive():
         return False
     found = ctypes.pythonapi.PyThreadState_SetAsyncExc(
-        ctypes.c_ulong(thread.ident), ctypes.py_object(ShardAbandoned)
+        ctypes.c_ulong(thread.ident), ctypes.py_object(error)
     )
     return found == 1
+
+
+def forget_raised() -> None:
+    """Drops an error :func:`raise_in_thread` asked this thread to raise and it has not raised
+    yet (one asked for just as the work it was meant to stop finished)."""
+    ctypes.pythonapi.PyThreadState_SetAsyncExc(ctypes.c_ulong(threading.get_ident()), None)
