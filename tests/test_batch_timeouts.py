@@ -32,6 +32,9 @@ SLOWER = 20
 # is stopped; halves are slow until a part of 12 rows or fewer holds the slow row.
 TIMEOUT = {"batch_timeout_multiple": 4.0, "batch_timeout_floor_seconds": 0.2}
 OFF = {"batch_timeout_multiple": 0.0}
+# A progress watchdog tighter than the slow call's retries and splits together, looser than two
+# deadlines: each timeout and each part scored tells it the shard still moves.
+STALL = {"stall_floor_seconds": 1.5, "stall_ceiling_seconds": 60.0, "stall_batch_multiple": 8.0}
 PLAN: dict = {}  # "slow": "padded" (a call's rows all wait for the slow one), "alone" or None
 
 
@@ -97,7 +100,10 @@ def _published_once(store: DataStore) -> pa.Table:
 
 @pytest.mark.parametrize(
     ("settings", "spec_multiple"),
-    [(TIMEOUT, None), ({**TIMEOUT, **OFF}, TIMEOUT["batch_timeout_multiple"])],
+    [
+        ({**TIMEOUT, **STALL}, None),
+        ({**TIMEOUT, **STALL, **OFF}, TIMEOUT["batch_timeout_multiple"]),
+    ],
     ids=["the-resource-setting", "the-spec-setting"],
 )
 def test_a_batch_twenty_times_slower_is_timed_out_split_and_the_day_equals_a_clean_run(

@@ -318,8 +318,8 @@ def _score_calls(
             if reason:
                 raise ShardStopped(reason, shard.index, done.rows_done)
             if batch is not None:
-                call = _TimedCall(job, shard.index, step, done, clock)
-                out = call.score(batch, prepared)
+                moved = _moved(heartbeat, shard.index, count - 1)
+                out = _TimedCall(job, shard.index, step, done, clock, moved).score(batch, prepared)
                 if step.observe is not None:
                     step.observe(batch, out, done.stats)
                 if step.observe_prepared is not None:
@@ -335,6 +335,15 @@ def _score_calls(
         clock.close()
 
 
+def _moved(heartbeat: Heartbeat | None, shard: int, batches: int) -> Callable[[], None]:
+    """Tells the progress watchdog that a call timed out or a part of a split call finished:
+    the shard is not stuck (a deadline's retries and splits end, at the latest, at a single
+    row), though no whole call has finished. No call time is given: a part's is not a call's."""
+    if heartbeat is None:
+        return lambda: None
+    return lambda: heartbeat.beat(shard, batches, None)
+
+
 @dataclass
 class _TimedCall:
     """One model call under the job's deadline: a call past it is tried once more, then its
@@ -346,6 +355,7 @@ class _TimedCall:
     step: ModelStep
     done: _Outputs
     clock: CallClock
+    moved: Callable[[], None]
 
     def score(self, batch: pa.RecordBatch, prepared: Any) -> pa.Table:
         metrics = self.done.metrics
@@ -360,6 +370,7 @@ class _TimedCall:
                 )
             except BatchTimedOut:
                 metrics.batch_timeouts += 1
+                self.moved()
         if batch.num_rows == 1:
             raise BatchTimeoutError(
                 f"{self.job.where}: a model call of a single row (shard {self.shard}) ran past "
@@ -370,7 +381,11 @@ class _TimedCall:
         metrics.batch_splits += 1
         half = batch.num_rows // 2
         parts = [batch.slice(0, half), batch.slice(half)]
-        return pa.concat_tables([self.score(part, self._prepare(part)) for part in parts])
+        scored = []
+        for part in parts:
+            scored.append(self.score(part, self._prepare(part)))
+            self.moved()
+        return pa.concat_tables(scored)
 
     def _prepare(self, part: pa.RecordBatch) -> Any:
         if self.step.prepare is None:
