@@ -2,8 +2,10 @@
 split, and the day publishes a clean run's output exactly once with the timeouts counted; off,
 the day waits for it; a row that is slow alone fails the step with a message naming its shard."""
 
+import sys
 import threading
 import time
+from dataclasses import dataclass
 
 import numpy as np
 import pyarrow as pa
@@ -15,7 +17,10 @@ from assets.checkpointing import spot_safe
 from assets.partitions import partition_dates
 from assets.runner import scoring_metadata
 from inference.engine.batch_timeout import MIN_CALLS, BatchTimedOut, BatchTimeout, CallClock
-from inference.engine.shard_worker import ModelStep
+from inference.engine.shard_worker import ModelStep, ShardJob
+from inference.engine.shard_writer import ShardedWriter, ShardFileTargets
+from inference.engine.shards import Watch, row_range_shards, run_partition
+from inference.engine.watchdog import StallLimit
 from inference.engine.work import Input, Output, Sizes, Work
 from policy.partitions import daily_partitions
 from resources.inference import InferenceResource
@@ -198,3 +203,61 @@ def test_the_clock_stops_a_call_past_its_deadline_and_no_other() -> None:
 
 def _clock_threads() -> list[threading.Thread]:
     return [t for t in threading.enumerate() if t.name == "nightshift-batch-clock"]
+
+
+# -- on Ray: the deadline is kept in the worker process, by the worker's own clock thread ------
+
+
+@pytest.fixture(scope="module")
+def ray():
+    ray_module = pytest.importorskip("ray")
+    from inference.engine.ray_pool import ray_session
+
+    with ray_session("", num_cpus=2, num_gpus=0) as session:
+        ray_module.cloudpickle.register_pickle_by_value(sys.modules[__name__])
+        yield session
+
+
+@dataclass(frozen=True)
+class PaddedAt:
+    """Doubles ids; a call holding row ``slow`` costs each of its rows twenty times more."""
+
+    slow: int
+
+    def __call__(self, rows: pa.Table) -> ModelStep:
+        def transform(batch: pa.RecordBatch, prepared) -> pa.Table:
+            ids = batch["id"].to_numpy()
+            _wait(len(ids) * ROW_SECONDS * (SLOWER if self.slow in ids else 1))
+            return pa.table({"id": ids, "y": ids * 2.0})
+
+        return ModelStep(transform)
+
+
+def test_on_ray_the_worker_times_out_and_splits_the_slow_batch(ray, store) -> None:
+    from inference.engine.ray_pool import RayPool
+
+    writer = ShardedWriter(
+        ShardFileTargets(store.partition_target("out", DAY), SCHEMA), "fp", SHARD_ROWS, "run-a"
+    )
+    timeout = BatchTimeout(
+        TIMEOUT["batch_timeout_multiple"], TIMEOUT["batch_timeout_floor_seconds"]
+    )
+    job = ShardJob(writer.files(), PaddedAt(SLOW_ROW), BATCH, batch_timeout=timeout)
+    pool = RayPool(ray, workers=2, cpus_per_worker=1, gpus_per_worker=0)
+    try:
+        # The ceiling covers the actors' start (a torch import each) on a busy machine.
+        watch = Watch(watchdog=pool.watchdog(StallLimit(floor=3.0, ceiling=120.0)))
+        report = run_partition(
+            writer,
+            lambda: row_range_shards([pa.record_batch({"id": np.arange(ROWS)})], SHARD_ROWS),
+            job,
+            pool,
+            watch,
+        )
+    finally:
+        pool.close()
+    assert watch.metrics.batch_timeouts >= 2 and watch.metrics.batch_splits >= 1
+    assert report.stalls == 0 and report.rows_out == ROWS
+    out = store.read_output("out", DAY).sort_by("id")
+    assert out["id"].to_pylist() == list(range(ROWS))
+    assert out["y"].to_pylist() == [2.0 * i for i in range(ROWS)]

@@ -203,9 +203,7 @@ class ShardAbandoned(Exception):
     """Raised in a model call's thread that the watchdog gave up on, to stop its Python code."""
 
 
-def raise_in_thread(
-    thread: threading.Thread, error: type[BaseException] = ShardAbandoned
-) -> bool:
+def raise_in_thread(thread: threading.Thread, error: type[BaseException] = ShardAbandoned) -> bool:
     """Asks ``thread`` to raise ``error`` (:class:`ShardAbandoned` unless told) at its next
     Python instruction.
 
