@@ -82,6 +82,14 @@ class InferenceResource(ConfigurableResource):
         gt=0,
         description="The stall limit in multiples of the day's median model call.",
     )
+    straggler_multiple: float = Field(
+        default=3.0,
+        ge=0,
+        description="Executor ray: once every other shard of a day is done, the one left "
+        "gets a second copy on an idle worker after this many times the day's median shard, "
+        "and the first to finish is recorded; a stalled worker is replaced and its shard "
+        "handed out again once before the step fails. 0 turns both off.",
+    )
     price_spot_per_hour: float | None = Field(
         default=None,
         description="USD per node-hour on spot capacity; unset, the price table's for "

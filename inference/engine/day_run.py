@@ -52,6 +52,9 @@ class DaySettings:
     shard_rows: Callable[[int, int | None], int]
     batch_size: int
     stall: StallLimit = StallLimit()
+    # On Ray: a straggler's copy after this many median shards, and a stalled worker replaced
+    # (inference/engine/shards.py, Watch); 0: neither.
+    straggler_multiple: float = 0.0
 
 
 @dataclass(frozen=True)
@@ -110,7 +113,13 @@ def run_day(
         day.attempt.rows, day.saving = rows - resumed, True
         day.save()
 
-    watch = Watch(stop, progress, BatchMetrics(), watchdog=pool.watchdog(settings.stall))
+    watch = Watch(
+        stop,
+        progress,
+        BatchMetrics(),
+        watchdog=pool.watchdog(settings.stall),
+        straggler_multiple=settings.straggler_multiple,
+    )
     job = _job(work, writer, settings.batch_size, sample if pool.in_process else None)
     try:
         shards = run_partition(writer, _shards(work, writer), job, pool, watch)
@@ -121,6 +130,7 @@ def run_day(
             day.attempt.stalled_s += exc.stall.waited
         raise
     finally:
+        day.attempt.stalled_s += watch.stalled_s  # stalls got past by replacing a worker
         day.save()
     ledger.close(day, shards)
     if shards.shards_resumed or shards.rows_redone:
