@@ -121,9 +121,7 @@ def _assert_clean(store: DataStore, clean: pa.Table) -> None:
     assert out["y"].to_pylist() == [2.0 * i for i in range(ROWS)]
 
 
-def test_a_straggler_gets_a_copy_that_wins_and_is_recorded_once(
-    pool, store, tmp_path
-) -> None:
+def test_a_straggler_gets_a_copy_that_wins_and_is_recorded_once(pool, store, tmp_path) -> None:
     clean = _clean(tmp_path, pool)
     marker = tmp_path / "slow-once"
     report, _ = _day(store, pool, str(marker), multiple=3.0)
