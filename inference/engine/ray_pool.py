@@ -272,7 +272,7 @@ class RayPool:
         slot = self._load.get(handle)
         if slot is None:
             return []
-        if self._queues[slot][0] is not handle:
+        if self._queues[slot][0] != handle:
             self._forget(handle)
             self.ray.cancel(handle)
             return []
@@ -306,7 +306,7 @@ class RayPool:
         if deaths:
             self.deaths.finished(handle)
         queue = self._queues[slot]
-        first = queue[0] is handle
+        first = queue[0] == handle
         queue.remove(handle)
         if first and queue:
             self._since[queue[0]] = time.monotonic()
