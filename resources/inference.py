@@ -94,6 +94,14 @@ class InferenceResource(ConfigurableResource):
     batch_timeout_floor_seconds: float = Field(
         default=BatchTimeout.floor, gt=0, description="The least per-call deadline."
     )
+    straggler_multiple: float = Field(
+        default=3.0,
+        ge=0,
+        description="Executor ray: once every other shard of a day is done, the one left "
+        "gets a second copy on an idle worker after this many times the day's median shard, "
+        "and the first to finish is recorded; a stalled worker is replaced and its shard "
+        "handed out again once before the step fails. 0 turns both off.",
+    )
     price_spot_per_hour: float | None = Field(
         default=None,
         description="USD per node-hour on spot capacity; unset, the price table's for "

@@ -55,6 +55,9 @@ class DaySettings:
     batch_size: int
     stall: StallLimit = StallLimit()
     batch_timeout: BatchTimeout = BatchTimeout()
+    # On Ray: a straggler's copy after this many median shards, and a stalled worker replaced
+    # (inference/engine/shards.py, Watch); 0: neither.
+    straggler_multiple: float = 0.0
 
 
 @dataclass(frozen=True)
@@ -113,7 +116,13 @@ def run_day(
         day.attempt.rows, day.saving = rows - resumed, True
         day.save()
 
-    watch = Watch(stop, progress, BatchMetrics(), watchdog=pool.watchdog(settings.stall))
+    watch = Watch(
+        stop,
+        progress,
+        BatchMetrics(),
+        watchdog=pool.watchdog(settings.stall),
+        straggler_multiple=settings.straggler_multiple,
+    )
     job = _job(work, writer, settings, sample if pool.in_process else None)
     try:
         shards = run_partition(writer, _shards(work, writer), job, pool, watch)
@@ -124,6 +133,7 @@ def run_day(
             day.attempt.stalled_s += exc.stall.waited
         raise
     finally:
+        day.attempt.stalled_s += watch.stalled_s  # stalls got past by replacing a worker
         day.save()
     ledger.close(day, shards)
     if shards.shards_resumed or shards.rows_redone:
