@@ -83,6 +83,17 @@ def left_current(serving: ServingTarget, asset: str) -> str:
     return f"v{current.version} ({current.partition}) is still current"
 
 
+def unreachable(scored: str, date: str, what: str, exc: ServingUnavailable) -> Failure:
+    """The step's failure when the serving store cannot be reached: once, with the fix."""
+    return Failure(
+        description=f"{scored} {date}: not {what}: the serving store {exc.address} is "
+        f"unreachable; nothing current changed there. Fix: {exc.fix}.",
+        metadata={"address": exc.address, "cause": str(exc.__cause__ or exc)},
+        # The same step against the same address fails the same way: fail once.
+        allow_retries=False,
+    )
+
+
 def publish_day(
     context: AssetExecutionContext,
     store: DataStore,
@@ -109,7 +120,7 @@ def publish_day(
             allow_retries=False,
         ) from exc
     record["model_version"] = record["model_version"] or _models(rows)
-    # An output published before its checks ran (fraud_alerts) records none on its commit: the
+    # A commit that records no check results (a day published by an older nightshift): the
     # results the automation waited for are those Dagster holds for the day.
     record["checks"] = record["checks"] or day_checks(context, scored, date)
     try:
@@ -120,13 +131,7 @@ def publish_day(
             return None, before, pins
         loaded = serving.publish(scored, rows, partition=date, **record)
     except ServingUnavailable as exc:
-        raise Failure(
-            description=f"{scored} {date}: not served: the serving store {exc.address} is "
-            f"unreachable; nothing current changed there. Fix: {exc.fix}.",
-            metadata={"address": exc.address, "cause": str(exc.__cause__ or exc)},
-            # The same step against the same address fails the same way: fail once.
-            allow_retries=False,
-        ) from exc
+        raise unreachable(scored, date, "served", exc) from exc
     except Exception as exc:
         left = left_current(serving, scored)
         raise Failure(
@@ -145,12 +150,7 @@ def rollback_day(serving: ServingTarget, scored: str, date: str) -> tuple[Versio
         before = serving.current(scored)
         restored = serving.rollback(scored, date)
     except ServingUnavailable as exc:
-        raise Failure(
-            description=f"{scored} {date}: not rolled back: the serving store {exc.address} is "
-            f"unreachable; nothing current changed there. Fix: {exc.fix}.",
-            metadata={"address": exc.address, "cause": str(exc.__cause__ or exc)},
-            allow_retries=False,
-        ) from exc
+        raise unreachable(scored, date, "rolled back", exc) from exc
     except ServingError as exc:
         raise Failure(
             description=f"{scored} {date}: not rolled back: {exc}",
