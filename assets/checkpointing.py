@@ -170,6 +170,8 @@ class SpotSafeRun:
             self.shard_rows,
             self.inference.max_batch_size,
             self.inference.stall_limit(),
+            self.inference.batch_timeout(),
+            self.inference.straggler_multiple,
         )
         at_launch = None
         if RETRY_NUMBER_TAG not in self.context.run.tags:

@@ -91,6 +91,8 @@ def checkpoint_totals(reports: list[PartitionReport]) -> dict[str, int]:
         "attempt": max(s.attempt for s in shards),
         "interruptions": sum(s.interruptions for s in shards),
         "stalls": sum(s.stalls for s in shards),
+        "stragglers_copied": sum(s.stragglers_copied for s in shards),
+        "straggler_copy_won": sum(s.straggler_copy_won for s in shards),
         "shards": sum(s.shards for s in shards),
         "shards_resumed": sum(s.shards_resumed for s in shards),
         "rows_redone": sum(s.rows_redone for s in shards),

@@ -8,6 +8,7 @@ from typing import Any, Literal, TypeVar
 from dagster import ConfigurableResource, InitResourceContext
 from pydantic import Field, PrivateAttr
 
+from inference.engine.batch_timeout import BatchTimeout
 from inference.engine.device import Runtime, configure_cpu_threads, make_runtime
 from inference.engine.interrupt import InterruptionWatcher, notice_source
 from inference.engine.watchdog import StallLimit
@@ -81,6 +82,25 @@ class InferenceResource(ConfigurableResource):
         default=StallLimit.batch_multiple,
         gt=0,
         description="The stall limit in multiples of the day's median model call.",
+    )
+    batch_timeout_multiple: float = Field(
+        default=BatchTimeout.multiple,
+        ge=0,
+        description="Per-call deadline: a model call running longer than this many times its "
+        "shard's median call is stopped, tried once more, then split in halves before the "
+        "shard fails; 0 (the default) turns deadlines off. A spec may set its own "
+        "(Sizes.batch_timeout_multiple).",
+    )
+    batch_timeout_floor_seconds: float = Field(
+        default=BatchTimeout.floor, gt=0, description="The least per-call deadline."
+    )
+    straggler_multiple: float = Field(
+        default=3.0,
+        ge=0,
+        description="Executor ray: once every other shard of a day is done, the one left "
+        "gets a second copy on an idle worker after this many times the day's median shard, "
+        "and the first to finish is recorded; a stalled worker is replaced and its shard "
+        "handed out again once before the step fails. 0 turns both off.",
     )
     price_spot_per_hour: float | None = Field(
         default=None,
@@ -162,6 +182,10 @@ class InferenceResource(ConfigurableResource):
             self.stall_ceiling_seconds,
             self.stall_batch_multiple,
         )
+
+    def batch_timeout(self) -> BatchTimeout:
+        """How long one model call may run (inference/engine/batch_timeout.py)."""
+        return BatchTimeout(self.batch_timeout_multiple, self.batch_timeout_floor_seconds)
 
     def watcher(self, on_advisory: Callable[[str], None] | None = None) -> InterruptionWatcher:
         """Watches for SIGTERM/SIGINT and, if configured, the cloud's interruption notices."""

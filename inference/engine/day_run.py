@@ -8,11 +8,12 @@ settings and reports what comes back.
 from __future__ import annotations
 
 from collections.abc import Callable, Iterable, Mapping
-from dataclasses import dataclass
+from dataclasses import dataclass, replace
 from typing import Any
 
 import pyarrow.fs as pafs
 
+from inference.engine.batch_timeout import BatchTimeout
 from inference.engine.ledger import RunLedger
 from inference.engine.metrics import BatchMetrics
 from inference.engine.output_partition import (
@@ -42,8 +43,9 @@ class DaySettings:
     """What the run decides for each of its days: where tables live (``targets``: asset and
     date -> the day's target), the run's lineage (a retry may take over its lease at once), the
     lease's length, input rows per shard when the work names none (0: checkpointing off),
-    rows per model call when the work names none, and how long the day may go without a model
-    call finishing before the progress watchdog fails it."""
+    rows per model call when the work names none, how long the day may go without a model
+    call finishing before the progress watchdog fails it, and how long one model call may run
+    when the work names no deadline of its own."""
 
     targets: Callable[[str, str], PartitionTarget]
     fs: pafs.FileSystem
@@ -52,6 +54,10 @@ class DaySettings:
     shard_rows: Callable[[int, int | None], int]
     batch_size: int
     stall: StallLimit = StallLimit()
+    batch_timeout: BatchTimeout = BatchTimeout()
+    # On Ray: a straggler's copy after this many median shards, and a stalled worker replaced
+    # (inference/engine/shards.py, Watch); 0: neither.
+    straggler_multiple: float = 0.0
 
 
 @dataclass(frozen=True)
@@ -110,8 +116,14 @@ def run_day(
         day.attempt.rows, day.saving = rows - resumed, True
         day.save()
 
-    watch = Watch(stop, progress, BatchMetrics(), watchdog=pool.watchdog(settings.stall))
-    job = _job(work, writer, settings.batch_size, sample if pool.in_process else None)
+    watch = Watch(
+        stop,
+        progress,
+        BatchMetrics(),
+        watchdog=pool.watchdog(settings.stall),
+        straggler_multiple=settings.straggler_multiple,
+    )
+    job = _job(work, writer, settings, sample if pool.in_process else None)
     try:
         shards = run_partition(writer, _shards(work, writer), job, pool, watch)
     except BaseException as exc:
@@ -121,6 +133,7 @@ def run_day(
             day.attempt.stalled_s += exc.stall.waited
         raise
     finally:
+        day.attempt.stalled_s += watch.stalled_s  # stalls got past by replacing a worker
         day.save()
     ledger.close(day, shards)
     if shards.shards_resumed or shards.rows_redone:
@@ -169,7 +182,7 @@ def _shards(work: Work, writer: ShardedWriter) -> Callable[[], Iterable[ShardInp
     return lambda: row_range_shards(work.input.batches, writer.shard_rows)
 
 
-def _job(work: Work, writer: ShardedWriter, batch_size: int, sample: Any) -> ShardJob:
+def _job(work: Work, writer: ShardedWriter, settings: DaySettings, sample: Any) -> ShardJob:
     program = work.program
     if isinstance(program, ModelStep):
         program = FixedProgram(program)
@@ -179,7 +192,16 @@ def _job(work: Work, writer: ShardedWriter, batch_size: int, sample: Any) -> Sha
     return ShardJob(
         writer.files(),
         program,
-        work.sizes.batch_size or batch_size,
+        work.sizes.batch_size or settings.batch_size,
         work.input.quarantine,
         writer.target.uri(writer.target.data_dir()),
+        _batch_timeout(work, settings),
     )
+
+
+def _batch_timeout(work: Work, settings: DaySettings) -> BatchTimeout:
+    """The run's per-call deadline, with the spec's own multiple where it names one."""
+    multiple = work.sizes.batch_timeout_multiple
+    if multiple is None:
+        return settings.batch_timeout
+    return replace(settings.batch_timeout, multiple=multiple)

@@ -303,6 +303,10 @@ class WorkerDeaths:
         if pid.isdigit():
             self._workers[slot] = (host, int(pid))
 
+    def forget(self, slot: int) -> None:
+        """``slot``'s process was killed on purpose (the pool replaces it): not a death."""
+        self._workers.pop(slot, None)
+
     def submitted(self, handle: Any, slot: int, index: int, batch_size: int) -> None:
         self._shards[handle] = _Shard(slot, index, batch_size)
 

@@ -32,6 +32,8 @@ class BatchMetrics:
     batches: int = 0
     tokens: int = 0
     compute_seconds: float = 0.0
+    batch_timeouts: int = 0  # model calls stopped at their deadline (batch_timeout.py)
+    batch_splits: int = 0  # calls split in halves after timing out twice
     batch_sizes: list[int] = field(default_factory=list)
     batch_seconds: list[float] = field(default_factory=list)
     phase_seconds: dict[str, float] = field(default_factory=lambda: dict.fromkeys(PHASES, 0.0))
@@ -62,6 +64,8 @@ class BatchMetrics:
         self.batches += other.batches
         self.tokens += other.tokens
         self.compute_seconds += other.compute_seconds
+        self.batch_timeouts += other.batch_timeouts
+        self.batch_splits += other.batch_splits
         self.batch_sizes += other.batch_sizes
         self.batch_seconds += other.batch_seconds
         self.queue_depths += other.queue_depths
@@ -104,6 +108,8 @@ class BatchMetrics:
             "batch_count": self.batches,
             "mean_batch_size": round(self.mean_batch_size, 1),
             "compute_seconds": round(self.compute_seconds, 4),
+            "batch_timeouts": self.batch_timeouts,
+            "batch_splits": self.batch_splits,
         }
         if self.tokens:
             out["tokens"] = self.tokens

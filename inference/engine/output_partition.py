@@ -86,7 +86,9 @@ class ShardReport:
     rows_redone: int = 0
     attempt: int = 1
     interruptions: int = 0
-    stalls: int = 0  # of the interruptions, those the progress watchdog raised
+    stalls: int = 0  # the progress watchdog's: those that failed the step, and those got past
+    stragglers_copied: int = 0  # shards given a second copy on Ray (this attempt)
+    straggler_copy_won: int = 0  # of those, the copies that finished first
     already_committed: bool = False
     uri: str = ""
     rows_in: int = 0
@@ -112,6 +114,8 @@ class ShardReport:
             "attempt": self.attempt,
             "interruptions": self.interruptions,
             "stalls": self.stalls,
+            "stragglers_copied": self.stragglers_copied,
+            "straggler_copy_won": self.straggler_copy_won,
         }
 
 

@@ -17,7 +17,11 @@ The progress watchdog (inference/engine/watchdog.py) sees the actors' model call
 small actor of its own, :class:`Beats`: each worker tells it when a shard starts and, at most
 every :data:`BEAT_SECONDS`, that its calls still finish; the driver reads it between its waits.
 When the day stalls, the actors of the shards in flight are killed: their processes end, a
-call stuck in native code with them, and the step fails for its retry.
+call stuck in native code with them, and the step fails for its retry. With straggler copies
+on, the driver first asks :meth:`RayPool.replace` for a fresh actor in the stuck one's place
+and hands its shards out again; :meth:`RayPool.copy` starts a straggler's second copy on an
+idle actor, and :meth:`RayPool.drop` gives up the copy that lost (its actor, if it runs, is
+replaced too: a running actor call cannot be cancelled, and nothing may land after the commit).
 """
 
 from __future__ import annotations
@@ -197,20 +201,26 @@ class RayPool:
         oom_kills: OomKillCounter | None = None,
     ):
         self.ray = ray
-        actor = ray.remote(ShardWorker).options(
+        self._actor = ray.remote(ShardWorker).options(
             num_cpus=cpus_per_worker,
             num_gpus=gpus_per_worker,
             max_restarts=MAX_RESTARTS,
             max_task_retries=MAX_RESTARTS,
         )
-        threads = max(1, int(cpus_per_worker))
-        self.actors = [actor.remote(threads) for _ in range(workers)]
+        self._threads = max(1, int(cpus_per_worker))
+        self.actors = [self._actor.remote(self._threads) for _ in range(workers)]
         self.slots = QUEUED_PER_WORKER * workers
         self._job: ShardJob | None = None  # the partition being computed, and its object
         self._job_ref: Any = None
         self._load: dict[Any, int] = {}
         self._rows: dict[Any, int] = {}
         self._busy = [0] * workers
+        # Each actor's shards in the order given (an actor runs them one at a time, in that
+        # order), and when the first of them began, as the driver saw it: when it was handed
+        # out, or when the one before it on the same actor came back.
+        self._queues: list[list[Any]] = [[] for _ in range(workers)]
+        self._since: dict[Any, float] = {}
+        self.replaced = 0  # actors killed and started afresh (stuck, or a straggler's loser)
         self.heartbeat = Heartbeat()
         self._beats: Any = None  # the Beats actor, while a watchdog reads it
         # Which worker the kernel's OOM killer took (inference/engine/faults.py): each actor's
@@ -223,17 +233,84 @@ class RayPool:
         return self.ray.get([a.pid.remote() for a in self.actors])
 
     def submit(self, job: ShardJob, shard: ShardInput) -> Any:
+        slot = min(range(len(self.actors)), key=self._busy.__getitem__)
+        return self._submit_to(slot, job, shard)
+
+    def _submit_to(self, slot: int, job: ShardJob, shard: ShardInput) -> Any:
         if job is not self._job:  # the job itself is held, so the comparison is by identity
             self._job, self._job_ref = job, self.ray.put(job)
-        slot = min(range(len(self.actors)), key=self._busy.__getitem__)
         handle = self.actors[slot].run.remote(
             [self._job_ref], shard.index, self.ray.put(shard.rows), shard.positions, self._beats
         )
         self._busy[slot] += 1
         self._load[handle] = slot
+        self._queues[slot].append(handle)
+        if len(self._queues[slot]) == 1:
+            self._since[handle] = time.monotonic()
         self.deaths.submitted(handle, slot, shard.index, job.batch_size)
         self._rows[handle] = shard.rows.num_rows
         return handle
+
+    def running_for(self, handle: Any) -> float | None:
+        """Seconds since ``handle``'s shard began on its actor, as the driver saw it; None
+        while it waits behind another shard."""
+        since = self._since.get(handle)
+        return None if since is None else time.monotonic() - since
+
+    def copy(self, job: ShardJob, shard: ShardInput, of: Any) -> Any | None:
+        """A second copy of ``of``'s shard on an idle actor other than its own (a straggler's
+        copy, inference/engine/shards.py); None when no actor is idle."""
+        mine = self._load.get(of)
+        idle = [s for s in range(len(self.actors)) if s != mine and self._busy[s] == 0]
+        return self._submit_to(idle[0], job, shard) if idle else None
+
+    def drop(self, handle: Any) -> list[Any]:
+        """Gives up on ``handle`` (the copy that lost): cancelled while it waits; while it
+        runs, its actor is killed and started afresh, so nothing it does lands after the day
+        is committed (an actor's running call cannot be cancelled). Returns the other shards
+        that actor held, for the driver to hand out again."""
+        slot = self._load.get(handle)
+        if slot is None:
+            return []
+        if self._queues[slot][0] != handle:
+            self._forget(handle)
+            self.ray.cancel(handle)
+            return []
+        return [h for h in self.replace([handle]) if h is not handle]
+
+    def replace(self, handles: list[Any]) -> list[Any]:
+        """Kills the actors computing ``handles`` (stuck, or SIGSTOPped with their node) and
+        starts a fresh actor in each one's place, so the pool keeps its size. Returns every
+        shard those actors held, queued ones too, for the driver to hand out again."""
+        slots = sorted({self._load[h] for h in handles if h in self._load})
+        lost: list[Any] = []
+        for slot in slots:
+            held = list(self._queues[slot])
+            for handle in held:
+                self._forget(handle)
+            lost += held
+            self.ray.kill(self.actors[slot], no_restart=True)
+            self.deaths.forget(slot)
+            self.actors[slot] = self._actor.remote(self._threads)
+            self._where[self.actors[slot].where.remote()] = slot
+            self.replaced += 1
+        return lost
+
+    def _forget(self, handle: Any, deaths: bool = True) -> int:
+        """``handle`` is done or given up: its actor's next shard begins now. Returns its
+        rows; ``deaths``: whether the OOM watch forgets it too (a result tells it itself)."""
+        slot = self._load.pop(handle)
+        self._busy[slot] -= 1
+        rows = self._rows.pop(handle, 0)
+        self._since.pop(handle, None)
+        if deaths:
+            self.deaths.finished(handle)
+        queue = self._queues[slot]
+        first = queue[0] == handle
+        queue.remove(handle)
+        if first and queue:
+            self._since[queue[0]] = time.monotonic()
+        return rows
 
     def wait(self, handles: list[Any], timeout: float) -> list[Any]:
         """The shards finished: waits up to ``timeout`` for the first, then takes all ready."""
@@ -246,9 +323,8 @@ class RayPool:
 
     def result(self, handle: Any) -> ShardResult:
         self._check_deaths()  # before the shard's redo is taken for its first try
-        self._busy[self._load.pop(handle)] -= 1
-        self._rows.pop(handle, None)
         shard = self.deaths.shard(handle)
+        self._forget(handle, deaths=False)
         try:
             result = self.ray.get(handle)
         except self.ray.exceptions.RayTaskError as exc:
@@ -312,10 +388,8 @@ class RayPool:
         done, running = self.ray.wait(handles, num_returns=len(handles), timeout=0)
         lost, stuck = 0, set()
         for handle in running:
-            slot = self._load.pop(handle)
-            self._busy[slot] -= 1
-            self.deaths.finished(handle)
-            lost += self._rows.pop(handle, 0)
+            slot = self._load[handle]
+            lost += self._forget(handle)
             if abandon:
                 stuck.add(slot)
             else:

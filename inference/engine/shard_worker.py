@@ -29,6 +29,12 @@ from typing import Any
 import numpy as np
 import pyarrow as pa
 
+from inference.engine.batch_timeout import (
+    BatchTimedOut,
+    BatchTimeout,
+    BatchTimeoutError,
+    CallClock,
+)
 from inference.engine.faults import device_faults
 from inference.engine.invariants import StreamStats
 from inference.engine.metrics import BatchMetrics, peak_rss_mb
@@ -115,6 +121,7 @@ class ShardJob:
     batch_size: int
     quarantine: QuarantinePlan | None = None
     where: str = ""  # the partition's final location, for error messages
+    batch_timeout: BatchTimeout = BatchTimeout()  # per-call deadlines (off by default)
 
 
 @dataclass
@@ -304,23 +311,89 @@ def _score_calls(
     heartbeat: Heartbeat | None = None,
 ) -> None:
     """The shard's model calls (each prepared ahead) in order, checked and observed."""
-    for count, (rows_in, batch, prepared) in enumerate(calls, start=1):
-        reason = stop() if stop is not None else None
-        if reason:
-            raise ShardStopped(reason, shard.index, done.rows_done)
-        if batch is not None:
-            out = score_batch(batch, prepared, step, done.metrics, job.where, shard.index)
-            if step.observe is not None:
-                step.observe(batch, out, done.stats)
-            if step.observe_prepared is not None:
-                step.observe_prepared(prepared, done.stats)
-            done.tables.append(out)
-            if step.side is not None:
-                done.side.append(step.side(batch, out))
-        done.rows_done += rows_in
-        if heartbeat is not None:
-            seconds = done.metrics.batch_seconds[-1] if batch is not None else None
-            heartbeat.beat(shard.index, count, seconds)
+    clock = CallClock()
+    try:
+        for count, (rows_in, batch, prepared) in enumerate(calls, start=1):
+            reason = stop() if stop is not None else None
+            if reason:
+                raise ShardStopped(reason, shard.index, done.rows_done)
+            if batch is not None:
+                moved = _moved(heartbeat, shard.index, count - 1)
+                out = _TimedCall(job, shard.index, step, done, clock, moved).score(batch, prepared)
+                if step.observe is not None:
+                    step.observe(batch, out, done.stats)
+                if step.observe_prepared is not None:
+                    step.observe_prepared(prepared, done.stats)
+                done.tables.append(out)
+                if step.side is not None:
+                    done.side.append(step.side(batch, out))
+            done.rows_done += rows_in
+            if heartbeat is not None:
+                seconds = done.metrics.batch_seconds[-1] if batch is not None else None
+                heartbeat.beat(shard.index, count, seconds)
+    finally:
+        clock.close()
+
+
+def _moved(heartbeat: Heartbeat | None, shard: int, batches: int) -> Callable[[], None]:
+    """Tells the progress watchdog that a call timed out or a part of a split call finished:
+    the shard is not stuck (a deadline's retries and splits end, at the latest, at a single
+    row), though no whole call has finished. No call time is given: a part's is not a call's."""
+    if heartbeat is None:
+        return lambda: None
+    return lambda: heartbeat.beat(shard, batches, None)
+
+
+@dataclass
+class _TimedCall:
+    """One model call under the job's deadline: a call past it is tried once more, then its
+    rows are split in halves, each scored the same way, down to a single row; a single row
+    past its deadline twice fails the shard."""
+
+    job: ShardJob
+    shard: int
+    step: ModelStep
+    done: _Outputs
+    clock: CallClock
+    moved: Callable[[], None]
+
+    def score(self, batch: pa.RecordBatch, prepared: Any) -> pa.Table:
+        metrics = self.done.metrics
+        for _ in range(2):
+            deadline = self.job.batch_timeout.deadline(metrics.batch_seconds)
+            try:
+                return self.clock.call(
+                    lambda: score_batch(
+                        batch, prepared, self.step, metrics, self.job.where, self.shard
+                    ),
+                    deadline,
+                )
+            except BatchTimedOut:
+                metrics.batch_timeouts += 1
+                self.moved()
+        if batch.num_rows == 1:
+            raise BatchTimeoutError(
+                f"{self.job.where}: a model call of a single row (shard {self.shard}) ran past "
+                f"its deadline of {deadline:.3g} s ({self.job.batch_timeout.multiple:g}x the "
+                "shard's median call) twice; its input is slow alone, so splitting cannot "
+                "help and nothing was committed"
+            )
+        metrics.batch_splits += 1
+        half = batch.num_rows // 2
+        parts = [batch.slice(0, half), batch.slice(half)]
+        scored = []
+        for part in parts:
+            scored.append(self.score(part, self._prepare(part)))
+            self.moved()
+        return pa.concat_tables(scored)
+
+    def _prepare(self, part: pa.RecordBatch) -> Any:
+        if self.step.prepare is None:
+            return part
+        started = time.perf_counter()
+        prepared = self.step.prepare(part)
+        self.done.metrics.add_phase("preprocess", time.perf_counter() - started)
+        return prepared
 
 
 def score_batch(

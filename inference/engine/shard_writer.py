@@ -54,7 +54,7 @@ class _Progress:
     shard_rows: int
     attempts: int = 0
     interruptions: int = 0
-    stalls: int = 0  # of the interruptions, those the progress watchdog raised
+    stalls: int = 0  # the progress watchdog's: those that failed the step, and those got past
     shards: dict[str, dict[str, int | str]] = field(default_factory=dict)
     in_flight: int | None = None
     discarded_rows: int | None = None
@@ -293,6 +293,13 @@ class ShardedWriter:
         self.progress.in_flight = None
         self.progress.discarded_rows = rows_discarded
         self.report.interruptions = self.progress.interruptions
+        self._save_progress()
+
+    def record_stall(self) -> None:
+        """Counts durably a stall the pool got past without failing the step (the stuck
+        worker was replaced and its shard handed out again)."""
+        self.progress.stalls += 1
+        self.report.stalls = self.progress.stalls
         self._save_progress()
 
     def commit(self, shards: int) -> ShardReport:

@@ -14,7 +14,12 @@ Ray actors (:class:`inference.engine.ray_pool.RayPool`); the loop is the same. S
   every finished one and raises :class:`Interrupted`;
 - a stall (no model call finished within the day's limit, inference/engine/watchdog.py) gives
   up on the shards in flight without waiting for them, keeps every finished one and raises
-  :class:`Stalled`, an interruption the run's retry resumes from.
+  :class:`Stalled`, an interruption the run's retry resumes from;
+- on a pool that can copy shards and replace workers (Ray, with ``Watch.straggler_multiple``):
+  the last shard in flight, once far slower than the day's median shard, gets a second copy on
+  an idle worker and whichever finishes first is recorded, the other given up; a stall first
+  replaces the stuck worker and hands its shards out again, once per shard, and counts the
+  stall, before it fails the step.
 
 Shards carry their own rows, so a shard may be any set of rows: a range of the input
 (:func:`row_range_shards`), or every row of a set of accounts. Each row keeps its position in
@@ -23,6 +28,7 @@ the partition's input order, which is what the quarantine plan is keyed by.
 
 from __future__ import annotations
 
+import statistics
 import time
 from collections.abc import Callable, Iterable, Iterator
 from contextlib import closing, suppress
@@ -110,6 +116,10 @@ class ShardPool(Protocol):
         ...
 
 
+# The least time a shard runs before a straggler copy of it is started (Watch).
+STRAGGLER_FLOOR_SECONDS = 30.0
+
+
 @dataclass
 class WorkerFigures:
     """What the workers did for one partition, for its metadata."""
@@ -149,6 +159,10 @@ class Watch:
         metrics: receives the read/preprocess/compute/write split and per-call timings.
         figures: what the workers did.
         watchdog: says when no model call finished for too long; asked with ``stop``.
+        straggler_multiple: on a pool that can copy shards and replace workers (Ray), the
+            last shard in flight gets a second copy on an idle worker once it has run this
+            many times the day's median shard, and a stalled shard's worker is replaced and
+            the shard handed out again (once) before the day fails; 0 turns both off.
     """
 
     stop: StopCheck = lambda: None
@@ -156,6 +170,11 @@ class Watch:
     metrics: BatchMetrics = field(default_factory=BatchMetrics)
     figures: WorkerFigures = field(default_factory=WorkerFigures)
     watchdog: Watchdog | None = None
+    straggler_multiple: float = 0.0
+    # Nor before this long: a copy costs a fresh worker and its model load, which a shard of a
+    # few seconds does not repay, and on a busy node such shards vary by more than the multiple.
+    straggler_floor_s: float = STRAGGLER_FLOOR_SECONDS
+    stalled_s: float = 0.0  # time lost to the stalls got past (the policy counts it)
 
 
 def run_partition(
@@ -200,12 +219,24 @@ class _Loop:
         self.writer, self.pool, self.watch, self.where = writer, pool, watch, where
         self.pending: dict[Any, ShardInput] = {}
         self.rows_read = self.rows_resumed = 0
+        self.job: ShardJob | None = None
+        # A straggler and its copy, each to the other, and which of them are copies.
+        self.twins: dict[Any, Any] = {}
+        self.copies: set[Any] = set()
+        self.copied: set[int] = set()  # shards copied once already
+        self.redispatched: set[int] = set()  # shards handed out again after a stall
+        self.shard_seconds: list[float] = []  # the day's shards, begun to back, as seen here
+        multiple = self.watch.straggler_multiple
+        self.redispatch = bool(multiple) and all(
+            hasattr(pool, m) for m in ("copy", "drop", "replace", "running_for")
+        )
 
     def run(self, shards: Iterable[ShardInput], job: ShardJob) -> int:
         """Hands out every shard not finished before; returns how many shards there are.
 
         With ``pool.read_ahead``, the next shards are read on a thread while the pool computes
         (a pool in this process computes on this thread); else each is read when a slot is free."""
+        self.job = job
         reading = _each(shards)  # closed at the end, which closes a generator of shards too
         ahead = (
             iter(Prefetcher(reading, depth=self.pool.read_ahead))
@@ -243,22 +274,110 @@ class _Loop:
                 raise self.stop(reason)
             stall = self.watch.watchdog.stalled() if self.watch.watchdog is not None else None
             if stall is not None:
-                raise self.stalled(stall)
+                if not self.replace_stalled(stall):
+                    raise self.stalled(stall)
+                continue
+            if block:  # every shard is handed out: the last one may be a straggler
+                self.copy_straggler()
             # Wait only when every slot is taken (or at the end); otherwise take what is ready
             # and go back to hand out the next shard.
             full = block or len(self.pending) >= self.pool.slots
             for handle in self.pool.wait(list(self.pending), WAIT_SECONDS if full else 0.0):
+                if handle not in self.pending:  # the copy that lost, given up just now
+                    continue
+                took = self.pool.running_for(handle) if self.redispatch else None
                 try:
                     result = self.pool.result(handle)
                 except ShardStopped as stopped:  # the pool saw the stop first
                     self.pending.pop(handle)
                     raise self.stop(stopped.reason, stopped.rows_done) from None
-                self.record(self.pending.pop(handle), result)
+                shard = self.pending.pop(handle)
+                self.settle_twin(handle)
+                if took is not None:
+                    self.shard_seconds.append(took)
+                self.record(shard, result)
             if not block and len(self.pending) < self.pool.slots:
                 return
 
+    def copy_straggler(self) -> None:
+        """Starts a second copy of the one shard left in flight once it has run
+        ``straggler_multiple`` times the day's median shard, on an idle worker; whichever
+        finishes first is recorded (:meth:`settle_twin`)."""
+        if not self.redispatch or len(self.pending) != 1 or not self.shard_seconds:
+            return
+        [(handle, shard)] = self.pending.items()
+        running = self.pool.running_for(handle)
+        limit = max(
+            self.watch.straggler_multiple * statistics.median(self.shard_seconds),
+            self.watch.straggler_floor_s,
+        )
+        if shard.index in self.copied or running is None or running < limit:
+            return
+        copy = self.pool.copy(self.job, shard, handle)
+        if copy is None:  # no idle worker (a smaller pool than the shards in flight)
+            return
+        self.copied.add(shard.index)
+        self.pending[copy] = shard
+        self.twins[handle], self.twins[copy] = copy, handle
+        self.copies.add(copy)
+        self.writer.report.stragglers_copied += 1
+
+    def settle_twin(self, handle: Any) -> None:
+        """``handle`` finished first: its twin (the straggler or its copy) is given up, so
+        the shard is recorded once; a twin that finished too is taken and thrown away."""
+        other = self.twins.pop(handle, None)
+        if other is None:
+            return
+        del self.twins[other]
+        if handle in self.copies:
+            self.writer.report.straggler_copy_won += 1
+        self.copies -= {handle, other}
+        self.pending.pop(other)
+        if self.pool.wait([other], 0.0):
+            with suppress(Exception):  # the result is not used: the shard is recorded
+                self.pool.result(other)
+            return
+        self.hand_again(self.pool.drop(other))
+
+    def replace_stalled(self, stall: Stall) -> bool:
+        """Gets past a stall by replacing the stuck shard's worker and handing its shards out
+        again, once per shard; False when that cannot be done (the step then fails)."""
+        if not self.redispatch or stall.shard is None or stall.shard in self.redispatched:
+            return False
+        stuck = [h for h, s in self.pending.items() if s.index == stall.shard]
+        if not stuck:
+            return False
+        self.redispatched.add(stall.shard)
+        self.watch.stalled_s += stall.waited
+        again = self.hand_again(self.pool.replace(stuck))
+        self.writer.record_stall()
+        if self.watch.watchdog is not None:
+            # A fresh worker starts cold, as the day's first did: the ceiling holds until the
+            # shards handed out again have begun.
+            self.watch.watchdog.heartbeat.cold(again)
+        return True
+
+    def hand_again(self, handles: list[Any]) -> set[int]:
+        """Hands out again the shards of ``handles``, which a replaced worker held (one whose
+        twin still runs is left to it); returns those handed out."""
+        again = set()
+        for handle in handles:
+            shard = self.pending.pop(handle, None)
+            if shard is None:
+                continue
+            twin = self.twins.pop(handle, None)
+            if twin is not None:
+                del self.twins[twin]
+                self.copies -= {handle, twin}
+                continue
+            self.pending[self.pool.submit(self.job, shard)] = shard
+            again.add(shard.index)
+        return again
+
     def record(self, shard: ShardInput, result: ShardResult) -> None:
         writer = self.writer
+        if writer.done(result.index):  # never twice: the first result recorded is the shard
+            return
         writer.report.rows_redone += result.rows_redone
         writer.record_shard(
             result.index, result.files, result.rows_in, result.stats, result.rows_scored

@@ -99,11 +99,12 @@ class Heartbeat:
         self._seconds: deque[float] = deque(maxlen=RECENT_BATCHES)
         self._open: dict[int, tuple[float, int]] = {}  # shard -> (its latest beat, batches)
         self._done: set[int] = set()
+        self._waiting: set[int] = set()  # shards handed out again, not begun yet
 
     def restart(self) -> None:
         """A new day: its own batch times, and its clock from now."""
         self._seconds.clear()
-        self._open, self._done = {}, set()
+        self._open, self._done, self._waiting = {}, set(), set()
         self._last = (self.clock(), None, 0)
 
     def handed_out(self) -> None:
@@ -116,15 +117,24 @@ class Heartbeat:
         """A shard's model calls begin: the wait is counted from here, not from the shard
         before (its files were written in between)."""
         now = self.clock()
+        self._waiting.discard(shard)
         if shard not in self._done:  # a Ray worker's start, read after the shard's result
             self._open[shard] = (now, 0)
         self._last = (now, shard, 0)
+
+    def cold(self, shards: set[int]) -> None:
+        """The stuck work's ``shards`` were handed out again (to a fresh worker, maybe): the
+        day's clock starts again here, and until each has begun the limit is the ceiling (a
+        fresh worker's start, a model load, is not a stall)."""
+        self._waiting = set(shards)
+        self._last = (self.clock(), *self._last[1:])
 
     def beat(self, shard: int, batches: int, seconds: float | None) -> None:
         """A model call of ``shard`` finished, its ``batches``-th, after ``seconds`` (None: a
         call whose rows were all quarantined, which ran no model)."""
         if seconds is not None:
             self._seconds.append(seconds)
+        self._waiting.discard(shard)
         now = self.clock()
         if shard not in self._done:
             self._open[shard] = (now, batches)
@@ -134,11 +144,15 @@ class Heartbeat:
         """A shard's calls are all done: progress, and no longer a shard that may be stuck."""
         self._done.add(shard)
         self._open.pop(shard, None)
+        self._waiting.discard(shard)
         self._last = (self.clock(), shard, batches)
 
     def median(self) -> float | None:
-        """The day's median model call (its recent ones), None before the first."""
-        return statistics.median(list(self._seconds)) if self._seconds else None
+        """The day's median model call (its recent ones), None before the first, and while
+        shards handed out again have not begun (see :meth:`cold`)."""
+        if self._waiting or not self._seconds:
+            return None
+        return statistics.median(list(self._seconds))
 
     @property
     def last(self) -> float:
@@ -203,8 +217,9 @@ class ShardAbandoned(Exception):
     """Raised in a model call's thread that the watchdog gave up on, to stop its Python code."""
 
 
-def raise_in_thread(thread: threading.Thread) -> bool:
-    """Asks ``thread`` to raise :class:`ShardAbandoned` at its next Python instruction.
+def raise_in_thread(thread: threading.Thread, error: type[BaseException] = ShardAbandoned) -> bool:
+    """Asks ``thread`` to raise ``error`` (:class:`ShardAbandoned` unless told) at its next
+    Python instruction.
 
     CPython's ``PyThreadState_SetAsyncExc`` is the only way to stop another thread's Python
     code; it has no public wrapper, so it is called here, in one place. It cannot reach a
@@ -213,6 +228,12 @@ def raise_in_thread(thread: threading.Thread) -> bool:
     if thread.ident is None or not thread.is_alive():
         return False
     found = ctypes.pythonapi.PyThreadState_SetAsyncExc(
-        ctypes.c_ulong(thread.ident), ctypes.py_object(ShardAbandoned)
+        ctypes.c_ulong(thread.ident), ctypes.py_object(error)
     )
     return found == 1
+
+
+def forget_raised() -> None:
+    """Drops an error :func:`raise_in_thread` asked this thread to raise and it has not raised
+    yet (one asked for just as the work it was meant to stop finished)."""
+    ctypes.pythonapi.PyThreadState_SetAsyncExc(ctypes.c_ulong(threading.get_ident()), None)

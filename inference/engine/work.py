@@ -82,11 +82,15 @@ class Sizes:
             the resource turns checkpointing off.
         default_shard_rows: rows per shard when neither ``shard_rows`` nor the resource sets
             it: cheap rows (a tabular score) want bigger shards than expensive ones.
+        batch_timeout_multiple: this spec's per-call deadline in multiples of its shard's
+            median call, 0 for none (default: the resource's ``batch_timeout_multiple``;
+            inference/engine/batch_timeout.py).
     """
 
     batch_size: int | None = None
     shard_rows: int | None = None
     default_shard_rows: int = DEFAULT_SHARD_ROWS
+    batch_timeout_multiple: float | None = None
 
 
 @dataclass
