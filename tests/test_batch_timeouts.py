@@ -2,10 +2,12 @@
 split, and the day publishes a clean run's output exactly once with the timeouts counted; off,
 the day waits for it; a row that is slow alone fails the step with a message naming its shard."""
 
+import subprocess
 import sys
 import threading
 import time
 from dataclasses import dataclass
+from pathlib import Path
 
 import numpy as np
 import pyarrow as pa
@@ -26,6 +28,7 @@ from policy.partitions import daily_partitions
 from resources.inference import InferenceResource
 from resources.storage import DataStore, StorageResource
 
+ROOT = Path(__file__).resolve().parent.parent
 SCHEMA = pa.schema([("id", pa.int64()), ("y", pa.float64())])
 DAY = "2026-03-02"
 ROWS, SHARD_ROWS, BATCH = 2000, 1000, 100
@@ -199,6 +202,45 @@ def test_the_clock_stops_a_call_past_its_deadline_and_no_other() -> None:
     while _clock_threads() and time.monotonic() < deadline:
         time.sleep(0.01)
     assert _clock_threads() == []  # closed, its monitor thread ends
+
+
+# A thread that a timeout fired at, in a process that profiles its next call: the error left
+# pending must not leave the interpreter's "error pending" flag set, which makes CPython 3.11
+# spin for ever on a profiled call (found when tests/test_day_route.py hung after this file).
+AFTER_A_TIMEOUT = """
+import sys, time
+from inference.engine.batch_timeout import BatchTimedOut, CallClock
+from inference.engine.watchdog import forget_raised
+
+def slow():
+    until = time.monotonic() + 30
+    while time.monotonic() < until:
+        time.sleep(0.005)
+
+clock = CallClock()
+for _ in range(3):
+    try:
+        clock.call(slow, seconds=0.05)
+    except BatchTimedOut:
+        pass
+    forget_raised()  # twice over, and with nothing pending
+clock.close()
+sys.setprofile(lambda *args: None)
+print(sum(abs(n) for n in range(10)))
+sys.setprofile(None)
+"""
+
+
+def test_a_profiled_call_after_a_timeout_returns() -> None:
+    done = subprocess.run(
+        [sys.executable, "-c", AFTER_A_TIMEOUT],
+        capture_output=True,
+        text=True,
+        timeout=60,
+        cwd=str(ROOT),
+    )
+    assert done.returncode == 0, done.stderr
+    assert done.stdout.strip() == "45"
 
 
 def _clock_threads() -> list[threading.Thread]:

@@ -77,7 +77,10 @@ class CallClock:
     """A monitor thread that stops the call it was armed for once its deadline passes."""
 
     def __init__(self) -> None:
-        self._wake = threading.Condition()
+        # The call's thread takes the bare lock, whose ``with`` runs no Python code that an
+        # error raised into the thread could interrupt with the lock half taken.
+        self._lock = threading.Lock()
+        self._wake = threading.Condition(self._lock)
         self._armed: tuple[int, float, threading.Thread] | None = None  # token, due, thread
         self._fired: int | None = None
         self._token = 0
@@ -101,17 +104,18 @@ class CallClock:
         try:
             return fn()
         finally:
-            # A deadline that passed just as the call returned raises here or is dropped
-            # here; either way no error reaches past this call.
+            # A deadline that passed just as the call returned is raised here (the call is
+            # counted as timed out: it did run past its deadline) or dropped here; no error
+            # is left pending past this call.
             self._disarm(token)
 
     def _disarm(self, token: int) -> None:
-        with self._wake:
+        with self._lock:
             if self._armed is not None and self._armed[0] == token:
                 self._armed = None
-            if self._fired == token:
-                self._fired = None
-                forget_raised()
+            fired, self._fired = self._fired == token, None
+        if fired:
+            forget_raised()
 
     def _watch(self) -> None:
         with self._wake:
@@ -129,6 +133,6 @@ class CallClock:
 
     def close(self) -> None:
         """Ends the monitor thread."""
-        with self._wake:
+        with self._lock:
             self._closed = True
             self._wake.notify()

@@ -233,7 +233,25 @@ def raise_in_thread(thread: threading.Thread, error: type[BaseException] = Shard
     return found == 1
 
 
+class _Forgotten(Exception):
+    """Raised into this thread by :func:`forget_raised` and caught there at once."""
+
+
 def forget_raised() -> None:
     """Drops an error :func:`raise_in_thread` asked this thread to raise and it has not raised
-    yet (one asked for just as the work it was meant to stop finished)."""
-    ctypes.pythonapi.PyThreadState_SetAsyncExc(ctypes.c_ulong(threading.get_ident()), None)
+    yet (one asked for just as the work it was meant to stop finished).
+
+    CPython 3.11 has no safe way to withdraw the request: ``PyThreadState_SetAsyncExc`` with no
+    error leaves the interpreter's "an error is pending" flag set with nothing to clear it, and
+    from then on any profiled or traced thread spins for ever on its next function call. So the
+    pending error is replaced by one of this module's own and raised and caught here, which
+    clears the flag the way any raised error does.
+    """
+    try:
+        ctypes.pythonapi.PyThreadState_SetAsyncExc(
+            ctypes.c_ulong(threading.get_ident()), ctypes.py_object(_Forgotten)
+        )
+        for _ in range(1_000_000):  # raised at the loop's first jump back
+            pass
+    except _Forgotten:
+        return
