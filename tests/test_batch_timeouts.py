@@ -14,6 +14,7 @@ import pyarrow as pa
 import pytest
 from dagster import AssetExecutionContext, MaterializeResult, asset, materialize
 from helpers import asset_metadata, cpu_resources
+from ray_world import local_ray
 
 from assets.checkpointing import spot_safe
 from assets.partitions import partition_dates
@@ -252,12 +253,7 @@ def _clock_threads() -> list[threading.Thread]:
 
 @pytest.fixture(scope="module")
 def ray():
-    ray_module = pytest.importorskip("ray")
-    from inference.engine.ray_pool import ray_session
-
-    with ray_session("", num_cpus=2, num_gpus=0) as session:
-        ray_module.cloudpickle.register_pickle_by_value(sys.modules[__name__])
-        yield session
+    yield from local_ray(sys.modules[__name__])
 
 
 @dataclass(frozen=True)

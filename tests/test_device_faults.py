@@ -19,12 +19,12 @@ from typing import Any
 
 import numpy as np
 import pyarrow as pa
-import pyarrow.fs as pafs
 import pytest
 import torch
 from dagster import AssetKey, DagsterEventType, DagsterInstance
 from fraud_world import trained_fraud_world
 from helpers import asset_metadata
+from ray_world import local_ray, started_shards
 
 import assets.fraud.scoring as fraud_scoring
 from assets.fraud.demo_data import generate_day
@@ -41,7 +41,7 @@ from inference.engine.faults import (
     fault_kind,
     ray_fault,
 )
-from inference.engine.ray_pool import RayPool, ray_session
+from inference.engine.ray_pool import RayPool
 from inference.engine.shard_worker import RUNNING_DIR, ModelStep, ShardJob
 from inference.engine.shard_writer import ShardedWriter, ShardFileTargets
 from inference.engine.shards import row_range_shards, run_partition
@@ -401,10 +401,7 @@ class SlowDouble:
 
 @pytest.fixture(scope="module")
 def ray():
-    ray_module = pytest.importorskip("ray")
-    with ray_session("", num_cpus=2, num_gpus=0) as session:
-        ray_module.cloudpickle.register_pickle_by_value(sys.modules[__name__])
-        yield session
+    yield from local_ray(sys.modules[__name__])
 
 
 @pytest.fixture
@@ -430,20 +427,6 @@ def _input() -> list[pa.RecordBatch]:
     return [pa.record_batch({"id": ids[i : i + 130]}) for i in range(0, ROWS, 130)]
 
 
-def _running(store: DataStore) -> list[dict]:
-    """The markers of the shards started (``_running/``), each naming its worker."""
-    target = store.partition_target("out", "2026-03-01")
-    selector = pafs.FileSelector(f"{target.staging_dir}/{RUNNING_DIR}", allow_not_found=True)
-    found = []
-    for info in target.fs.get_file_info(selector):
-        try:
-            with target.fs.open_input_stream(info.path) as stream:
-                found.append(json.loads(stream.read()))
-        except (OSError, ValueError):  # being written
-            pass
-    return found
-
-
 def _score_killing_a_worker(
     ray, store, events: Path, oom_kill: bool
 ) -> tuple[dict, Any, ShardedWriter]:
@@ -459,7 +442,7 @@ def _score_killing_a_worker(
         deadline = time.monotonic() + 60
         while not killed and time.monotonic() < deadline:
             recorded = writer.progress.shards
-            for marker in _running(store) if recorded else []:
+            for marker in started_shards(store, "out", "2026-03-01") if recorded else []:
                 if str(marker["shard"]) in recorded or "worker" not in marker:
                     continue
                 if oom_kill:

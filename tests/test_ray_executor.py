@@ -20,12 +20,12 @@ from pathlib import Path
 import numpy as np
 import pyarrow as pa
 import pyarrow.compute as pc
-import pyarrow.fs as pafs
 import pytest
 import torch
 from dagster import DagsterInstance, materialize
 from fraud_world import trained_fraud_world
 from helpers import asset_metadata
+from ray_world import started_shards
 from safetensors.torch import save_file
 
 from assets.fraud.assets import fraud_alerts, fraud_scores, transactions
@@ -35,7 +35,7 @@ from assets.fraud.quality import screen_transactions
 from assets.fraud.schemas import TRANSACTIONS, TRANSACTIONS_SCHEMA
 from inference.engine.quarantine import RowConservationError
 from inference.engine.ray_pool import RayPool, ray_session
-from inference.engine.shard_worker import RUNNING_DIR, ModelStep, ShardJob
+from inference.engine.shard_worker import ModelStep, ShardJob
 from inference.engine.shard_writer import ShardedWriter, ShardFileTargets
 from inference.engine.shards import (
     Interrupted,
@@ -172,19 +172,6 @@ def _engine_job(writer: ShardedWriter, seconds: float) -> ShardJob:
     return ShardJob(writer.files(), SlowDouble(seconds), batch_size=50)
 
 
-def _markers(store: DataStore) -> list[dict]:
-    target = store.partition_target("out", "2026-03-01")
-    selector = pafs.FileSelector(f"{target.staging_dir}/{RUNNING_DIR}", allow_not_found=True)
-    found = []
-    for info in target.fs.get_file_info(selector):
-        try:
-            with target.fs.open_input_stream(info.path) as stream:
-                found.append(json.loads(stream.read()))
-        except (OSError, ValueError):  # being written
-            pass
-    return found
-
-
 def test_a_killed_ray_worker_costs_at_most_its_shard_and_is_counted(ray, any_store) -> None:
     store = any_store
     ray_module = pytest.importorskip("ray")
@@ -197,7 +184,7 @@ def test_a_killed_ray_worker_costs_at_most_its_shard_and_is_counted(ray, any_sto
         deadline = time.monotonic() + 60
         while not killed and time.monotonic() < deadline:
             recorded = writer.progress.shards
-            for marker in _markers(store):
+            for marker in started_shards(store, "out", "2026-03-01"):
                 if str(marker["shard"]) in recorded:
                     continue
                 pid = int(marker["worker"].rsplit(":", 1)[1])

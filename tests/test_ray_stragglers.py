@@ -3,7 +3,6 @@ copy on an idle worker and the first to finish is recorded, once; a SIGSTOPped w
 replaced and its shard handed to another, and the day completes without failing. Each day
 publishes the output of a clean run, each row once, and its metadata counts what happened."""
 
-import json
 import os
 import signal
 import sys
@@ -13,11 +12,11 @@ from dataclasses import dataclass
 
 import numpy as np
 import pyarrow as pa
-import pyarrow.fs as pafs
 import pytest
+from ray_world import local_ray, started_shards
 
 from inference.engine.ray_pool import BEAT_SECONDS
-from inference.engine.shard_worker import RUNNING_DIR, ModelStep, ShardJob
+from inference.engine.shard_worker import ModelStep, ShardJob
 from inference.engine.shard_writer import ShardedWriter, ShardFileTargets
 from inference.engine.shards import WAIT_SECONDS, Watch, row_range_shards, run_partition
 from inference.engine.watchdog import StallLimit
@@ -43,12 +42,7 @@ FROZEN_CALL_SECONDS = 0.1
 
 @pytest.fixture(scope="module")
 def ray():
-    ray_module = pytest.importorskip("ray")
-    from inference.engine.ray_pool import ray_session
-
-    with ray_session("", num_cpus=2, num_gpus=0) as session:
-        ray_module.cloudpickle.register_pickle_by_value(sys.modules[__name__])
-        yield session
+    yield from local_ray(sys.modules[__name__])
 
 
 @pytest.fixture
@@ -206,7 +200,7 @@ class _Freezer(threading.Thread):
     def run(self) -> None:
         deadline = time.monotonic() + 60
         while not self.pids and time.monotonic() < deadline:
-            for marker in _markers(self.store):
+            for marker in started_shards(self.store, "out", DAY):
                 if marker.get("shard") == 2 and "worker" in marker:
                     pid = int(marker["worker"].rsplit(":", 1)[1])
                     os.kill(pid, signal.SIGSTOP)
@@ -219,20 +213,6 @@ def _freeze_the_worker_of_shard_2(store: DataStore) -> _Freezer:
     freezer = _Freezer(store)
     freezer.start()
     return freezer
-
-
-def _markers(store: DataStore) -> list[dict]:
-    """The staging markers of the shards started (each names its worker as host:pid)."""
-    target = store.partition_target("out", DAY)
-    folder = f"{target.staging_dir}/{RUNNING_DIR}"
-    found = []
-    for info in target.fs.get_file_info(pafs.FileSelector(folder, allow_not_found=True)):
-        try:
-            with target.fs.open_input_stream(info.path) as stream:
-                found.append(json.loads(stream.read()))
-        except (OSError, ValueError):  # being written
-            pass
-    return found
 
 
 def _wait_gone(pid: int) -> None:

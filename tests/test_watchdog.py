@@ -4,7 +4,6 @@ publishes the output of a clean run exactly once; the time lost reaches the capa
 
 import ctypes
 import datetime as dt
-import json
 import os
 import signal
 import sys
@@ -15,17 +14,17 @@ from dataclasses import dataclass
 
 import numpy as np
 import pyarrow as pa
-import pyarrow.fs as pafs
 import pytest
 from dagster import AssetExecutionContext, MaterializeResult, asset, materialize
 from helpers import asset_metadata, cpu_resources
+from ray_world import local_ray, started_shards
 
 from assets.checkpointing import spot_safe
 from assets.partitions import partition_dates
 from assets.runner import scoring_metadata
 from inference.engine.ledger import LedgerBook
 from inference.engine.ray_pool import BEAT_SECONDS
-from inference.engine.shard_worker import RUNNING_DIR, ModelStep, ShardJob
+from inference.engine.shard_worker import ModelStep, ShardJob
 from inference.engine.shard_writer import ShardedWriter, ShardFileTargets
 from inference.engine.shards import WAIT_SECONDS, Stalled, Watch, row_range_shards, run_partition
 from inference.engine.watchdog import Heartbeat, StallLimit, Watchdog
@@ -299,12 +298,7 @@ def test_the_settings_come_from_the_environment(monkeypatch) -> None:
 
 @pytest.fixture(scope="module")
 def ray():
-    ray_module = pytest.importorskip("ray")
-    from inference.engine.ray_pool import ray_session
-
-    with ray_session("", num_cpus=2, num_gpus=0) as session:
-        ray_module.cloudpickle.register_pickle_by_value(sys.modules[__name__])
-        yield session
+    yield from local_ray(sys.modules[__name__])
 
 
 @dataclass(frozen=True)
@@ -397,7 +391,7 @@ def test_a_sigstopped_ray_worker_is_a_stall_and_its_process_is_killed(ray, store
         """SIGSTOPs the worker that starts shard 2 (a node frozen, not gone)."""
         deadline = time.monotonic() + 60
         while not stopped and time.monotonic() < deadline:
-            for marker in _markers(store):
+            for marker in started_shards(store, "out", DAY):
                 if marker.get("shard") == 2 and "worker" in marker:
                     pid = int(marker["worker"].rsplit(":", 1)[1])
                     os.kill(pid, signal.SIGSTOP)
@@ -429,20 +423,6 @@ def test_a_sigstopped_ray_worker_is_a_stall_and_its_process_is_killed(ray, store
     assert report.shards_resumed == err.value.shards_done and report.stalls == 1
     out = store.read_output("out", DAY).sort_by("id")
     assert out["y"].to_pylist() == [2.0 * i for i in range(ROWS)]
-
-
-def _markers(store: DataStore) -> list[dict]:
-    """The staging markers of the shards started (each names its worker as host:pid)."""
-    target = store.partition_target("out", DAY)
-    folder = f"{target.staging_dir}/{RUNNING_DIR}"
-    found = []
-    for info in target.fs.get_file_info(pafs.FileSelector(folder, allow_not_found=True)):
-        try:
-            with target.fs.open_input_stream(info.path) as stream:
-                found.append(json.loads(stream.read()))
-        except (OSError, ValueError):  # being written
-            pass
-    return found
 
 
 def test_a_batch_twenty_times_slower_than_the_others_is_not_a_stall(store) -> None:
