@@ -83,6 +83,18 @@ def left_current(serving: ServingTarget, asset: str) -> str:
     return f"v{current.version} ({current.partition}) is still current"
 
 
+def not_loaded(
+    serving: ServingTarget, asset: str, why: str, fix: str, allow_retries: bool = True
+) -> Failure:
+    """The step's failure when nothing was loaded: why, what readers still see, and the fix."""
+    left = left_current(serving, asset)
+    return Failure(
+        description=f"{why}; {left}. {fix}",
+        metadata={"address": serving.address(), "left_current": left},
+        allow_retries=allow_retries,
+    )
+
+
 def unreachable(scored: str, date: str, what: str, exc: ServingUnavailable) -> Failure:
     """The step's failure when the serving store cannot be reached: once, with the fix."""
     return Failure(
@@ -112,11 +124,12 @@ def publish_day(
     except FileNotFoundError as exc:
         # Launched for a day that was never published (or whose scoring failed): nothing is
         # loaded, and the product keeps reading what it did.
-        left = left_current(serving, scored)
-        raise Failure(
-            description=f"{scored} {date}: not served: {exc}; {left}. Fix: materialize "
-            f"{scored} for {date} first (its publish follows once its checks pass).",
-            metadata={"address": serving.address(), "left_current": left},
+        raise not_loaded(
+            serving,
+            scored,
+            f"{scored} {date}: not served: {exc}",
+            f"Fix: materialize {scored} for {date} first (its publish follows once its checks "
+            "pass).",
             allow_retries=False,
         ) from exc
     record["model_version"] = record["model_version"] or _models(rows)
@@ -133,11 +146,11 @@ def publish_day(
     except ServingUnavailable as exc:
         raise unreachable(scored, date, "served", exc) from exc
     except Exception as exc:
-        left = left_current(serving, scored)
-        raise Failure(
-            description=f"{scored} {date}: the load into {serving.address()} failed ({exc}); "
-            f"{left}. Fix the cause and re-run the step: it loads a new version.",
-            metadata={"address": serving.address(), "left_current": left},
+        raise not_loaded(
+            serving,
+            scored,
+            f"{scored} {date}: the load into {serving.address()} failed ({exc})",
+            "Fix the cause and re-run the step: it loads a new version.",
         ) from exc
     return loaded, before, pins
 
