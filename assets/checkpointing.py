@@ -172,6 +172,7 @@ class SpotSafeRun:
             self.inference.stall_limit(),
             self.inference.batch_timeout(),
             self.inference.straggler_multiple,
+            self.inference.progress_stream(),
         )
         at_launch = None
         if RETRY_NUMBER_TAG not in self.context.run.tags:

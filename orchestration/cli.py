@@ -138,6 +138,11 @@ def _cmd_init(args: argparse.Namespace) -> int:
 def _cmd_run(args: argparse.Namespace) -> int:
     """Runs each job for the day in this process; one line per job that could not run or failed
     (the full traces go to a log file, or to the terminal with --verbose), exit status 1 then."""
+    # Read when the definitions are imported, as every engine setting is. The line goes to a
+    # copy of this terminal's stderr: while a step runs, Dagster's log capture redirects the
+    # process's own.
+    os.environ.setdefault("NIGHTSHIFT_PROGRESS_LINE", "1" if args.progress else "0")
+    os.environ.setdefault("NIGHTSHIFT_PROGRESS_FD", str(os.dup(sys.stderr.fileno())))
     from dagster import DagsterInstance
 
     from orchestration.definitions import defs
@@ -315,6 +320,13 @@ def _add_run(sub) -> None:
         "--verbose",
         action="store_true",
         help="print Dagster's warnings and errors with their stack traces as the runs go",
+    )
+    run.add_argument(
+        "--progress",
+        action=argparse.BooleanOptionalAction,
+        default=True,
+        help="show each scoring day's progress on stderr: in place on a terminal, else a line "
+        "a minute (default: yes; $NIGHTSHIFT_PROGRESS_LINE, when set, wins)",
     )
     run.set_defaults(func=_cmd_run, opens_instance=True)
 

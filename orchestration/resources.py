@@ -7,6 +7,8 @@ and locations only ever come in through `EnvVar`, resolved when a run starts.
 from __future__ import annotations
 
 import os
+from collections.abc import Callable
+from typing import Any
 
 from dagster import EnvVar
 
@@ -17,6 +19,16 @@ from resources.serving import serving_from_env
 from resources.storage import StorageResource
 
 ENVIRONMENTS = ("local", "aws")
+
+
+def _switch(text: str) -> bool:
+    """An on/off setting: 1/true/yes/on or 0/false/no/off, any case."""
+    word = text.strip().lower()
+    if word in {"1", "true", "yes", "on"}:
+        return True
+    if word in {"0", "false", "no", "off"}:
+        return False
+    raise ValueError(f"not on or off: {text!r}")
 
 
 # Engine settings an operator may tune per deployment without touching code.
@@ -40,6 +52,8 @@ ENGINE_SETTINGS = {
     "NIGHTSHIFT_BATCH_TIMEOUT_MULTIPLE": ("batch_timeout_multiple", float),
     "NIGHTSHIFT_BATCH_TIMEOUT_FLOOR_SECONDS": ("batch_timeout_floor_seconds", float),
     "NIGHTSHIFT_STRAGGLER_MULTIPLE": ("straggler_multiple", float),
+    "NIGHTSHIFT_PROGRESS_LINE": ("progress_line", _switch),
+    "NIGHTSHIFT_PROGRESS_FD": ("progress_fd", int),
     "NIGHTSHIFT_PRICE_SPOT_PER_HOUR": ("price_spot_per_hour", float),
     "NIGHTSHIFT_PRICE_ON_DEMAND_PER_HOUR": ("price_on_demand_per_hour", float),
 }
@@ -78,16 +92,15 @@ def storage_overrides() -> dict:
     return overrides
 
 
-def _overrides(settings: dict[str, tuple[str, type]]) -> dict:
+def _overrides(settings: dict[str, tuple[str, Callable[[str], Any]]]) -> dict:
     overrides = {}
     for variable, (field, kind) in settings.items():
         if os.environ.get(variable):
             try:
                 overrides[field] = kind(os.environ[variable])
             except ValueError as exc:
-                raise ValueError(
-                    f"{variable}={os.environ[variable]!r} is not a {kind.__name__}"
-                ) from exc
+                what = "on or off (1/0)" if kind is _switch else f"a {kind.__name__}"
+                raise ValueError(f"{variable}={os.environ[variable]!r} is not {what}") from exc
     return overrides
 
 

@@ -3,7 +3,7 @@
 from __future__ import annotations
 
 from collections.abc import Callable
-from typing import Any, Literal, TypeVar
+from typing import Any, Literal, TextIO, TypeVar
 
 from dagster import ConfigurableResource, InitResourceContext
 from pydantic import Field, PrivateAttr
@@ -102,6 +102,19 @@ class InferenceResource(ConfigurableResource):
         "and the first to finish is recorded; a stalled worker is replaced and its shard "
         "handed out again once before the step fails. 0 turns both off.",
     )
+    progress_line: bool = Field(
+        default=False,
+        description="Writes each scoring day's progress (rows of rows, rows/s, time left) to "
+        "stderr: one line rewritten in place on a terminal, else a line a minute. "
+        "`nightshift run` turns it on.",
+    )
+    progress_fd: int = Field(
+        default=2,
+        ge=1,
+        description="The file descriptor the progress line goes to: stderr, unless "
+        "`nightshift run` passes a copy of its terminal's (Dagster's log capture redirects "
+        "stderr itself while a step runs).",
+    )
     price_spot_per_hour: float | None = Field(
         default=None,
         description="USD per node-hour on spot capacity; unset, the price table's for "
@@ -186,6 +199,12 @@ class InferenceResource(ConfigurableResource):
     def batch_timeout(self) -> BatchTimeout:
         """How long one model call may run (inference/engine/batch_timeout.py)."""
         return BatchTimeout(self.batch_timeout_multiple, self.batch_timeout_floor_seconds)
+
+    def progress_stream(self) -> TextIO | None:
+        """Where each day's progress line goes; None when the line is off."""
+        if not self.progress_line:
+            return None
+        return open(self.progress_fd, "w", buffering=1, closefd=False)  # noqa: SIM115
 
     def watcher(self, on_advisory: Callable[[str], None] | None = None) -> InterruptionWatcher:
         """Watches for SIGTERM/SIGINT and, if configured, the cloud's interruption notices."""

@@ -9,7 +9,7 @@ from __future__ import annotations
 
 from collections.abc import Callable, Iterable, Mapping
 from dataclasses import dataclass, replace
-from typing import Any
+from typing import Any, TextIO
 
 import pyarrow.fs as pafs
 
@@ -22,7 +22,7 @@ from inference.engine.output_partition import (
     fingerprint,
     input_fingerprint,
 )
-from inference.engine.progress import ProgressLog, partition_line
+from inference.engine.progress import ProgressLine, ProgressLog, partition_line
 from inference.engine.shard_worker import FixedProgram, ModelStep, ShardInput, ShardJob
 from inference.engine.shard_writer import ShardedWriter, ShardFileTargets
 from inference.engine.shards import (
@@ -58,6 +58,8 @@ class DaySettings:
     # On Ray: a straggler's copy after this many median shards, and a stalled worker replaced
     # (inference/engine/shards.py, Watch); 0: neither.
     straggler_multiple: float = 0.0
+    # Where the day's live progress line goes (``nightshift run``: the terminal); None: nowhere.
+    progress_line: TextIO | None = None
 
 
 @dataclass(frozen=True)
@@ -111,8 +113,16 @@ def run_day(
         facts = at_launch.tags, at_launch.on_demand_after
         at_launch.tell(lambda: day.night_facts(0, ledger.capacity, *facts))
 
+    line = (
+        ProgressLine(settings.progress_line, f"{asset} {date}", rows)
+        if settings.progress_line is not None
+        else None
+    )
+
     def progress(rows: int, resumed: int, shards: int) -> None:
         progress_log(rows, resumed, shards)
+        if line is not None:
+            line(rows, resumed, shards)
         day.attempt.rows, day.saving = rows - resumed, True
         day.save()
 
@@ -135,6 +145,8 @@ def run_day(
     finally:
         day.attempt.stalled_s += watch.stalled_s  # stalls got past by replacing a worker
         day.save()
+        if line is not None:
+            line.close()
     ledger.close(day, shards)
     if shards.shards_resumed or shards.rows_redone:
         log(
