@@ -1,5 +1,6 @@
 """A step process the kernel's OOM killer took (local executor): its retry fails once, naming it."""
 
+import json
 import os
 import signal
 import socket
@@ -26,7 +27,8 @@ from assets.checkpointing import spot_safe
 from assets.partitions import partition_dates
 from assets.runner import scoring_metadata
 from inference.engine.faults import MEMORY_EVENTS_SETTING, OOM_KILLED_STEP
-from inference.engine.ledger import LedgerBook
+from inference.engine.ledger import Attempt, LedgerBook, PartitionLedger
+from inference.engine.oom_killed import ProcessTrace
 from inference.engine.shard_worker import ModelStep
 from inference.engine.work import Input, Output, Sizes, Work
 from policy.partitions import daily_partitions
@@ -117,12 +119,13 @@ def _kill_mid_shard(
         "PYTHONPATH": os.pathsep.join([str(TESTS.parent), str(TESTS)]),
     }
     log = tmp_path / "killed.log"
-    process = subprocess.Popen(
-        [sys.executable, __file__, str(data_root)],
-        env=env,
-        stdout=log.open("w"),
-        stderr=subprocess.STDOUT,
-    )
+    with log.open("w") as out:
+        process = subprocess.Popen(
+            [sys.executable, __file__, str(data_root)],
+            env=env,
+            stdout=out,
+            stderr=subprocess.STDOUT,
+        )
     try:
         deadline = time.monotonic() + 180
         while not (hold / "in_flight").exists():
@@ -235,6 +238,24 @@ def test_a_kill_with_the_oom_counter_unchanged_is_resumed_as_an_interruption(
     assert meta["shards_resumed"] == 2 and meta["rows_redone"] == SHARD_ROWS
     assert meta["rows_out"] == ROWS
     assert _published_once(store).equals(_clean_output(tmp_path, instance))
+
+
+def test_the_trace_survives_the_ledger_file_and_older_entries_have_none(memory_events) -> None:
+    ledger = PartitionLedger("doubled_ids", DAY)
+    ledger.attempts.append(Attempt("run-a", "spot", 1.0, 2.0, 3.0))
+    ledger.attempts[0].process = ProcessTrace.begin(BATCH)
+    again = PartitionLedger.from_json(json.loads(json.dumps(ledger.to_json())))
+    trace = again.attempts[0].process
+    assert trace == ledger.attempts[0].process
+    assert (trace.worker, trace.oom_kills, trace.events, trace.batch_size) == (
+        f"{socket.gethostname()}:{os.getpid()}",
+        0,
+        str(memory_events),
+        BATCH,
+    )
+    assert trace.peak_rss_mb > 0 and not trace.left and not trace.reported
+    older = {k: v for k, v in ledger.to_json()["attempts"][0].items() if k != "process"}
+    assert Attempt(**older).process is None
 
 
 if __name__ == "__main__":
