@@ -35,6 +35,7 @@ from inference.engine.faults import DeviceFault
 from inference.engine.interrupt import InterruptionWatcher
 from inference.engine.ledger import RunLedger, StartupShares
 from inference.engine.local_pool import LocalPool
+from inference.engine.oom_killed import OomKilledAttempt
 from inference.engine.shards import Interrupted, ShardPool, Stalled, Watch
 from inference.engine.work import Work
 from policy.tags import (
@@ -240,7 +241,7 @@ def spot_safe(
             _leave_for_retry(context, inference, exc, node_lost=node_lost, run=run)
         except DeviceFault as exc:
             context.log.error(exc.line)
-            raise device_fault_failure(exc, *_left_day(run)) from exc
+            raise device_fault_failure(exc, *_left_day(run, exc)) from exc
         finally:
             run.close()
 
@@ -251,8 +252,10 @@ def _run_started(context: AssetExecutionContext) -> float | None:
     return record.start_time if record is not None else None
 
 
-def _left_day(run: SpotSafeRun) -> tuple[str | None, int]:
+def _left_day(run: SpotSafeRun, fault: DeviceFault) -> tuple[str | None, int]:
     """The day the step left (asset and date) and its shards finished, kept in staging."""
+    if isinstance(fault, OomKilledAttempt):  # found before the day was opened
+        return fault.day, fault.shards_kept
     day = run.ledger.open_day
     if day is None:
         return None, 0

@@ -25,6 +25,7 @@ from inference.engine.faults import (
     DEVICE_ERROR,
     OOM_AT_FLOOR,
     OOM_KILLED,
+    OOM_KILLED_STEP,
     OUT_OF_MEMORY,
     DeviceFault,
 )
@@ -154,6 +155,13 @@ _DEVICE_FIXES = {
         "the workers need more memory than the node has. To fix it, lower the rows per shard "
         "(NIGHTSHIFT_SHARD_ROWS), the batch size or the workers per node "
         "(NIGHTSHIFT_RAY_WORKERS), or run on a node with more memory"
+    ),
+    OOM_KILLED_STEP: (
+        "its relaunch would meet the same wall. To fix it, lower the batch size "
+        "(NIGHTSHIFT_MAX_BATCH_SIZE or the spec's batch size) or the rows per shard "
+        "(NIGHTSHIFT_SHARD_ROWS; a changed shard size starts the day over), or give the run "
+        "more memory (a bigger node, or the run's `ecs/memory` tag on ECS); the kill is "
+        "reported once, and the next launch proceeds"
     ),
 }
 

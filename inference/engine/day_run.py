@@ -108,7 +108,7 @@ def run_day(
     quarantine = work.input.quarantine
     rows = quarantine.rows if quarantine else None
     progress_log = ProgressLog(log, f"{asset} {date}", rows)
-    day = ledger.open(asset, date, writer, rows)
+    day = ledger.open(asset, date, writer, rows, work.sizes.batch_size or settings.batch_size)
     if at_launch is not None and len(day.ledger.attempts) == 1:
         facts = at_launch.tags, at_launch.on_demand_after
         at_launch.tell(lambda: day.night_facts(0, ledger.capacity, *facts))

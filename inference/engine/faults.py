@@ -38,6 +38,8 @@ OOM_AT_FLOOR = "out_of_memory_at_floor"
 OUT_OF_MEMORY = "out_of_memory"
 DEVICE_ERROR = "device_error"
 OOM_KILLED = "oom_killed"
+# The step's own process (the local executor), told by the next attempt (oom_killed.py).
+OOM_KILLED_STEP = "step_oom_killed"
 
 # What CUDA, cuBLAS and cuDNN put in the messages of errors that leave the device (or its
 # context) unusable: a retry on the same device meets them again, or worse.
@@ -327,7 +329,7 @@ class WorkerDeaths:
         gone = {
             slot: (host, pid)
             for slot, (host, pid) in self._workers.items()
-            if host == self._here and (host, pid) not in self._killed_otherwise and not _alive(pid)
+            if host == self._here and (host, pid) not in self._killed_otherwise and not alive(pid)
         }
         if not gone:
             return
@@ -347,7 +349,8 @@ class WorkerDeaths:
         )
 
 
-def _alive(pid: int) -> bool:
+def alive(pid: int) -> bool:
+    """Whether process ``pid`` of this machine still runs (a zombie does not)."""
     try:
         os.kill(pid, 0)
     except ProcessLookupError:

@@ -7,7 +7,8 @@ scores), when scoring began, when it ended, the rows it read, the rows it redid,
 capacity, and its share of its run's start-up. The entry is saved when the attempt starts, after
 each shard and when it ends, so an attempt killed without notice still counts up to its last
 shard. The day's commit closes the ledger; the next scoring of the same day (a new model, new
-landing files) opens a new one.
+landing files) opens a new one. An entry also traces its process (inference/engine/oom_killed.py),
+so the next attempt can tell one the kernel's OOM killer took.
 
 A run's start-up (launch to the first shard of the first day it scores: process start, model
 load) is that day's restart overhead, the figure the capacity policy reads. Its cost is shared:
@@ -38,6 +39,7 @@ from dataclasses import asdict, dataclass, field
 
 import pyarrow.fs as pafs
 
+from inference.engine.oom_killed import ProcessTrace, oom_killed
 from inference.engine.output_partition import PartitionIO, PartitionTarget, ShardReport
 from inference.engine.shard_writer import ShardedWriter
 from policy.prices import NodePrices
@@ -68,6 +70,12 @@ class Attempt:
     interrupted: bool = False
     startup_share_s: float | None = None
     stalled_s: float = 0.0  # seconds the progress watchdog waited for a stuck model call
+    # The attempt's own process, for the next attempt to tell an OOM kill (oom_killed.py).
+    process: ProcessTrace | None = None
+
+    def __post_init__(self) -> None:
+        if isinstance(self.process, dict):  # as read back from the ledger's file
+            self.process = ProcessTrace(**self.process)
 
     @property
     def node_s(self) -> float:
@@ -219,12 +227,14 @@ class LedgerBook:
 
     def __init__(self, target: PartitionTarget, asset: str, date: str):
         self.target, self.asset, self.date = target, asset, date
+        self.closed_stored = False  # whether open() found the day's ledger closed by a commit
         self.path = ledger_path(target)
         self.io = PartitionIO(target)
 
     def open(self) -> PartitionLedger:
         """The open ledger of this day: the stored one, or a new one once a commit closed it."""
         stored = self.io.read_json(self.path)
+        self.closed_stored = bool(stored and stored.get("committed"))
         if stored is None or stored.get("committed"):
             return PartitionLedger(self.asset, self.date)
         return PartitionLedger.from_json(stored)
@@ -302,6 +312,8 @@ class OpenDay:
 
     def save(self) -> None:
         self.attempt.ended = time.time()
+        if self.attempt.process is not None:
+            self.attempt.process.seen()
         self.attempt.rows_redone = self.writer.report.rows_redone
         if self.saving:
             self.book.save(self.ledger)
@@ -357,17 +369,34 @@ class RunLedger:
         self.open_day: OpenDay | None = None
         self.days: dict[str, dict] = {}  # each committed day's ledger figures
 
-    def open(self, asset: str, date: str, writer: ShardedWriter, rows: int | None) -> OpenDay:
-        """Enters this attempt in the day's ledger."""
+    def open(
+        self, asset: str, date: str, writer: ShardedWriter, rows: int | None, batch_size: int = 0
+    ) -> OpenDay:
+        """Enters this attempt in the day's ledger.
+
+        Raises:
+            OomKilledAttempt: the previous attempt's process was the kernel's OOM killer's; it
+                is reported once, and the next launch resumes the day.
+        """
         book = LedgerBook(writer.target, asset, date)
         ledger = book.open()
+        previous = ledger.attempts[-1] if ledger.attempts else None
+        if previous is not None and previous.process is not None:
+            fault = oom_killed(previous.process, previous.run_id, writer, f"{asset} {date}")
+            if fault is not None:
+                previous.process.reported = True
+                book.save(ledger)
+                raise fault
         now = time.time()
         started, share = self.startup.open(now, self._days_left(date))
         attempt = Attempt(self.run_id, self.capacity, started, now, now, startup_share_s=share)
+        attempt.process = ProcessTrace.begin(batch_size)
         ledger.attempts.append(attempt)
         if rows is not None:
             ledger.rows_total = rows
-        day = OpenDay(asset, date, writer, book, ledger, attempt, saving=len(ledger.attempts) > 1)
+        # Written from the start unless a committed ledger is stored (it may yet turn out this
+        # lineage's): a process killed in its first shard leaves its trace for the next attempt.
+        day = OpenDay(asset, date, writer, book, ledger, attempt, saving=not book.closed_stored)
         day.save()
         self.open_day = day
         return day
@@ -381,6 +410,8 @@ class RunLedger:
         """The run leaves on this day: its later days will not take their start-up shares."""
         day.attempt.startup_share_s = (day.attempt.startup_share_s or 0.0) + self.startup.rest()
         day.attempt.interrupted = interrupted
+        if day.attempt.process is not None:
+            day.attempt.process.left = True
 
     def close(self, day: OpenDay, shards: ShardReport) -> None:
         """Closes the day's ledger at its commit and keeps its figures for the metadata."""
