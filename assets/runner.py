@@ -242,6 +242,7 @@ def score(
             if report.shards is not None:
                 figures["commit"] = report.shards.commit
             figures.update(outcome)
+            run.finished(spec.asset, date, figures, report)  # the day's metrics, pushed
             yield from days.record(
                 spec.asset, date, day_metadata(figures), checks, why=outcome.get("main")
             )
