@@ -241,15 +241,6 @@ class SpotSafeRun:
         deadline = ready_by(day.asset, day.date, self.context.run.tags) if decision else None
         observer.decided(decision, deadline.at.timestamp() if deadline else None)
 
-    def finished(
-        self, asset: str, date: str, figures: dict[str, Any], report: PartitionReport
-    ) -> None:
-        """The day is recorded with ``figures``: its metrics take the same figures."""
-        observer = self.day_metrics.get((asset, date))
-        if observer is not None:
-            gpu = report.gpu.utilisation_pct if report.gpu is not None else None
-            observer.finish(figures, report.metrics, gpu)
-
     def left(self, exc: Interrupted) -> None:
         """The step leaves the open day on an interruption: its metrics say so."""
         day = self.ledger.open_day

@@ -277,9 +277,10 @@ class DayMetrics:
         self.push()
 
     def finish(
-        self, figures: Mapping[str, Any], metrics: BatchMetrics, gpu_pct: float | None
+        self, figures: Mapping[str, Any], metrics: BatchMetrics, gpu: object | None = None
     ) -> None:
-        """The day is recorded: its figures as its metadata holds them, then a push."""
+        """The day is recorded: its figures as its metadata holds them (``gpu``: the day's
+        GPU use, with NVML's utilisation where there is one), then a push."""
         value = {k: getattr(v, "value", v) for k, v in figures.items()}
         for name, key in (
             ("nightshift_rows_in_total", "rows_in"),
@@ -302,7 +303,7 @@ class DayMetrics:
         self._gauge("nightshift_rows_waiting").set(0)
         self._gauge("nightshift_shards_waiting").set(0)
         self._gauge("nightshift_shards_in_flight").set(0)
-        self._busy(gpu_pct)
+        self._busy(getattr(gpu, "utilisation_pct", None))
         self._gauge("nightshift_day_completed_timestamp_seconds").set(time.time())
         self.push(final=True)
 

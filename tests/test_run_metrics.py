@@ -73,7 +73,9 @@ def _samples(body: bytes) -> dict[tuple[str, tuple], float]:
 
 
 def _value(samples: dict, name: str, **labels: str) -> float:
-    found = [v for (n, ls), v in samples.items() if n == name and labels.items() <= dict(ls).items()]
+    found = [
+        v for (n, ls), v in samples.items() if n == name and labels.items() <= dict(ls).items()
+    ]
     assert len(found) == 1, (name, labels, found)
     return found[0]
 
@@ -180,7 +182,9 @@ def test_the_loopback_server_serves_every_day_while_the_run_is_open() -> None:
     assert {n.removesuffix("_total") for n in names} >= {
         n.removesuffix("_total")
         for n in METRIC_NAMES
-        if n.endswith("_total") and "push_failures" not in n and "quarantined" not in n
+        if n.endswith("_total")
+        and "push_failures" not in n
+        and "quarantined" not in n
         and "tokens" not in n
     }
     with pytest.raises(OSError):  # closed with the run
