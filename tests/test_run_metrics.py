@@ -9,6 +9,7 @@ import threading
 import urllib.request
 from collections.abc import Iterator
 from http.server import BaseHTTPRequestHandler, ThreadingHTTPServer
+from pathlib import Path
 
 import pytest
 from dagster import DagsterInstance, materialize
@@ -189,6 +190,12 @@ def test_the_loopback_server_serves_every_day_while_the_run_is_open() -> None:
     }
     with pytest.raises(OSError):  # closed with the run
         urllib.request.urlopen(f"http://127.0.0.1:{port}/metrics", timeout=2)
+
+
+def test_the_monitoring_page_lists_every_metric() -> None:
+    page = (Path(__file__).parents[1] / "docs" / "monitoring.md").read_text()
+    missing = [name for name in METRIC_NAMES if f"| `{name}` |" not in page]
+    assert missing == []
 
 
 def test_nothing_configured_creates_no_metrics() -> None:
