@@ -22,6 +22,7 @@ from __future__ import annotations
 
 from collections.abc import Callable, Iterator
 from contextlib import ExitStack, contextmanager
+from functools import partial
 from typing import Any
 
 from dagster import AssetExecutionContext, Failure, RetryRequested
@@ -187,7 +188,7 @@ class SpotSafeRun:
         if self.metrics.settings.enabled:
             rows = quarantine.rows if quarantine else None
             observer = self.metrics.day(
-                asset, date, self._pipeline(), rows, device, self._cost_so_far
+                asset, date, self._pipeline(), rows, device, self._cost_so_far, self._decide_now
             )
         self.day_metrics[asset, date] = observer
         at_launch = None
@@ -240,6 +241,21 @@ class SpotSafeRun:
             return
         deadline = ready_by(day.asset, day.date, self.context.run.tags) if decision else None
         observer.decided(decision, deadline.at.timestamp() if deadline else None)
+
+    def _decide_now(self) -> None:
+        """The capacity policy's view of the open day as it runs (its slack now), for its
+        metrics: the run cannot move itself, but a day falling behind its ready-by shows."""
+        day = self.ledger.open_day
+        if day is None:
+            return
+        facts = partial(
+            day.night_facts,
+            day.writer.progress.interruptions,
+            self.ledger.capacity,
+            self.context.run.tags,
+            self.inference.on_demand_after,
+        )
+        self.decided(decide(facts)[0])
 
     def left(self, exc: Interrupted) -> None:
         """The step leaves the open day on an interruption: its metrics say so."""

@@ -160,9 +160,11 @@ class RunMetrics:
         rows_expected: int | None = None,
         device: str = "cpu",
         cost: Callable[[], float | None] = lambda: None,
+        refresh: Callable[[], None] = lambda: None,
     ) -> DayMetrics | None:
         """The metrics of one day about to run, or None where nothing is configured.
-        ``cost``: the day's cost so far, read at each push."""
+        ``cost``: the day's cost so far, read at each push of the running day; ``refresh``:
+        called before each such push (the capacity policy's view of the day now)."""
         if not self.settings.enabled:
             return None
         return DayMetrics(
@@ -171,6 +173,7 @@ class RunMetrics:
             rows_expected,
             device,
             cost,
+            refresh,
         )
 
     def push(self, day: DayMetrics) -> bool:
@@ -212,6 +215,7 @@ class DayMetrics:
     rows_expected: int | None
     device: str
     cost: Callable[[], float | None]
+    refresh: Callable[[], None] = lambda: None
     push_failed: bool = False
     _decision: tuple[str, str] | None = None  # the capacity and rule of the latest decision
     _counted: dict[str, float] = field(default_factory=dict)
@@ -274,7 +278,7 @@ class DayMetrics:
         """The day's attempt ends on an interruption: its count, then a push."""
         self._count("nightshift_interruptions_total", interruptions)
         self._busy()
-        self.push()
+        self.push(refresh=False)  # the decision for the retry stands
 
     def finish(
         self, figures: Mapping[str, Any], metrics: BatchMetrics, gpu: object | None = None
@@ -304,11 +308,16 @@ class DayMetrics:
         self._gauge("nightshift_shards_waiting").set(0)
         self._gauge("nightshift_shards_in_flight").set(0)
         self._busy(getattr(gpu, "utilisation_pct", None))
+        self.decided(None)  # nothing left to decide for a recorded day
         self._gauge("nightshift_day_completed_timestamp_seconds").set(time.time())
         self.push(final=True)
 
-    def push(self, final: bool = False) -> None:
+    def push(self, final: bool = False, refresh: bool = True) -> None:
+        """Pushes the day's group; a running day's (not ``final``) with its cost so far and,
+        with ``refresh``, the policy's view of it now."""
         if not final:
+            if refresh:
+                self.refresh()
             cost = self.cost()
             if cost is not None:
                 self._gauge("nightshift_cost_usd").set(cost)

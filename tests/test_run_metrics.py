@@ -4,6 +4,7 @@ the loopback /metrics server."""
 
 from __future__ import annotations
 
+import datetime as dt
 import socket
 import threading
 import urllib.request
@@ -21,6 +22,7 @@ from assets.fraud.assets import fraud_model, fraud_scores, transactions
 from assets.fraud.demo_data import generate_day
 from inference.engine.metrics import BatchMetrics
 from inference.engine.observer import ShardSeen
+from policy.tags import READY_BY_TAG
 from resources.run_metrics import METRIC_NAMES, MetricsSettings, RunMetrics
 from resources.storage import StorageResource
 
@@ -89,7 +91,7 @@ def world(tmp_path):
     return world
 
 
-def _score(world, instance, day: str, **inference) -> object:
+def _score(world, instance, day: str, tags: dict | None = None, **inference) -> object:
     resources = {
         "storage": StorageResource(data_root=str(world["root"])),
         # Small shards, so the day has several and the loop pushes while it runs.
@@ -101,6 +103,7 @@ def _score(world, instance, day: str, **inference) -> object:
         partition_key=day,
         resources=resources,
         instance=instance,
+        tags=tags,
     )
 
 
@@ -111,7 +114,9 @@ def test_nothing_configured_sends_nothing_and_a_configured_gateway_gets_each_day
     with DagsterInstance.ephemeral() as instance:
         assert _score(world, instance, DAY).success
         assert gateway.requests == []  # type: ignore[attr-defined]
-        result = _score(world, instance, OTHER_DAY, metrics_pushgateway=url)
+        # A ready-by ahead: the capacity policy's view of the running day is pushed with it.
+        ready = (dt.datetime.now(dt.UTC) + dt.timedelta(hours=2)).isoformat()
+        result = _score(world, instance, OTHER_DAY, {READY_BY_TAG: ready}, metrics_pushgateway=url)
     assert result.success
     requests = gateway.requests  # type: ignore[attr-defined]
     group = f"/metrics/job/nightshift/asset/fraud_scores/partition/{OTHER_DAY}"
@@ -130,6 +135,14 @@ def test_nothing_configured_sends_nothing_and_a_configured_gateway_gets_each_day
     first = _samples(requests[0][2])
     assert _value(first, "nightshift_rows_in_total", **day) < meta["rows_in"]
     assert _value(first, "nightshift_rows_waiting", **day) > 0
+    # The slack while it ran (the policy measured the day's own rate after its first shard),
+    # withdrawn once the day is recorded: nothing is left to decide.
+    slacks = [s for _, _, body in requests[:-1] for (n, _), s in _samples(body).items()
+              if n == "nightshift_deadline_slack_seconds"]  # fmt: skip
+    assert slacks and all(0 < s < 7200 for s in slacks)
+    assert not any(n == "nightshift_deadline_slack_seconds" for n, _ in final)
+    deadline = dt.datetime.fromisoformat(ready).timestamp()
+    assert _value(final, "nightshift_ready_by_timestamp_seconds", **day) == deadline
 
 
 def test_a_dead_pushgateway_does_not_fail_the_day(world) -> None:
