@@ -140,10 +140,12 @@ class RunMetrics:
         self._server: Any = None
 
     def __enter__(self) -> RunMetrics:
-        if self.settings.port is not None:
-            self._server, _ = start_http_server(
-                self.settings.port, addr="127.0.0.1", registry=self.registry
-            )
+        port = self.settings.port
+        if port is not None:
+            try:
+                self._server, _ = start_http_server(port, addr="127.0.0.1", registry=self.registry)
+            except OSError as exc:  # a port taken must not fail the run: pushes still go
+                self.warn(f"metrics not served on 127.0.0.1:{port} ({exc})")
         return self
 
     def __exit__(self, *exc: object) -> None:

@@ -205,6 +205,18 @@ def test_the_loopback_server_serves_every_day_while_the_run_is_open() -> None:
         urllib.request.urlopen(f"http://127.0.0.1:{port}/metrics", timeout=2)
 
 
+def test_a_port_in_use_is_a_warning_not_a_failure() -> None:
+    warnings: list[str] = []
+    with socket.socket() as taken:
+        taken.bind(("127.0.0.1", 0))
+        taken.listen()
+        port = taken.getsockname()[1]
+        with RunMetrics(MetricsSettings(port=port), warnings.append) as run:
+            day = run.day("fraud_scores", DAY, "fraud_scoring_job", 100)
+            day.shard_done(_seen(25))
+    assert len(warnings) == 1 and f"127.0.0.1:{port}" in warnings[0]
+
+
 def test_the_monitoring_page_lists_every_metric() -> None:
     page = (Path(__file__).parents[1] / "docs" / "monitoring.md").read_text()
     missing = [name for name in METRIC_NAMES if f"| `{name}` |" not in page]
