@@ -9,7 +9,7 @@ export DAGSTER_HOME ?= $(CURDIR)/.nightshift/dagster_home
 export HF_HUB_OFFLINE := 1
 export TRANSFORMERS_OFFLINE := 1
 
-.PHONY: install browser postgres redis run test ui clean bench bench-quick bench-quality eval
+.PHONY: install browser postgres redis prometheus run test ui clean bench bench-quick bench-quality eval
 
 install: $(STAMP)
 
@@ -37,15 +37,15 @@ run: $(STAMP)
 
 # Everything the suite needs is set up here, so `make test` alone passes on a fresh machine:
 # the project (above), Debian's Chromium for the UI test, Debian's PostgreSQL server for the
-# catalog tests and Debian's redis-server for the serving tests (each installed through apt when
-# missing).
+# catalog tests, Debian's redis-server for the serving tests and Debian's prometheus and
+# prometheus-pushgateway for the metrics tests (each installed through apt when missing).
 # Two pytest-xdist workers, one per core of the smallest machine the suite runs on. A third
 # filled the cores' idle time for a few percent of wall time (docs/benchmarks.md, "The daemon's retry under load"),
 # but it overloads them: the tests that wait on a real daemon or a stop signal then missed
 # their marks in fresh-clone CIs (docs/benchmarks.md, "Fresh-clone CI runs"). Tests that must not overlap
 # are grouped in tests/conftest.py. TEST_WORKERS=0 runs in one process; PYTEST_ARGS adds options.
 TEST_WORKERS ?= 2
-test: $(STAMP) browser postgres redis
+test: $(STAMP) browser postgres redis prometheus
 	$(BIN)/pytest -n $(TEST_WORKERS) --dist loadgroup $(PYTEST_ARGS)
 
 browser:
@@ -56,6 +56,9 @@ postgres:
 
 redis:
 	bash deploy/local/install-redis.sh
+
+prometheus:
+	bash deploy/local/install-prometheus.sh
 
 # The throughput benchmark, every workload: writes benchmarks/results.json and .md (how long it
 # takes: docs/benchmarks.md). BENCH_ARGS passes options through, e.g. BENCH_ARGS="--threads 2

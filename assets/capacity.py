@@ -46,14 +46,17 @@ def retry_capacity(
     on_demand_after: int,
     count: int,
     day: OpenDay | None,
+    decided: Callable[[CapacityDecision | None], None] | None = None,
 ) -> dict[str, str]:
     """The retry's capacity tags: the deadline-aware policy's choice for the interrupted day
     (its node is gone: idle), logged with its reason; the count-based switch where the policy
-    does not apply."""
+    does not apply. ``decided`` is told the decision (the day's metrics)."""
     tags = context.run.tags
     decision, why = None, ""
     if day is not None:
         decision, why = decide(partial(day.night_facts, count, IDLE, tags, on_demand_after))
         log = context.log.warning if decision and decision.cannot_make_it else context.log.info
         log(f"{day.asset} {day.date} retry: {why}")
+        if decided is not None:
+            decided(decision)
     return retry_tags(decision, count, on_demand_after, tags)

@@ -22,6 +22,7 @@ from __future__ import annotations
 
 from collections.abc import Callable, Iterator
 from contextlib import ExitStack, contextmanager
+from functools import partial
 from typing import Any
 
 from dagster import AssetExecutionContext, Failure, RetryRequested
@@ -38,16 +39,20 @@ from inference.engine.local_pool import LocalPool
 from inference.engine.oom_killed import OomKilledAttempt
 from inference.engine.shards import Interrupted, ShardPool, Stalled, Watch
 from inference.engine.work import Work
+from policy.deadline import CapacityDecision
+from policy.ready_by import ready_by
 from policy.tags import (
     CAPACITY_REASON_TAG,
     INTERRUPTED_TAG,
     INTERRUPTIONS_TAG,
+    PIPELINE_TAG,
     RETRY_NUMBER_TAG,
     RETRY_ON_STEP_FAILURE_TAG,
     SOFT_INTERRUPTIONS_TAG,
 )
 from resources.inference import InferenceResource
 from resources.quality import StreamedSample
+from resources.run_metrics import DayMetrics, MetricsSettings, RunMetrics
 from resources.storage import DataStore, Published
 
 
@@ -69,8 +74,12 @@ class SpotSafeRun:
         store: DataStore,
         inference: InferenceResource,
         watcher: InterruptionWatcher,
+        metrics: RunMetrics | None = None,
     ):
         self.context, self.store, self.inference, self.watcher = context, store, inference, watcher
+        self.metrics = metrics or RunMetrics(MetricsSettings(), context.log.warning)
+        # Each day's Prometheus series (None where none are configured), by asset and date.
+        self.day_metrics: dict[tuple[str, str], DayMetrics | None] = {}
         self._pool: ShardPool | None = None
         self._resources = ExitStack()  # the Ray session and its actors, for this step
         # The node's time before the first partition is that partition's restart overhead,
@@ -175,14 +184,28 @@ class SpotSafeRun:
             self.inference.straggler_multiple,
             self.inference.progress_stream(),
         )
+        quarantine = work.input.quarantine
+        device = str(self.inference.runtime.device)
+        observer = None
+        if self.metrics.settings.enabled:
+            rows = quarantine.rows if quarantine else None
+            observer = self.metrics.day(
+                asset, date, self._pipeline(), rows, device, self._cost_so_far, self._decide_now
+            )
+        self.day_metrics[asset, date] = observer
         at_launch = None
         if RETRY_NUMBER_TAG not in self.context.run.tags:
             # The policy's view at the day's first launch, from its ledger.
             where = f"{asset} {date}"
-            tell = lambda facts: say_at_launch(self.context, where, *decide(facts))  # noqa: E731
+
+            def tell(facts: Callable[[], Any]) -> None:
+                decision, why = decide(facts)
+                self.decided(decision)
+                say_at_launch(self.context, where, decision, why)
+
             at_launch = AtLaunch(tell, self.context.run.tags, self.inference.on_demand_after)
         pool = self.pool()
-        with GpuMonitor(str(self.inference.runtime.device)) as gpu:
+        with GpuMonitor(device) as gpu:
             ran = run_day(
                 asset,
                 date,
@@ -195,6 +218,7 @@ class SpotSafeRun:
                 sample=sample,
                 audit=audit,
                 at_launch=at_launch,
+                observer=observer,
             )
         shards = ran.shards
         published = Published(uri=shards.uri, rows=shards.rows_out, files=shards.shards)
@@ -210,6 +234,52 @@ class SpotSafeRun:
             sample=sample.frame(published.rows) if sample is not None and pool.in_process else None,
             executor={**self._where(pool, ran.watch), **work.input.layout},
         )
+
+    def decided(self, decision: CapacityDecision | None) -> None:
+        """The capacity policy's decision for the open day, into its metrics."""
+        day = self.ledger.open_day
+        observer = self.day_metrics.get((day.asset, day.date)) if day is not None else None
+        if observer is None:
+            return
+        deadline = ready_by(day.asset, day.date, self.context.run.tags) if decision else None
+        observer.decided(decision, deadline.at.timestamp() if deadline else None)
+
+    def _decide_now(self) -> None:
+        """The capacity policy's view of the open day as it runs (its slack now), for its
+        metrics: the run cannot move itself, but a day falling behind its ready-by shows."""
+        day = self.ledger.open_day
+        if day is None:
+            return
+        facts = partial(
+            day.night_facts,
+            day.writer.progress.interruptions,
+            self.ledger.capacity,
+            self.context.run.tags,
+            self.inference.on_demand_after,
+        )
+        self.decided(decide(facts)[0])
+
+    def left(self, exc: Interrupted) -> None:
+        """The step leaves the open day on an interruption: its metrics say so."""
+        day = self.ledger.open_day
+        observer = self.day_metrics.get((day.asset, day.date)) if day is not None else None
+        if observer is not None:
+            observer.left(exc.interruptions)
+
+    def _cost_so_far(self) -> float | None:
+        """What the open day cost so far over its attempts, from its ledger."""
+        day = self.ledger.open_day
+        if day is None:
+            return None
+        return float(day.ledger.figures(self.ledger.prices)["cost_usd"])
+
+    def _pipeline(self) -> str:
+        """The job the run belongs to: Dagster's hidden asset job is named by its tag."""
+        name = self.context.job_name
+        if not name.startswith("__ASSET_JOB"):
+            return name
+        tags = self.context.instance.get_run_by_id(self.context.run_id).tags
+        return tags.get(PIPELINE_TAG, name)
 
     def _where(self, pool: ShardPool, watch: Watch) -> dict[str, Any]:
         """Where the shards ran, for the metadata: nothing beyond the step when in process."""
@@ -228,8 +298,11 @@ def spot_safe(
         # Inherited from an interrupted parent run: this attempt starts with errors not retried
         # at run level again, until it is interrupted itself.
         context.instance.add_run_tags(context.run_id, {RETRY_ON_STEP_FAILURE_TAG: "false"})
-    with inference.watcher(on_advisory=context.log.warning) as watcher:
-        run = SpotSafeRun(context, store, inference, watcher)
+    with (
+        inference.watcher(on_advisory=context.log.warning) as watcher,
+        inference.run_metrics(context.log.warning) as metrics,
+    ):
+        run = SpotSafeRun(context, store, inference, watcher, metrics)
         try:
             yield run
             if (line := run.ledger.range_line()) is not None:
@@ -238,7 +311,10 @@ def spot_safe(
             watcher.consume()
             # A stalled step leaves a stuck thread behind: its retry runs in a fresh process.
             node_lost = isinstance(exc, Stalled) or _node_lost(watcher)
-            _leave_for_retry(context, inference, exc, node_lost=node_lost, run=run)
+            try:
+                _leave_for_retry(context, inference, exc, node_lost=node_lost, run=run)
+            finally:
+                run.left(exc)  # pushed with the retry's capacity decision
         except DeviceFault as exc:
             context.log.error(exc.line)
             raise device_fault_failure(exc, *_left_day(run, exc)) from exc
@@ -290,7 +366,8 @@ def _leave_for_retry(
     if within_budget:
         tags[RETRY_ON_STEP_FAILURE_TAG] = "true"
         day = run.ledger.open_day if run is not None else None
-        tags.update(retry_capacity(context, inference.on_demand_after, count, day))
+        decided = run.decided if run is not None else None
+        tags.update(retry_capacity(context, inference.on_demand_after, count, day, decided))
     context.instance.add_run_tags(context.run_id, tags)
     what = (
         "the run will be relaunched and resume from the checkpoint"

@@ -242,6 +242,9 @@ def score(
             if report.shards is not None:
                 figures["commit"] = report.shards.commit
             figures.update(outcome)
+            # The day's Prometheus series take its recorded figures, and are pushed.
+            if (metrics := run.day_metrics.get((spec.asset, date))) is not None:
+                metrics.finish(figures, report.metrics, report.gpu)
             yield from days.record(
                 spec.asset, date, day_metadata(figures), checks, why=outcome.get("main")
             )

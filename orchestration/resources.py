@@ -56,6 +56,11 @@ ENGINE_SETTINGS = {
     "NIGHTSHIFT_PROGRESS_FD": ("progress_fd", int),
     "NIGHTSHIFT_PRICE_SPOT_PER_HOUR": ("price_spot_per_hour", float),
     "NIGHTSHIFT_PRICE_ON_DEMAND_PER_HOUR": ("price_on_demand_per_hour", float),
+    # Where each day's Prometheus metrics go (resources/run_metrics.py, docs/monitoring.md).
+    "NIGHTSHIFT_PUSHGATEWAY_URL": ("metrics_pushgateway", str),
+    "NIGHTSHIFT_METRICS_PUSH_SECONDS": ("metrics_push_seconds", float),
+    "NIGHTSHIFT_METRICS_PORT": ("metrics_port", int),
+    "NIGHTSHIFT_METRICS_JOB": ("metrics_job", str),
 }
 
 

@@ -15,6 +15,7 @@ from inference.engine.watchdog import StallLimit
 from inference.text.workers import CPU_BATCH_TOKENS, GPU_BATCH_TOKENS
 from policy.prices import NodePrices, node_prices_from_env
 from policy.retries import INTERRUPTION_BUDGET
+from resources.run_metrics import DEFAULT_JOB, MetricsSettings, RunMetrics
 
 T = TypeVar("T")
 
@@ -141,6 +142,25 @@ class InferenceResource(ConfigurableResource):
     ray_gpus_per_worker: float = Field(
         default=0.0, ge=0, description="GPUs each actor holds (1 on GPU workers)."
     )
+    metrics_pushgateway: str | None = Field(
+        default=None,
+        description="Prometheus Pushgateway URL (http://host:9091) each scored day's metrics "
+        "are pushed to, one group per job, asset and partition (docs/monitoring.md); unset, "
+        "nothing is pushed.",
+    )
+    metrics_push_seconds: float = Field(
+        default=30.0, gt=0, description="Least seconds between two pushes of a running day."
+    )
+    metrics_port: int | None = Field(
+        default=None,
+        ge=0,
+        le=65535,
+        description="Serve the run's metrics at http://127.0.0.1:PORT/metrics while it runs; "
+        "unset, no server.",
+    )
+    metrics_job: str = Field(
+        default=DEFAULT_JOB, description="The job label of the Pushgateway groups."
+    )
 
     _runtime: Runtime | None = PrivateAttr(default=None)
     _models: dict[str, Any] = PrivateAttr(default_factory=dict)
@@ -212,6 +232,14 @@ class InferenceResource(ConfigurableResource):
         if on_advisory is not None and hasattr(source, "on_advisory"):
             source.on_advisory = on_advisory
         return InterruptionWatcher(source, self.notice_poll_seconds)
+
+    def run_metrics(self, warn: Callable[[str], None]) -> RunMetrics:
+        """The run's Prometheus metrics (resources/run_metrics.py): inert unless a
+        Pushgateway or a port is configured; ``warn`` is told of a push that failed."""
+        settings = MetricsSettings(
+            self.metrics_pushgateway, self.metrics_push_seconds, self.metrics_port, self.metrics_job
+        )
+        return RunMetrics(settings, warn)
 
     def model(self, key: str, loader: Callable[[Runtime], T]) -> T:
         """Returns the model cached under ``key``, loading it on first use in this process.

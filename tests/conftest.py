@@ -44,6 +44,7 @@ WHOLE = {
     "test_landing_files",
     "test_landing_timezones",
     "test_no_retry_failures",
+    "test_prometheus_metrics",
     "test_promotion",
     "test_quality",
     "test_shadow",
@@ -61,6 +62,7 @@ SLOW = (
     "test_cli",
     "test_deploy_aws",
     "test_deadline_capacity",
+    "test_prometheus_metrics",
     "test_spot_faults",
     "test_table_commits",
 )

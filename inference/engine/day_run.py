@@ -16,6 +16,7 @@ import pyarrow.fs as pafs
 from inference.engine.batch_timeout import BatchTimeout
 from inference.engine.ledger import RunLedger
 from inference.engine.metrics import BatchMetrics
+from inference.engine.observer import DayObserver
 from inference.engine.output_partition import (
     PartitionTarget,
     ShardReport,
@@ -97,12 +98,14 @@ def run_day(
     sample: Any = None,
     audit: bool = False,
     at_launch: AtLaunch | None = None,
+    observer: DayObserver | None = None,
 ) -> RanDay:
     """Scores one day (the day of table ``<asset>``) and commits it exactly once; with
     ``audit`` the day is only staged (``shards.staged``) for its checks.
 
     ``at_launch``: told on the day's first attempt only (see :class:`AtLaunch`). ``sample``
-    takes the checks' sample as rows stream, where shards run in this process.
+    takes the checks' sample as rows stream, where shards run in this process. ``observer``
+    is told the day's live figures after each shard (:mod:`inference.engine.observer`).
     """
     writer = day_writer(asset, date, work, settings, audit)
     quarantine = work.input.quarantine
@@ -132,6 +135,7 @@ def run_day(
         BatchMetrics(),
         watchdog=pool.watchdog(settings.stall),
         straggler_multiple=settings.straggler_multiple,
+        observer=observer,
     )
     job = _job(work, writer, settings, sample if pool.in_process else None)
     try:

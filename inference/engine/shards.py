@@ -40,6 +40,7 @@ import pyarrow as pa
 
 from inference.engine.batching import Prefetcher, rebatch
 from inference.engine.metrics import BatchMetrics
+from inference.engine.observer import DayObserver, ShardSeen
 from inference.engine.output_partition import ShardReport
 from inference.engine.shard_worker import ShardInput, ShardJob, ShardResult, ShardStopped, StopCheck
 from inference.engine.shard_writer import ShardedWriter
@@ -163,6 +164,7 @@ class Watch:
             last shard in flight gets a second copy on an idle worker once it has run this
             many times the day's median shard, and a stalled shard's worker is replaced and
             the shard handed out again (once) before the day fails; 0 turns both off.
+        observer: told the day's live figures after each shard recorded (monitoring).
     """
 
     stop: StopCheck = lambda: None
@@ -175,6 +177,7 @@ class Watch:
     # few seconds does not repay, and on a busy node such shards vary by more than the multiple.
     straggler_floor_s: float = STRAGGLER_FLOOR_SECONDS
     stalled_s: float = 0.0  # time lost to the stalls got past (the policy counts it)
+    observer: DayObserver | None = None
 
 
 def run_partition(
@@ -387,6 +390,18 @@ class _Loop:
         self.rows_read += shard.rows.num_rows
         if self.watch.progress is not None:
             self.watch.progress(self.rows_read, self.rows_resumed, len(writer.progress.shards))
+        if self.watch.observer is not None:
+            self.watch.observer.shard_done(
+                ShardSeen(
+                    self.rows_read,
+                    self.rows_resumed,
+                    len(writer.progress.shards),
+                    len(self.pending),
+                    writer.report.rows_redone,
+                    writer.progress.interruptions,
+                    self.watch.metrics,
+                )
+            )
 
     def stop(self, reason: str, rows_lost: int = 0) -> Interrupted:
         """Stops the shards in flight, records those that finished anyway, and says how far
