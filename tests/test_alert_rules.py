@@ -20,6 +20,7 @@ from prometheus_world import (
     PROMETHEUS,
     PUSHGATEWAY,
     alerts,
+    api,
     query,
     start_prometheus,
     start_pushgateway,
@@ -213,6 +214,8 @@ def night(tmp_path_factory):
         start_pushgateway(root) as gateway,
         start_prometheus(root, rules=[RULES], scrape=[gateway]) as prometheus,
     ):
+        # A gateway that loaded another run's groups would make every assertion below moot.
+        assert query(prometheus, '{__name__=~"nightshift_.+"}') == []
         started = time.time()
         settings = MetricsSettings(pushgateway=gateway, push_seconds=0.0)
         with RunMetrics(settings, print) as run:
@@ -256,6 +259,9 @@ def _firing(prometheus: str, alert: str, partition: str) -> bool:
 @needs_servers
 def test_the_will_miss_alert_fires_for_the_day_the_policy_finds_late(night) -> None:
     prometheus, decisions = night["prometheus"], night["decisions"]
+    loaded = [rule for group in api(prometheus, "rules")["groups"] for rule in group["rules"]]
+    assert {rule["name"] for rule in loaded} == ALERTS
+    assert {rule["health"] for rule in loaded} == {"ok"}, loaded
     late, _ = decisions[LATE]
     assert late.rule == CANNOT_MAKE_IT and late.time_left_s < late.work_left_s
     assert decisions[ON_TIME][0].rule == AHEAD
