@@ -29,6 +29,7 @@ GROUPS = {"test_ui_": "ui", "test_ray_": "ray"}
 # build again on the other worker for the tests it got. Being larger units, they go out before
 # the single tests, which then fill both workers to the end.
 WHOLE = {
+    "test_alert_rules",
     "test_alerts_and_commits",
     "test_backfill_consistency",
     "test_bad_inputs",
