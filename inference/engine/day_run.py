@@ -14,7 +14,8 @@ from typing import Any
 import pyarrow.fs as pafs
 
 from inference.engine.batch_timeout import BatchTimeout
-from inference.engine.ledger import RunLedger
+from inference.engine.backstop import KillNote
+from inference.engine.ledger import RunLedger, kill_note_path
 from inference.engine.metrics import BatchMetrics
 from inference.engine.output_partition import (
     PartitionTarget,
@@ -107,6 +108,11 @@ def run_day(
     rows = quarantine.rows if quarantine else None
     progress_log = ProgressLog(log, f"{asset} {date}", rows)
     day = ledger.open(asset, date, writer, rows)
+    killed = day.take_kill_note()
+    if killed is not None:
+        writer.count_killed_stall()
+        line = killed.get("line")
+        log(f"{asset} {date}: the attempt before was killed by the watchdog's backstop: {line}")
     if at_launch is not None and len(day.ledger.attempts) == 1:
         facts = at_launch.tags, at_launch.on_demand_after
         at_launch.tell(lambda: day.night_facts(0, ledger.capacity, *facts))
@@ -120,7 +126,7 @@ def run_day(
         stop,
         progress,
         BatchMetrics(),
-        watchdog=pool.watchdog(settings.stall),
+        watchdog=pool.watchdog(settings.stall, _kill_note(writer, asset, date)),
         straggler_multiple=settings.straggler_multiple,
     )
     job = _job(work, writer, settings, sample if pool.in_process else None)
@@ -146,6 +152,12 @@ def run_day(
     finished = metrics.finish()
     log(partition_line(asset, date, finished, shards.uri))
     return RanDay(shards, finished, watch)
+
+
+def _kill_note(writer: ShardedWriter, asset: str, date: str) -> KillNote:
+    """Where a backstop that kills the step says so, for the day's next attempt to read."""
+    target = writer.target
+    return KillNote(target.fs, kill_note_path(target), f"{asset} {date}")
 
 
 def day_writer(
