@@ -53,11 +53,14 @@ NO_SHARD = -1
 @dataclass(frozen=True)
 class KillNote:
     """Where the backstop writes what it did for the day being scored: a file on the day's
-    filesystem (``fs``, any pyarrow filesystem; it travels pickled), and the day in words."""
+    filesystem (``fs``, any pyarrow filesystem; it travels pickled), the day in words, and the
+    attempt's run and capacity (the next attempt enters them in the day's ledger)."""
 
     fs: Any
     path: str
     where: str
+    run_id: str = ""
+    capacity: str = ""
 
 
 @dataclass(frozen=True)
@@ -233,6 +236,8 @@ def _write_note(note: KillNote, stall: Stall, line: str, pid: int) -> None:
     note.fs.create_dir(folder, recursive=True)
     body = {
         "line": line,
+        "run_id": note.run_id,
+        "capacity": note.capacity,
         "shard": stall.shard,
         "batches": stall.batches,
         "waited_s": round(stall.waited, 1),
@@ -240,22 +245,27 @@ def _write_note(note: KillNote, stall: Stall, line: str, pid: int) -> None:
         "pid": pid,
         "killed_at": time.time(),
     }
-    with note.fs.open_output_stream(note.path) as out:
+    written = f"{note.path}.tmp"  # whole or not at all, for the next attempt that reads it
+    with note.fs.open_output_stream(written) as out:
         out.write(json.dumps(body).encode())
+    note.fs.move(written, note.path)
 
 
-def act(stall: Stall, note: KillNote | None, pid: int) -> str:
-    """The line to stderr and to the day's note, then the step killed."""
-    line = kill_line(stall, note.where if note is not None else "nightshift", pid)
-    print(f"nightshift backstop: {line}", file=sys.stderr, flush=True)
+def act(stall: Stall, told: bytes | None, pid: int) -> None:
+    """The line to stderr and to the day's note (``told``: as the step sent it), then the step
+    killed, whatever fails before."""
     try:
+        # Read only now: its filesystem would import pyarrow, which a backstop that never
+        # acts need not load beside the step.
+        note: KillNote | None = pickle.loads(base64.b64decode(told)) if told else None
+        line = kill_line(stall, note.where if note is not None else "nightshift", pid)
+        print(f"nightshift backstop: {line}", file=sys.stderr, flush=True)
         if note is not None:
             _write_note(note, stall, line, pid)
     except Exception as exc:  # the kill matters more than the note
-        print(f"nightshift backstop: could not write {note.path}: {exc}", file=sys.stderr)
+        print(f"nightshift backstop: the kill note was not written: {exc}", file=sys.stderr)
     finally:
         os.kill(pid, signal.SIGKILL)
-    return line
 
 
 def watch(path: str, pid: int, commands: int) -> int:
@@ -270,7 +280,7 @@ def watch(path: str, pid: int, commands: int) -> int:
         view = mmap.mmap(fd, LAYOUT.size, prot=mmap.PROT_READ)
     finally:
         os.close(fd)
-    note: KillNote | None = None
+    told: bytes | None = None  # the day's note, as the step sent it
     pending = b""
     seen: int | None = None  # the seq of the reading judged stalled the poll before
     while True:
@@ -280,8 +290,7 @@ def watch(path: str, pid: int, commands: int) -> int:
                 return 0  # the step closed its end, or died
             pending += chunk
             *lines, pending = pending.split(b"\n")
-            for line in lines:
-                note = pickle.loads(base64.b64decode(line))
+            told = lines[-1] if lines else told
         if _gone(pid):
             return 0
         reading = read(view)
@@ -291,7 +300,7 @@ def watch(path: str, pid: int, commands: int) -> int:
         if stall is None:
             seen = None
         elif seen == reading.seq:  # stalled at two reads in a row of the same write
-            act(stall, note, pid)
+            act(stall, told, pid)
             return 0
         else:
             seen = reading.seq

@@ -126,7 +126,7 @@ def run_day(
         stop,
         progress,
         BatchMetrics(),
-        watchdog=pool.watchdog(settings.stall, _kill_note(writer, asset, date)),
+        watchdog=pool.watchdog(settings.stall, _kill_note(writer, asset, date, ledger)),
         straggler_multiple=settings.straggler_multiple,
     )
     job = _job(work, writer, settings, sample if pool.in_process else None)
@@ -139,6 +139,7 @@ def run_day(
             day.attempt.stalled_s += exc.stall.waited
         raise
     finally:
+        watch.watchdog.stand_down()  # the day's model calls are over
         day.attempt.stalled_s += watch.stalled_s  # stalls got past by replacing a worker
         day.save()
     ledger.close(day, shards)
@@ -154,10 +155,11 @@ def run_day(
     return RanDay(shards, finished, watch)
 
 
-def _kill_note(writer: ShardedWriter, asset: str, date: str) -> KillNote:
+def _kill_note(writer: ShardedWriter, asset: str, date: str, ledger: RunLedger) -> KillNote:
     """Where a backstop that kills the step says so, for the day's next attempt to read."""
     target = writer.target
-    return KillNote(target.fs, kill_note_path(target), f"{asset} {date}")
+    where = f"{asset} {date}"
+    return KillNote(target.fs, kill_note_path(target), where, ledger.run_id, ledger.capacity)
 
 
 def day_writer(

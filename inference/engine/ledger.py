@@ -322,17 +322,28 @@ class OpenDay:
             self.book.save(self.ledger)
 
     def take_kill_note(self) -> dict | None:
-        """The backstop's note that it killed the attempt before (its line, shard, batches and
+        """The backstop's note that it killed an earlier attempt (its line, shard, batches and
         wait), entered in that attempt as a stall the capacity policy counts, and removed;
         None where there is none."""
         path = kill_note_path(self.writer.target)
-        note = self.book.io.read_json(path)
+        try:
+            note = self.book.io.read_json(path)
+        except ValueError:  # cut short: the kill still happened
+            note = {"line": f"killed by the watchdog's backstop; its note was unreadable: {path}"}
         if note is None:
             return None
-        earlier = self.ledger.attempts[-2] if len(self.ledger.attempts) > 1 else self.attempt
-        earlier.interrupted = True
-        earlier.stalled_s += float(note.get("waited_s", 0.0))
-        earlier.killed = str(note.get("line", "killed by the watchdog's backstop"))
+        waited, at = float(note.get("waited_s", 0.0)), float(note.get("killed_at", time.time()))
+        run_id = str(note.get("run_id", ""))
+        earlier = [a for a in self.ledger.attempts[:-1] if a.run_id == run_id]
+        if earlier:
+            killed = earlier[-1]
+        else:  # killed before its first shard, so before its entry was first saved
+            killed = Attempt(run_id, str(note.get("capacity") or self.attempt.capacity), at, at, at)
+            self.ledger.attempts.insert(len(self.ledger.attempts) - 1, killed)
+        killed.ended = max(killed.ended, at)  # its node ran on, stuck, until the kill
+        killed.interrupted = True
+        killed.stalled_s += waited
+        killed.killed = str(note["line"])
         self.saving = True
         self.save()
         self.writer.target.fs.delete_file(path)

@@ -243,6 +243,13 @@ class Watchdog:
             first = 0.0 if limit.off else limit.after(None)
             heartbeat.mirror.limit(first, limit.grace(first) if first else 0.0)
 
+    def stand_down(self) -> None:
+        """The day's model calls are over (committed, or left for a retry): the backstop
+        stands down until the next day's watchdog, so what the step does between days (a
+        commit, the next day's first read) is never taken for a stuck model call."""
+        if self.heartbeat.mirror is not None:
+            self.heartbeat.mirror.limit(0.0, 0.0)
+
     def stalled(self) -> Stall | None:
         """The stall, once no model call has finished within the limit; else None."""
         if self.limit.off:
