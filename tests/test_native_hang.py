@@ -65,7 +65,8 @@ def test_the_backstop_stays_quiet_while_the_day_moves_or_the_interpreter_runs(tm
     """Beats keep it quiet; so does the pulse alone (the step's own watchdog acts then); once
     both stop for the limit plus the grace, the step is killed and the note names the shard,
     its last batch and the wait."""
-    limit, grace = 0.5, 0.5
+    # Long enough that a busy machine does not leave a gap this long between two writes.
+    limit, grace = 1.0, 1.0
     beat, parent = SharedBeat(str(tmp_path)), _sleeper()
     backstop = _backstop(beat, parent.pid)
     try:
@@ -74,10 +75,10 @@ def test_the_backstop_stays_quiet_while_the_day_moves_or_the_interpreter_runs(tm
         backstop.stdin.flush()
         beat.limit(limit, grace)
         batches = iter(range(1, 10_000))
-        _for(4 * (limit + grace), lambda: beat.moved(time.monotonic(), 2, next(batches)))
+        _for(3 * (limit + grace), lambda: beat.moved(time.monotonic(), 2, next(batches)))
         assert parent.poll() is None and backstop.poll() is None
         last = next(batches) - 1
-        _for(4 * (limit + grace), beat.pulse)  # the interpreter runs, the day does not
+        _for(3 * (limit + grace), beat.pulse)  # the interpreter runs, the day does not
         assert parent.poll() is None and backstop.poll() is None
 
         # The interpreter stops: neither beats nor pulses.
@@ -97,7 +98,7 @@ def test_the_backstop_stays_quiet_while_the_day_moves_or_the_interpreter_runs(tm
     # The wait counts from the last beat; the pulses came after it.
     assert note["waited_s"] >= limit + grace
     assert f"unit day: stalled: no model call finished for {note['waited_s']:.1f} s" in line
-    assert f"in shard 2 after its batch {last} (limit 0.5 s:" in line
+    assert f"in shard 2 after its batch {last} (limit 1.0 s:" in line
     assert "killed (SIGKILL) because a native call held the interpreter" in line
     assert note["line"] in line
 
@@ -130,7 +131,12 @@ def test_the_backstop_exits_when_the_step_is_gone_or_done(tmp_path) -> None:
         backstop.wait()
 
 
-def test_the_grace_is_the_limit_at_least_the_floor_unless_set() -> None:
+def test_the_grace_is_the_limit_at_least_the_floor_unless_set(monkeypatch) -> None:
+    from orchestration.resources import engine_overrides
+    from resources.inference import InferenceResource
+
+    monkeypatch.setenv("NIGHTSHIFT_STALL_BACKSTOP_GRACE_SECONDS", "45")
+    assert InferenceResource(**engine_overrides()).stall_limit().backstop_grace == 45.0
     assert StallLimit().grace(60.0) == max(BACKSTOP_GRACE_FLOOR, 60.0)
     assert StallLimit().grace(900.0) == 900.0
     assert StallLimit(backstop_grace=2.0).grace(900.0) == 2.0
@@ -149,9 +155,8 @@ def _execute(env: dict, home: Path) -> subprocess.CompletedProcess:
     )  # fmt: skip
 
 
-def test_a_call_holding_the_interpreter_gets_the_step_killed_and_the_retry_counts_the_stall(
-    data_root, store, instance, tmp_path
-) -> None:
+def _env(data_root: Path, tmp_path: Path) -> tuple[dict, Path]:
+    """The job's environment (its data root and small stall settings) and its Dagster home."""
     home = tmp_path / "home"
     home.mkdir()
     (home / "dagster.yaml").write_text("telemetry:\n  enabled: false\n")
@@ -164,6 +169,13 @@ def test_a_call_holding_the_interpreter_gets_the_step_killed_and_the_retry_count
         "NIGHTSHIFT_STALL_CEILING_SECONDS": str(CEILING),
         "NIGHTSHIFT_STALL_BACKSTOP_GRACE_SECONDS": str(GRACE),
     }
+    return env, home
+
+
+def test_a_call_holding_the_interpreter_gets_the_step_killed_and_the_retry_counts_the_stall(
+    data_root, store, instance, tmp_path
+) -> None:
+    env, home = _env(data_root, tmp_path)
     killed = _execute({**env, "NIGHTSHIFT_TEST_HANG": "gil"}, home)
     said = killed.stdout[-3000:] + killed.stderr[-3000:]
     assert killed.returncode == -signal.SIGKILL, said
@@ -200,6 +212,24 @@ def test_a_call_holding_the_interpreter_gets_the_step_killed_and_the_retry_count
     ids = published.column("id").to_pylist()
     assert len(ids) == len(set(ids)) == ROWS  # each row once
     assert published.equals(_clean_output(tmp_path, instance).sort_by("id"))
+
+
+def test_with_the_interpreter_free_the_steps_own_watchdog_acts_and_the_backstop_does_not(
+    data_root, store, tmp_path
+) -> None:
+    """A call stuck in Python leaves the interpreter free: the step fails with its own Stalled
+    (a retryable failure with its message and figures), even with a grace far shorter than the
+    step needs to leave, and nothing is killed."""
+    env, home = _env(data_root, tmp_path)
+    short = {"NIGHTSHIFT_TEST_HANG": "python", "NIGHTSHIFT_STALL_BACKSTOP_GRACE_SECONDS": "0.2"}
+    failed = _execute({**env, **short}, home)
+    said = failed.stdout[-3000:] + failed.stderr[-3000:]
+    assert failed.returncode == 1, said
+    assert "stalled: no model call finished for " in failed.stderr, said
+    assert "in shard 2 after its batch 1 (limit 3.0 s: the floor;" in failed.stderr
+    assert "nightshift backstop" not in failed.stderr and "SIGKILL" not in failed.stderr
+    target = store.partition_target("doubled", DAY)
+    assert target.fs.get_file_info(kill_note_path(target)).type == pafs.FileType.NotFound
 
 
 def _attempts(target) -> list:

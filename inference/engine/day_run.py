@@ -13,8 +13,8 @@ from typing import Any
 
 import pyarrow.fs as pafs
 
-from inference.engine.batch_timeout import BatchTimeout
 from inference.engine.backstop import KillNote
+from inference.engine.batch_timeout import BatchTimeout
 from inference.engine.ledger import RunLedger, kill_note_path
 from inference.engine.metrics import BatchMetrics
 from inference.engine.output_partition import (

@@ -1,9 +1,11 @@
-"""A day whose model call can hang in native code that holds the interpreter: the job that
-tests/test_native_hang.py runs through `dagster job execute`. ``NIGHTSHIFT_TEST_HANG=gil`` makes
-the call at id ``STUCK_AT`` sleep in libc through ``ctypes.PyDLL``, which never lets go of it."""
+"""A day whose model call can hang: the job that tests/test_native_hang.py runs through
+`dagster job execute`. ``NIGHTSHIFT_TEST_HANG=gil`` makes the call at id ``STUCK_AT`` sleep in
+libc through ``ctypes.PyDLL``, which never lets go of the interpreter; ``python`` makes it loop
+in Python for ever."""
 
 import ctypes
 import os
+import time
 
 import numpy as np
 import pyarrow as pa
@@ -34,18 +36,25 @@ def _hold_the_interpreter() -> None:
         libc.sleep(3600)
 
 
+def _loop_in_python() -> None:
+    while True:
+        time.sleep(0.01)
+
+
+HANGS = {"gil": _hold_the_interpreter, "python": _loop_in_python}
+
+
 @asset(partitions_def=daily_partitions)
 def doubled(
     context: AssetExecutionContext, storage: StorageResource, inference: InferenceResource
 ) -> MaterializeResult:
-    """Doubles 1,000 ids in shards of 200; told so, one model call holds the interpreter for
-    ever."""
+    """Doubles 1,000 ids in shards of 200; told so, one model call hangs for ever."""
     store = storage.store()
-    hang = os.environ.get("NIGHTSHIFT_TEST_HANG") == "gil"
+    hang = HANGS.get(os.environ.get("NIGHTSHIFT_TEST_HANG", ""))
 
     def transform(batch: pa.RecordBatch, prepared) -> pa.Table:
-        if hang and batch["id"][0].as_py() == STUCK_AT:
-            _hold_the_interpreter()
+        if hang is not None and batch["id"][0].as_py() == STUCK_AT:
+            hang()
         ids = batch["id"].to_numpy()
         return pa.table({"id": ids, "y": ids * 2.0})
 
