@@ -15,7 +15,9 @@ finished for the limit plus the grace *and* the pulse has stopped for the grace.
 one line (the shard, its last batch, the wait) to its stderr, which is the step's, and to the
 day's kill note beside its cost ledger (:class:`KillNote`; the next attempt counts it as a stall,
 inference/engine/day_run.py), and SIGKILLs the step. The run's retry resumes from the finished
-shards. It exits by itself once the step closes the shared file, closes its pipe or is gone.
+shards. The step arms it for each day's model calls and stands it down once they are over
+(a zero limit), so nothing the step does between days is taken for a stuck call. It exits by
+itself once the step closes the shared file, closes its pipe or is gone.
 """
 
 from __future__ import annotations
@@ -124,7 +126,7 @@ class SharedBeat:
         self._values[6] = 1
         self._write()
         self._map.close()
-        with_missing_ok(os.unlink, self.path)
+        _quietly(os.unlink, self.path)
 
 
 def read(view: mmap.mmap) -> Reading:
@@ -166,14 +168,14 @@ class Backstop:
     def __init__(self, folder: str | None = None):
         self.beat = SharedBeat(folder)
         self._stop = threading.Event()
+        # The step may have found this package through its working folder, which the
+        # backstop's module path must not depend on.
         root = str(Path(__file__).resolve().parents[2])
-        env = {**os.environ, "PYTHONPATH": os.pathsep.join(
-            p for p in (root, os.environ.get("PYTHONPATH")) if p
-        )}  # fmt: skip
+        path = os.pathsep.join(p for p in (root, os.environ.get("PYTHONPATH")) if p)
         self.process = subprocess.Popen(
             [sys.executable, "-m", "inference.engine.backstop", self.beat.path, str(os.getpid())],
             stdin=subprocess.PIPE,
-            env=env,
+            env={**os.environ, "PYTHONPATH": path},
             # Its own session: a Ctrl-C or a group signal meant for the step does not end it
             # first; it ends when the step does.
             start_new_session=True,
@@ -195,10 +197,11 @@ class Backstop:
             pass
 
     def close(self) -> None:
+        """The step is done: the pulse stops, and the backstop exits."""
         self._stop.set()
         self._pulse.join()
         self.beat.close()
-        with_missing_ok(self.process.stdin.close)
+        _quietly(self.process.stdin.close)
         try:
             self.process.wait(timeout=5 * POLL_SECONDS)
         except subprocess.TimeoutExpired:
@@ -211,7 +214,8 @@ def encode_note(note: KillNote) -> bytes:
     return base64.b64encode(pickle.dumps(note)) + b"\n"
 
 
-def with_missing_ok(fn, *args) -> None:
+def _quietly(fn, *args) -> None:
+    """``fn(*args)``, where what it undoes is already gone (a file removed, a pipe closed)."""
     try:
         fn(*args)
     except (FileNotFoundError, BrokenPipeError, ValueError):
@@ -311,7 +315,7 @@ def main(argv: list[str]) -> int:
     try:
         return watch(path, pid, sys.stdin.fileno())
     finally:
-        with_missing_ok(os.unlink, path)
+        _quietly(os.unlink, path)
 
 
 if __name__ == "__main__":
