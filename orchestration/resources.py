@@ -49,6 +49,7 @@ ENGINE_SETTINGS = {
     "NIGHTSHIFT_STALL_FLOOR_SECONDS": ("stall_floor_seconds", float),
     "NIGHTSHIFT_STALL_CEILING_SECONDS": ("stall_ceiling_seconds", float),
     "NIGHTSHIFT_STALL_BATCH_MULTIPLE": ("stall_batch_multiple", float),
+    "NIGHTSHIFT_STALL_BACKSTOP_GRACE_SECONDS": ("stall_backstop_grace_seconds", float),
     "NIGHTSHIFT_BATCH_TIMEOUT_MULTIPLE": ("batch_timeout_multiple", float),
     "NIGHTSHIFT_BATCH_TIMEOUT_FLOOR_SECONDS": ("batch_timeout_floor_seconds", float),
     "NIGHTSHIFT_STRAGGLER_MULTIPLE": ("straggler_multiple", float),

@@ -84,6 +84,14 @@ class InferenceResource(ConfigurableResource):
         gt=0,
         description="The stall limit in multiples of the day's median model call.",
     )
+    stall_backstop_grace_seconds: float | None = Field(
+        default=None,
+        gt=0,
+        description="Executor local: seconds past the stall limit before the watchdog's "
+        "backstop process kills a step whose interpreter a stuck native call holds (the "
+        "step's own watchdog cannot run then); unset, the limit itself and at least "
+        "30 s, so the step's own watchdog always acts first while it can.",
+    )
     batch_timeout_multiple: float = Field(
         default=BatchTimeout.multiple,
         ge=0,
@@ -214,6 +222,7 @@ class InferenceResource(ConfigurableResource):
             self.stall_floor_seconds,
             self.stall_ceiling_seconds,
             self.stall_batch_multiple,
+            self.stall_backstop_grace_seconds,
         )
 
     def batch_timeout(self) -> BatchTimeout:

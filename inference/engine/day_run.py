@@ -13,8 +13,9 @@ from typing import Any, TextIO
 
 import pyarrow.fs as pafs
 
+from inference.engine.backstop import KillNote
 from inference.engine.batch_timeout import BatchTimeout
-from inference.engine.ledger import RunLedger
+from inference.engine.ledger import RunLedger, kill_note_path
 from inference.engine.metrics import BatchMetrics
 from inference.engine.observer import DayObserver
 from inference.engine.output_partition import (
@@ -112,11 +113,16 @@ def run_day(
     rows = quarantine.rows if quarantine else None
     progress_log = ProgressLog(log, f"{asset} {date}", rows)
     day = ledger.open(asset, date, writer, rows, work.sizes.batch_size or settings.batch_size)
+    killed = day.take_kill_note()
+    if killed is not None:
+        writer.count_killed_stall()
+        told = killed.get("line")
+        log(f"{asset} {date}: the attempt before was killed by the watchdog's backstop: {told}")
     if at_launch is not None and len(day.ledger.attempts) == 1:
         facts = at_launch.tags, at_launch.on_demand_after
         at_launch.tell(lambda: day.night_facts(0, ledger.capacity, *facts))
 
-    line = (
+    shown = (
         ProgressLine(settings.progress_line, f"{asset} {date}", rows)
         if settings.progress_line is not None
         else None
@@ -124,8 +130,8 @@ def run_day(
 
     def progress(rows: int, resumed: int, shards: int) -> None:
         progress_log(rows, resumed, shards)
-        if line is not None:
-            line(rows, resumed, shards)
+        if shown is not None:
+            shown(rows, resumed, shards)
         day.attempt.rows, day.saving = rows - resumed, True
         day.save()
 
@@ -133,7 +139,7 @@ def run_day(
         stop,
         progress,
         BatchMetrics(),
-        watchdog=pool.watchdog(settings.stall),
+        watchdog=pool.watchdog(settings.stall, _kill_note(writer, asset, date, ledger)),
         straggler_multiple=settings.straggler_multiple,
         observer=observer,
     )
@@ -147,10 +153,11 @@ def run_day(
             day.attempt.stalled_s += exc.stall.waited
         raise
     finally:
+        watch.watchdog.stand_down()  # the day's model calls are over
         day.attempt.stalled_s += watch.stalled_s  # stalls got past by replacing a worker
         day.save()
-        if line is not None:
-            line.close()
+        if shown is not None:
+            shown.close()
     ledger.close(day, shards)
     if shards.shards_resumed or shards.rows_redone:
         log(
@@ -162,6 +169,13 @@ def run_day(
     finished = metrics.finish()
     log(partition_line(asset, date, finished, shards.uri))
     return RanDay(shards, finished, watch)
+
+
+def _kill_note(writer: ShardedWriter, asset: str, date: str, ledger: RunLedger) -> KillNote:
+    """Where a backstop that kills the step says so, for the day's next attempt to read."""
+    target = writer.target
+    where = f"{asset} {date}"
+    return KillNote(target.fs, kill_note_path(target), where, ledger.run_id, ledger.capacity)
 
 
 def day_writer(

@@ -47,6 +47,7 @@ from policy.ready_by import NightFacts, ready_by
 
 SPOT, ON_DEMAND = "spot", "on_demand"
 LEDGER_DIR = "_ledger"
+KILL_NOTE_SUFFIX = ".killed"
 # Recent committed days whose rate the policy reads.
 RECENT_DAYS = 7
 
@@ -72,6 +73,9 @@ class Attempt:
     stalled_s: float = 0.0  # seconds the progress watchdog waited for a stuck model call
     # The attempt's own process, for the next attempt to tell an OOM kill (oom_killed.py).
     process: ProcessTrace | None = None
+    # The backstop's line, where it killed this attempt (inference/engine/backstop.py); told
+    # by the next attempt, which read the kill note.
+    killed: str | None = None
 
     def __post_init__(self) -> None:
         if isinstance(self.process, dict):  # as read back from the ledger's file
@@ -149,7 +153,7 @@ class PartitionLedger:
         lost = sum(a.redo_s * rate[a.capacity] for a in self.attempts)
         lost += sum(a.startup_priced_s * rate[a.capacity] for a in self.attempts[1:])
         saving = 100 * (all_on_demand - cost) / all_on_demand if all_on_demand > 0 else 0.0
-        return {
+        figures: dict[str, float | int | str] = {
             "cost_usd": round(cost, 6),
             "cost_on_demand_usd": round(all_on_demand, 6),
             "cost_rework_usd": round(lost, 6),
@@ -159,7 +163,12 @@ class PartitionLedger:
             "rework_s": round(self.rework_s, 3),
             "attempts_billed": len(self.attempts),
             "cost_basis": prices.label,
+            "stalled_s": round(sum(a.stalled_s for a in self.attempts), 1),
         }
+        killed = [a.killed for a in self.attempts if a.killed]
+        if killed:
+            figures["stall_killed"] = killed[-1]
+        return figures
 
     def to_json(self) -> dict:
         return asdict(self)
@@ -220,6 +229,12 @@ def ledger_path(target: PartitionTarget) -> str:
     Hive-style readers of the output skip (it starts with an underscore)."""
     asset_dir = posixpath.dirname(posixpath.dirname(target.lease_path))
     return f"{asset_dir}/{LEDGER_DIR}/{posixpath.basename(target.lease_path)}"
+
+
+def kill_note_path(target: PartitionTarget) -> str:
+    """``outputs/<asset>/_ledger/date=D.killed``: where the backstop process says it killed an
+    attempt at the day (not ``.json``: the ledger's readers list those)."""
+    return ledger_path(target).removesuffix(".json") + KILL_NOTE_SUFFIX
 
 
 class LedgerBook:
@@ -317,6 +332,34 @@ class OpenDay:
         self.attempt.rows_redone = self.writer.report.rows_redone
         if self.saving:
             self.book.save(self.ledger)
+
+    def take_kill_note(self) -> dict | None:
+        """The backstop's note that it killed an earlier attempt (its line, shard, batches and
+        wait), entered in that attempt as a stall the capacity policy counts, and removed;
+        None where there is none."""
+        path = kill_note_path(self.writer.target)
+        try:
+            note = self.book.io.read_json(path)
+        except ValueError:  # cut short: the kill still happened
+            note = {"line": f"killed by the watchdog's backstop; its note was unreadable: {path}"}
+        if note is None:
+            return None
+        waited, at = float(note.get("waited_s", 0.0)), float(note.get("killed_at", time.time()))
+        run_id = str(note.get("run_id", ""))
+        earlier = [a for a in self.ledger.attempts[:-1] if a.run_id == run_id]
+        if earlier:
+            killed = earlier[-1]
+        else:  # killed before its first shard, so before its entry was first saved
+            killed = Attempt(run_id, str(note.get("capacity") or self.attempt.capacity), at, at, at)
+            self.ledger.attempts.insert(len(self.ledger.attempts) - 1, killed)
+        killed.ended = max(killed.ended, at)  # its node ran on, stuck, until the kill
+        killed.interrupted = True
+        killed.stalled_s += waited
+        killed.killed = str(note["line"])
+        self.saving = True
+        self.save()
+        self.writer.target.fs.delete_file(path)
+        return note
 
     def night_facts(
         self, interruptions: int, current: str, tags: Mapping[str, str], on_demand_after: int

@@ -18,7 +18,10 @@ program takes its model from the step's own cache
 (:func:`inference.engine.shard_worker.hosting`): the model the step loaded is not loaded again.
 
 The starting and scoring threads are daemon threads: one stuck in native code, which nothing
-can stop, does not keep the process from ending once the step has failed.
+can stop, does not keep the process from ending once the step has failed. A call stuck in
+native code that holds the interpreter stops the step's thread too: with the watchdog on, the
+pool starts a backstop process (inference/engine/backstop.py) that kills the step then, and
+tells it each day's kill note.
 """
 
 from __future__ import annotations
@@ -32,6 +35,7 @@ from dataclasses import dataclass, field
 
 import pyarrow as pa
 
+from inference.engine.backstop import Backstop, KillNote
 from inference.engine.interrupt import WATCHED_SIGNALS
 from inference.engine.output_partition import ShardReport
 from inference.engine.quarantine import QuarantinePlan
@@ -111,9 +115,17 @@ class LocalPool:
         self._last_start: Future | None = None
         self.heartbeat = Heartbeat()
         self._watchdog: Watchdog | None = None
+        self._backstop: Backstop | None = None
 
-    def watchdog(self, limit: StallLimit) -> Watchdog:
-        """The progress watchdog of the day about to run on this pool (its clock from now)."""
+    def watchdog(self, limit: StallLimit, note: KillNote | None = None) -> Watchdog:
+        """The progress watchdog of the day about to run on this pool (its clock from now),
+        with the backstop process behind it (started with the first day watched), which
+        writes to ``note`` if it has to kill the step."""
+        if not limit.off and self._backstop is None:
+            self._backstop = Backstop()
+            self.heartbeat.mirror = self._backstop.beat
+        if self._backstop is not None and note is not None:
+            self._backstop.note(note)
         self._watchdog = Watchdog(self.heartbeat, limit)
         return self._watchdog
 
@@ -224,9 +236,13 @@ class LocalPool:
             handle.started.add_done_callback(_close_started)
 
     def close(self) -> None:
-        """Stops the shards started and not finished."""
+        """Stops the shards started and not finished, and the backstop process."""
         for handle in list(self._open):
             self._abandon(handle)
+        if self._backstop is not None:
+            self.heartbeat.mirror = None
+            self._backstop.close()
+            self._backstop = None
 
 
 def _close_started(started: Future) -> None:

@@ -34,6 +34,7 @@ from collections.abc import Iterator
 from contextlib import ExitStack, contextmanager, suppress
 from typing import Any
 
+from inference.engine.backstop import KillNote
 from inference.engine.device import MALLOC_ARENAS
 from inference.engine.faults import OomKillCounter, WorkerDeaths, ray_fault
 from inference.engine.shard_worker import ShardInput, ShardJob, ShardResult, compute_shard
@@ -352,8 +353,10 @@ class RayPool:
                     self.deaths.watch(slot, self.ray.get(ref))
         self.deaths.check()
 
-    def watchdog(self, limit: StallLimit) -> Watchdog:
-        """The day's watchdog, fed by the workers' beats (none are sent when it is off)."""
+    def watchdog(self, limit: StallLimit, note: KillNote | None = None) -> Watchdog:
+        """The day's watchdog, fed by the workers' beats (none are sent when it is off). No
+        backstop (``note`` is unused): the driver runs no model call, and a stuck worker is
+        killed from here."""
         if limit.off:
             self._beats = None
         elif self._beats is None:

@@ -181,6 +181,12 @@ class ShardedWriter:
         self._lease: Lease | None = None
         self.io = PartitionIO(where.target)
         self._where_with_ids: ShardFileTargets | None = None
+        self._killed_stalls = 0
+
+    def count_killed_stall(self) -> None:
+        """The attempt before was killed by the watchdog's backstop, which cannot write the
+        progress file: counted as an interruption and a stall when the progress is loaded."""
+        self._killed_stalls += 1
 
     def begin(self) -> ShardReport:
         """Takes the lease and loads (or resets) progress; returns what was already done."""
@@ -208,6 +214,9 @@ class ShardedWriter:
             # No progress, or progress for other inputs, model or settings: start clean.
             self.io.delete_dir(t.staging_dir)
         self.progress.attempts += 1
+        self.progress.interruptions += self._killed_stalls
+        self.progress.stalls += self._killed_stalls
+        self._killed_stalls = 0
         self.report.attempt = self.progress.attempts
         self.report.interruptions = self.progress.interruptions
         self.report.stalls = self.progress.stalls

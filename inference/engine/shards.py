@@ -38,6 +38,7 @@ from typing import Any, Protocol
 import numpy as np
 import pyarrow as pa
 
+from inference.engine.backstop import KillNote
 from inference.engine.batching import Prefetcher, rebatch
 from inference.engine.metrics import BatchMetrics
 from inference.engine.observer import DayObserver, ShardSeen
@@ -112,8 +113,10 @@ class ShardPool(Protocol):
         for the model calls in flight."""
         ...
 
-    def watchdog(self, limit: StallLimit) -> Watchdog:
-        """The progress watchdog of the day about to run, fed by this pool's model calls."""
+    def watchdog(self, limit: StallLimit, note: KillNote | None = None) -> Watchdog:
+        """The progress watchdog of the day about to run, fed by this pool's model calls;
+        ``note``: where a backstop that kills the step says why (a pool whose model calls
+        run in this process)."""
         ...
 
 

@@ -12,7 +12,9 @@ The driver does not depend on the stuck thread: in the step's process the model 
 thread of their own (inference/engine/local_pool.py), so a call that never returns, in Python
 or in native code that lets go of the interpreter, leaves the driver free to fail the step.
 Python code that is stuck is also asked to stop (:func:`raise_in_thread`); native code cannot
-be, and its thread is left behind, as the process is about to end.
+be, and its thread is left behind, as the process is about to end. Native code that never lets
+go of the interpreter stops the driver too: a process beside the step, which needs nothing of
+it, kills the step once the limit and a grace have passed (inference/engine/backstop.py).
 """
 
 from __future__ import annotations
@@ -24,6 +26,18 @@ import time
 from collections import deque
 from collections.abc import Callable
 from dataclasses import dataclass
+from typing import TYPE_CHECKING
+
+if TYPE_CHECKING:
+    from inference.engine.backstop import SharedBeat
+
+# The least grace the backstop process (inference/engine/backstop.py) gives the step's own
+# watchdog past the limit: the step's watchdog is asked every fraction of a second while the
+# interpreter runs, but a loaded node, a long garbage collection or a slow write of the
+# failure can delay it, and a kill that beats it would lose the failure's message and retry
+# tags. A grace of at least this and at least the limit itself keeps the step's own Stalled
+# first whenever the interpreter is free; only a call that holds it is left to the backstop.
+BACKSTOP_GRACE_FLOOR = 30.0
 
 # The model-call times the median is taken over: the latest ones, so a day whose batches
 # slow down as it goes (longer texts at the end) is judged by its recent pace.
@@ -40,12 +54,16 @@ class StallLimit:
         ceiling: the most; also the limit before the day's first batch has finished, when
             its batch time is not known yet (a first shard's setup, a cold model).
         batch_multiple: the limit is this many times the day's median model call.
+        backstop_grace: how long past the limit the backstop process waits before it kills a
+            step whose interpreter a native call holds; None: the limit itself, at least
+            :data:`BACKSTOP_GRACE_FLOOR`.
     """
 
     seconds: float | None = None
     floor: float = 60.0
     ceiling: float = 900.0
     batch_multiple: float = 20.0
+    backstop_grace: float | None = None
 
     def __post_init__(self) -> None:
         if self.seconds is not None and self.seconds < 0:
@@ -57,6 +75,8 @@ class StallLimit:
             )
         if not self.batch_multiple > 0:
             raise ValueError(f"stall batch multiple must be > 0, got {self.batch_multiple}")
+        if self.backstop_grace is not None and not self.backstop_grace > 0:
+            raise ValueError(f"stall backstop grace must be > 0 s, got {self.backstop_grace}")
 
     @property
     def off(self) -> bool:
@@ -69,6 +89,12 @@ class StallLimit:
         if median_batch is None:
             return self.ceiling
         return min(max(self.floor, self.batch_multiple * median_batch), self.ceiling)
+
+    def grace(self, limit: float) -> float:
+        """The backstop's grace past ``limit`` (see :data:`BACKSTOP_GRACE_FLOOR`)."""
+        if self.backstop_grace is not None:
+            return self.backstop_grace
+        return max(BACKSTOP_GRACE_FLOOR, limit)
 
     def why(self, median_batch: float | None) -> str:
         """Where the limit came from, in words, for the failure's message."""
@@ -90,12 +116,15 @@ class Heartbeat:
 
     Written by the threads that run model calls (or by the driver, from the Ray workers'
     beats), read by the driver's watchdog: each write is one assignment the interpreter makes
-    whole, and the shards in flight are copied before they are read.
+    whole, and the shards in flight are copied before they are read. Where a backstop process
+    watches the step (inference/engine/backstop.py), each move is also written to its
+    ``mirror``.
     """
 
     def __init__(self, clock: Callable[[], float] = time.monotonic):
         self.clock = clock
-        self._last: tuple[float, int | None, int] = (clock(), None, 0)
+        self.mirror: SharedBeat | None = None
+        self._last = (clock(), None, 0)
         self._seconds: deque[float] = deque(maxlen=RECENT_BATCHES)
         self._open: dict[int, tuple[float, int]] = {}  # shard -> (its latest beat, batches)
         self._done: set[int] = set()
@@ -155,6 +184,17 @@ class Heartbeat:
         return statistics.median(list(self._seconds))
 
     @property
+    def _last(self) -> tuple[float, int | None, int]:
+        """When the day last moved, the shard that moved it and that shard's batches done."""
+        return self._moved
+
+    @_last.setter
+    def _last(self, moved: tuple[float, int | None, int]) -> None:
+        self._moved = moved
+        if self.mirror is not None:
+            self.mirror.moved(*moved)
+
+    @property
     def last(self) -> float:
         """When the day last moved (clock seconds)."""
         return self._last[0]
@@ -199,6 +239,16 @@ class Watchdog:
     def __init__(self, heartbeat: Heartbeat, limit: StallLimit):
         self.heartbeat, self.limit = heartbeat, limit
         heartbeat.restart()
+        if heartbeat.mirror is not None:  # the ceiling until a batch is timed; 0: disarmed
+            first = 0.0 if limit.off else limit.after(None)
+            heartbeat.mirror.limit(first, limit.grace(first) if first else 0.0)
+
+    def stand_down(self) -> None:
+        """The day's model calls are over (committed, or left for a retry): the backstop
+        stands down until the next day's watchdog, so what the step does between days (a
+        commit, the next day's first read) is never taken for a stuck model call."""
+        if self.heartbeat.mirror is not None:
+            self.heartbeat.mirror.limit(0.0, 0.0)
 
     def stalled(self) -> Stall | None:
         """The stall, once no model call has finished within the limit; else None."""
@@ -207,6 +257,8 @@ class Watchdog:
         waited = self.heartbeat.clock() - self.heartbeat.last
         median = self.heartbeat.median()
         limit = self.limit.after(median)
+        if self.heartbeat.mirror is not None:
+            self.heartbeat.mirror.limit(limit, self.limit.grace(limit))
         if waited < limit:
             return None
         shard, batches = self.heartbeat.stuck()
