@@ -7,20 +7,27 @@ from __future__ import annotations
 import datetime as dt
 import json
 import os
-import shutil
 import signal
-import socket
 import subprocess
 import sys
 import time
-import urllib.parse
-import urllib.request
 from collections.abc import Iterator
 from pathlib import Path
 
 import pytest
 from dagster import AssetKey, DagsterInstance, materialize
 from prometheus_client.parser import text_string_to_metric_families
+from prometheus_world import (
+    MISSING,
+    PROMETHEUS,
+    PUSHGATEWAY,
+    alerts,
+    api,
+    get,
+    query,
+    start_prometheus,
+    start_pushgateway,
+)
 
 from assets.day_metadata import day_figures
 from assets.fraud import fraud_model
@@ -30,11 +37,8 @@ from resources.inference import InferenceResource
 from resources.storage import DataStore, StorageResource
 
 BIN = Path(sys.executable).parent
-PROMETHEUS, PUSHGATEWAY = shutil.which("prometheus"), shutil.which("prometheus-pushgateway")
-pytestmark = pytest.mark.skipif(
-    PROMETHEUS is None or PUSHGATEWAY is None,
-    reason="Debian's prometheus and prometheus-pushgateway are not installed (make prometheus)",
-)
+ALERT_RULES = Path(__file__).resolve().parent.parent / "deploy/prometheus/nightshift-alerts.yml"
+pytestmark = pytest.mark.skipif(PROMETHEUS is None or PUSHGATEWAY is None, reason=MISSING)
 
 TRAIN_DAY, DAY, INTERRUPTED_DAY = "2026-03-01", "2026-03-02", "2026-03-03"
 JOB = "nightshift"
@@ -47,64 +51,16 @@ SLOW = {
 }
 
 
-def _free_port() -> int:
-    with socket.socket() as s:
-        s.bind(("127.0.0.1", 0))
-        return s.getsockname()[1]
-
-
-def _get(url: str) -> bytes:
-    with urllib.request.urlopen(url, timeout=5) as reply:
-        return reply.read()
-
-
-def _wait_ready(url: str, process: subprocess.Popen, what: str) -> None:
-    deadline = time.monotonic() + 60
-    while time.monotonic() < deadline:
-        assert process.poll() is None, f"{what} exited with {process.returncode}"
-        try:
-            _get(url)
-            return
-        except OSError:
-            time.sleep(0.2)
-    raise AssertionError(f"{what} not ready at {url} within 60 s")
-
-
 @pytest.fixture(scope="module")
 def monitoring(tmp_path_factory) -> Iterator[dict]:
-    """A Pushgateway and a Prometheus scraping it every second, on free loopback ports."""
+    """A Pushgateway and a Prometheus scraping it every second, on free loopback ports; the
+    Prometheus evaluates the shipped alert rules, as a deployment's would."""
     root = tmp_path_factory.mktemp("prometheus")
-    gateway_port, prometheus_port = _free_port(), _free_port()
-    config = root / "prometheus.yml"
-    config.write_text(
-        "global:\n  scrape_interval: 1s\n  evaluation_interval: 1s\n"
-        "scrape_configs:\n"
-        "  - job_name: pushgateway\n"
-        "    honor_labels: true\n"  # the pushed job, asset and partition labels are kept
-        f"    static_configs:\n      - targets: ['127.0.0.1:{gateway_port}']\n"
-    )
-    started = []
-    try:
-        gateway = subprocess.Popen(
-            [PUSHGATEWAY, f"--web.listen-address=127.0.0.1:{gateway_port}"],
-            stdout=(root / "pushgateway.log").open("w"), stderr=subprocess.STDOUT,
-        )  # fmt: skip
-        started.append(gateway)
-        prometheus = subprocess.Popen(
-            [PROMETHEUS, f"--config.file={config}", f"--storage.tsdb.path={root / 'tsdb'}",
-             f"--web.listen-address=127.0.0.1:{prometheus_port}"],
-            stdout=(root / "prometheus.log").open("w"), stderr=subprocess.STDOUT,
-        )  # fmt: skip
-        started.append(prometheus)
-        gateway_url = f"http://127.0.0.1:{gateway_port}"
-        prometheus_url = f"http://127.0.0.1:{prometheus_port}"
-        _wait_ready(f"{gateway_url}/-/ready", gateway, "pushgateway")
-        _wait_ready(f"{prometheus_url}/-/ready", prometheus, "prometheus")
-        yield {"gateway": gateway_url, "prometheus": prometheus_url}
-    finally:
-        for process in started:
-            process.terminate()
-            process.wait(timeout=30)
+    with (
+        start_pushgateway(root) as gateway,
+        start_prometheus(root, rules=[ALERT_RULES], scrape=[gateway]) as prometheus,
+    ):
+        yield {"gateway": gateway, "prometheus": prometheus}
 
 
 @pytest.fixture(scope="module")
@@ -157,7 +113,7 @@ def _day_metadata(world: dict, day: str) -> dict:
 def _pushed(world: dict, day: str) -> dict[str, float]:
     """The day's group as the Pushgateway holds it now: sample name -> value (unlabelled by
     shard; one series each), with the group's push time."""
-    text = _get(f"{world['gateway']}/metrics").decode()
+    text = get(f"{world['gateway']}/metrics").decode()
     samples = {}
     for family in text_string_to_metric_families(text):
         for s in family.samples:
@@ -168,21 +124,14 @@ def _pushed(world: dict, day: str) -> dict[str, float]:
 
 def _groups(world: dict, day: str) -> list[dict]:
     """The Pushgateway's groups of ``day``, by their grouping labels."""
-    data = json.loads(_get(f"{world['gateway']}/api/v1/metrics"))["data"]
+    data = json.loads(get(f"{world['gateway']}/api/v1/metrics"))["data"]
     return [g["labels"] for g in data if g["labels"].get("partition") == day]
-
-
-def _query(world: dict, expression: str) -> list[dict]:
-    url = f"{world['prometheus']}/api/v1/query?" + urllib.parse.urlencode({"query": expression})
-    reply = json.loads(_get(url))
-    assert reply["status"] == "success", reply
-    return reply["data"]["result"]
 
 
 def _scraped(world: dict, day: str, name: str) -> float | None:
     """The one series of ``name`` for the day in Prometheus, or None when it has none."""
     selector = f'{name}{{job="{JOB}",asset="fraud_scores",partition="{day}"}}'
-    result = _query(world, selector)
+    result = query(world["prometheus"], selector)
     assert len(result) <= 1, result
     return float(result[0]["value"][1]) if result else None
 
@@ -231,11 +180,16 @@ def test_a_days_figures_in_prometheus_equal_its_metadata(world, tmp_path) -> Non
     }
     assert _groups(world, DAY) == [{"job": JOB, "asset": "fraud_scores", "partition": DAY}]
     # The batch-latency histogram answers for p95, from the same model calls.
-    p95 = _query(
-        world,
+    p95 = query(
+        world["prometheus"],
         f'histogram_quantile(0.95, nightshift_batch_latency_seconds_bucket{{partition="{DAY}"}})',
     )
     assert len(p95) == 1 and float(p95[0]["value"][1]) > 0
+    # The shipped alert rules run in this Prometheus, on this day's series, and a day that was
+    # recorded pages for nothing but its quarantine (the demo day's is under the limit).
+    loaded = [r for g in api(world["prometheus"], "rules")["groups"] for r in g["rules"]]
+    assert len(loaded) == 4 and all(r["health"] == "ok" for r in loaded), loaded
+    assert not [a for a in alerts(world["prometheus"]) if a["labels"].get("partition") == DAY]
 
 
 def test_an_interrupted_day_counts_its_rows_once_and_its_resume_replaces_the_group(
@@ -281,7 +235,9 @@ def test_an_interrupted_day_counts_its_rows_once_and_its_resume_replaces_the_gro
         _scraped(world, INTERRUPTED_DAY, "nightshift_rows_quarantined_total")
         == meta["rows_quarantined"]
     )
-    total = _query(world, f'sum(nightshift_rows_in_total{{partition="{INTERRUPTED_DAY}"}})')
+    total = query(
+        world["prometheus"], f'sum(nightshift_rows_in_total{{partition="{INTERRUPTED_DAY}"}})'
+    )
     assert float(total[0]["value"][1]) == meta["rows_in"]
     # Replaced, not added to: one group for the day, and the first attempt's decision (which
     # the resumed attempt, past its launch, did not make) is gone from it and from Prometheus.
