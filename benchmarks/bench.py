@@ -32,6 +32,7 @@ WORKLOADS = (
     "publish",
     "serving",
     "watchdog",
+    "metrics",
 )
 
 SIZES = {
@@ -59,6 +60,9 @@ SIZES = {
         "watchdog_rows": 1_000_000,
         "watchdog_shard_rows": 250_000,
         "watchdog_repeats": 3,
+        "metrics_rows": 1_000_000,
+        "metrics_shard_rows": 100_000,
+        "metrics_repeats": 3,
         "memory_keys_scale": 5.0,
         "memory_keys_factor": 10,
         "memory_keys_shard_rows": 250_000,
@@ -97,6 +101,9 @@ SIZES = {
         "watchdog_rows": 4_000_000,
         "watchdog_shard_rows": 250_000,
         "watchdog_repeats": 3,
+        "metrics_rows": 1_000_000,
+        "metrics_shard_rows": 100_000,
+        "metrics_repeats": 3,
         "memory_keys_scale": 5.0,
         "memory_keys_factor": 10,
         "memory_keys_shard_rows": 250_000,
@@ -134,6 +141,9 @@ SIZES = {
         "watchdog_rows": 100_000,
         "watchdog_shard_rows": 25_000,
         "watchdog_repeats": 2,
+        "metrics_rows": 100_000,
+        "metrics_shard_rows": 10_000,
+        "metrics_repeats": 2,
         "memory_keys_scale": 0.2,
         "memory_keys_factor": 10,
         "memory_keys_shard_rows": 10_000,
@@ -280,6 +290,17 @@ def run_workload(name: str, args: argparse.Namespace, sizes: dict, work: Path) -
             args.fraud_batch,
             sizes["watchdog_shard_rows"],
             sizes["watchdog_repeats"],
+        )
+    if name == "metrics":
+        from benchmarks import metrics_cost
+
+        return metrics_cost.run(
+            work,
+            int(sizes["metrics_rows"] * scale),
+            threads,
+            args.fraud_batch,
+            sizes["metrics_shard_rows"],
+            sizes["metrics_repeats"],
         )
     if name == "memory_keys":
         from benchmarks import memory_keys

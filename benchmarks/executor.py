@@ -31,10 +31,10 @@ import pyarrow as pa
 from dagster import AssetKey, DagsterInstance, materialize
 
 from assets.day_metadata import day_figures
-from assets.fraud.assets import fraud_scores, transactions
+from assets.fraud.assets import fraud_scores
 from assets.fraud.schemas import FLAGGED, SCORES
 from benchmarks.common import QUIET_RUN_CONFIG, Workload, timed
-from benchmarks.fraud_data import train_model, write_partition
+from benchmarks.fraud_data import landed_day
 from inference.engine.output_partition import PROGRESS
 from inference.engine.shard_worker import RUNNING_DIR
 from resources.inference import InferenceResource
@@ -220,17 +220,7 @@ def run(
 
     w = Workload("8 executor")
     root = work / "executor"
-    train_model(root, threads)
-    rows = write_partition(root, DAY, rows)
-    with DagsterInstance.ephemeral() as instance:  # the day's landing checks and saved screen
-        if not materialize(
-            [transactions],
-            partition_key=DAY,
-            resources={"storage": StorageResource(data_root=str(root))},
-            instance=instance,
-            run_config=QUIET_RUN_CONFIG,
-        ).success:
-            raise RuntimeError(f"the landing checks failed for {DAY}")
+    rows = landed_day(root, DAY, rows, threads)
 
     with private_ray(), ExitStack() as stack:
         began = time.perf_counter()

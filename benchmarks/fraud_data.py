@@ -97,3 +97,22 @@ def split_partition(root: Path, date: str, files: int) -> int:
     for i, start in enumerate(range(0, table.num_rows, size)):
         pq.write_table(table.slice(start, size), f"{Path(original).parent}/part-{i:05d}.parquet")
     return len(store.landing_files(TRANSACTIONS, date))
+
+
+def landed_day(root: Path, date: str, rows: int, threads: int) -> int:
+    """A trained model and a landed day of ``rows`` transactions under ``root``, its landing
+    checks passed and its screen saved, as the scoring step finds it; returns the rows."""
+    from assets.fraud.assets import transactions
+
+    train_model(root, threads)
+    rows = write_partition(root, date, rows)
+    with DagsterInstance.ephemeral() as instance:
+        if not materialize(
+            [transactions],
+            partition_key=date,
+            resources={"storage": StorageResource(data_root=str(root))},
+            instance=instance,
+            run_config=QUIET_RUN_CONFIG,
+        ).success:
+            raise RuntimeError(f"the landing checks failed for {date}")
+    return rows

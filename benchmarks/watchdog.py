@@ -14,15 +14,12 @@ from __future__ import annotations
 import time
 from pathlib import Path
 
-from dagster import DagsterInstance, materialize
-
-from assets.fraud.assets import transactions
-from benchmarks.common import QUIET_RUN_CONFIG, Workload
-from benchmarks.executor import DAY, outputs, same, score
-from benchmarks.fraud_data import train_model, write_partition
+from benchmarks.common import Workload
+from benchmarks.executor import DAY, score
+from benchmarks.fraud_data import landed_day
+from benchmarks.on_off import alternate, compare
 from inference.engine.backstop import Backstop
 from inference.engine.watchdog import Heartbeat
-from resources.storage import StorageResource
 
 BEATS = 200_000
 
@@ -34,56 +31,28 @@ def run(
 ) -> Workload:
     w = Workload("12 watchdog")
     root = work / "watchdog"
-    train_model(root, threads)
-    rows = write_partition(root, DAY, rows)
-    with DagsterInstance.ephemeral() as instance:  # the day's landing checks and saved screen
-        if not materialize(
-            [transactions],
-            partition_key=DAY,
-            resources={"storage": StorageResource(data_root=str(root))},
-            instance=instance,
-            run_config=QUIET_RUN_CONFIG,
-        ).success:
-            raise RuntimeError(f"the landing checks failed for {DAY}")
+    rows = landed_day(root, DAY, rows, threads)
 
     def day(setting: str) -> tuple[float, dict]:
         stall = {"stall_seconds": WATCHDOG[setting]}
         return score(root, "local", threads, batch_size, shard_rows, **stall)
 
-    day("off")  # warm-up (imports, page cache); its output is the one compared
-    off_out = outputs(root)
-    day("on")
-    equal = same(off_out, outputs(root))
-    runs: dict[str, list[float]] = {"on": [], "off": []}
-    engine: dict[str, list[float]] = {"on": [], "off": []}
-    for _ in range(repeats):  # alternated, so both see the same load
-        for setting in ("on", "off"):
-            seconds, meta = day(setting)
-            runs[setting].append(seconds)
-            engine[setting].append(meta["seconds"])
-    equal = equal and same(off_out, outputs(root))
-    on, off = min(runs["on"]), min(runs["off"])
+    ran = alternate(day, root, repeats)
     w.facts.update(
         rows=rows,
         shard_rows=shard_rows,
         threads=threads,
         batch_size=batch_size,
         repeats=repeats,
-        seconds={k: [round(s, 3) for s in v] for k, v in runs.items()},
-        engine_seconds={k: [round(s, 3) for s in v] for k, v in engine.items()},
-        outputs_equal=equal,
+        **ran.facts(),
     )
-    if not equal:
-        raise RuntimeError("the day scored with the watchdog on differs from the day without")
-    w.compare(
+    compare(
+        w,
+        ran,
+        rows,
         "fraud_scores, watchdog on (default limits)",
         "the same, watchdog off (stall_seconds=0)",
-        rows / on,
-        rows / off,
-        "rows/s",
-        True,
-        None,
-        f"best of {repeats} alternated in one process; outputs equal: {equal}",
+        repeats,
     )
     _backstop_costs(w, repeats)
     return w
