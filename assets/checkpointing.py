@@ -27,6 +27,7 @@ from typing import Any
 
 from dagster import AssetExecutionContext, Failure, RetryRequested
 
+from assets import killed_run
 from assets.capacity import capacity_of, decide, retry_capacity, say_at_launch
 from assets.errors import device_fault_failure
 from assets.observability import GpuMonitor
@@ -183,6 +184,7 @@ class SpotSafeRun:
             self.inference.batch_timeout(),
             self.inference.straggler_multiple,
             self.inference.progress_stream(),
+            after_kill=killed_run.command(self.context.run.run_id),
         )
         quarantine = work.input.quarantine
         device = str(self.inference.runtime.device)

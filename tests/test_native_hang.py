@@ -13,7 +13,7 @@ from pathlib import Path
 
 import pyarrow.fs as pafs
 import pytest
-from dagster import AssetKey, DagsterInstance, materialize
+from dagster import AssetKey, DagsterEventType, DagsterInstance, DagsterRunStatus, materialize
 from helpers import cpu_resources
 
 from inference.engine.backstop import (
@@ -177,6 +177,12 @@ def _env(data_root: Path, tmp_path: Path) -> tuple[dict, Path]:
     return env, home
 
 
+def _only_run(home: Path):
+    with DagsterInstance.from_config(str(home)) as runs:
+        [run] = runs.get_runs()
+    return run
+
+
 def test_a_call_holding_the_interpreter_gets_the_step_killed_and_the_retry_counts_the_stall(
     data_root, store, instance, tmp_path
 ) -> None:
@@ -197,6 +203,16 @@ def test_a_call_holding_the_interpreter_gets_the_step_killed_and_the_retry_count
     assert not store.output_exists("doubled", DAY)
     target = store.partition_target("doubled", DAY)
     assert json.loads(store.read_bytes(kill_note_path(target)))["line"] in line
+    # The killed run is failed in the instance, with the line: a run left "started" would
+    # never be relaunched by the daemon's run retry.
+    assert f"run {_only_run(home).run_id} marked failed" in killed.stderr
+    with DagsterInstance.from_config(str(home)) as runs:
+        run = _only_run(home)
+        assert run.status == DagsterRunStatus.FAILURE
+        [failure] = runs.get_records_for_run(
+            run.run_id, of_type=DagsterEventType.RUN_FAILURE
+        ).records
+    assert failure.event_log_entry.dagster_event.message.endswith(line.split(": ", 1)[1])
 
     retry = _execute(env, home)  # the failed run's tags, as its relaunch carries them
     assert retry.returncode == 0, retry.stdout[-3000:] + retry.stderr[-3000:]

@@ -45,6 +45,8 @@ from inference.engine.watchdog import Stall
 PULSE_SECONDS = 1.0
 # How often the backstop reads the shared file.
 POLL_SECONDS = 0.5
+# How long the note's command may take (it opens the run's instance storage).
+TELL_SECONDS = 60.0
 # seq, last beat (CLOCK_MONOTONIC, system-wide on Linux), shard (-1: none), batches done,
 # limit (0: not armed), grace, pulse, closed, seq again: a reader that sees two different seqs
 # read the file while it was being written, and reads again.
@@ -63,6 +65,10 @@ class KillNote:
     where: str
     run_id: str = ""
     capacity: str = ""
+    # A command run once the step is killed, the line on its stdin: the orchestration's, which
+    # marks the run failed, since a killed process reports nothing and a run left "started"
+    # is never retried (assets/killed_run.py).
+    then: tuple[str, ...] = ()
 
 
 @dataclass(frozen=True)
@@ -258,10 +264,12 @@ def _write_note(note: KillNote, stall: Stall, line: str, pid: int) -> None:
 def act(stall: Stall, told: bytes | None, pid: int) -> None:
     """The line to stderr and to the day's note (``told``: as the step sent it), then the step
     killed, whatever fails before."""
+    note: KillNote | None = None
+    line = ""
     try:
         # Read only now: its filesystem would import pyarrow, which a backstop that never
         # acts need not load beside the step.
-        note: KillNote | None = pickle.loads(base64.b64decode(told)) if told else None
+        note = pickle.loads(base64.b64decode(told)) if told else None
         line = kill_line(stall, note.where if note is not None else "nightshift", pid)
         print(f"nightshift backstop: {line}", file=sys.stderr, flush=True)
         if note is not None:
@@ -270,6 +278,23 @@ def act(stall: Stall, told: bytes | None, pid: int) -> None:
         print(f"nightshift backstop: the kill note was not written: {exc}", file=sys.stderr)
     finally:
         os.kill(pid, signal.SIGKILL)
+    if note is not None and note.then:
+        _tell(note.then, line)
+
+
+def _tell(command: tuple[str, ...], line: str) -> None:
+    """Runs the note's command with the kill's line on its stdin; a failure is said, not
+    raised: the step is dead either way."""
+    try:
+        done = subprocess.run(
+            command, input=line, text=True, capture_output=True, timeout=TELL_SECONDS
+        )
+    except (OSError, subprocess.TimeoutExpired) as exc:
+        print(f"nightshift backstop, after the kill: did not run: {exc}", file=sys.stderr)
+        return
+    said = (done.stdout + done.stderr).strip()
+    if said:
+        print(f"nightshift backstop, after the kill: {said}", file=sys.stderr, flush=True)
 
 
 def watch(path: str, pid: int, commands: int) -> int:

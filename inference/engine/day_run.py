@@ -62,6 +62,8 @@ class DaySettings:
     straggler_multiple: float = 0.0
     # Where the day's live progress line goes (``nightshift run``: the terminal); None: nowhere.
     progress_line: TextIO | None = None
+    # Run by the backstop once it killed the step, the line on its stdin (KillNote.then).
+    after_kill: tuple[str, ...] = ()
 
 
 @dataclass(frozen=True)
@@ -139,7 +141,9 @@ def run_day(
         stop,
         progress,
         BatchMetrics(),
-        watchdog=pool.watchdog(settings.stall, _kill_note(writer, asset, date, ledger)),
+        watchdog=pool.watchdog(
+            settings.stall, _kill_note(writer, asset, date, ledger, settings.after_kill)
+        ),
         straggler_multiple=settings.straggler_multiple,
         observer=observer,
     )
@@ -171,11 +175,15 @@ def run_day(
     return RanDay(shards, finished, watch)
 
 
-def _kill_note(writer: ShardedWriter, asset: str, date: str, ledger: RunLedger) -> KillNote:
+def _kill_note(
+    writer: ShardedWriter, asset: str, date: str, ledger: RunLedger, after_kill: tuple[str, ...]
+) -> KillNote:
     """Where a backstop that kills the step says so, for the day's next attempt to read."""
     target = writer.target
     where = f"{asset} {date}"
-    return KillNote(target.fs, kill_note_path(target), where, ledger.run_id, ledger.capacity)
+    return KillNote(
+        target.fs, kill_note_path(target), where, ledger.run_id, ledger.capacity, after_kill
+    )
 
 
 def day_writer(
