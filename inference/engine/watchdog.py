@@ -26,10 +26,7 @@ import time
 from collections import deque
 from collections.abc import Callable
 from dataclasses import dataclass
-from typing import TYPE_CHECKING
-
-if TYPE_CHECKING:
-    from inference.engine.backstop import SharedBeat
+from typing import Protocol
 
 # The least grace the backstop process (inference/engine/backstop.py) gives the step's own
 # watchdog past the limit: the step's watchdog is asked every fraction of a second while the
@@ -42,6 +39,15 @@ BACKSTOP_GRACE_FLOOR = 30.0
 # The model-call times the median is taken over: the latest ones, so a day whose batches
 # slow down as it goes (longer texts at the end) is judged by its recent pace.
 RECENT_BATCHES = 1024
+
+
+class Mirror(Protocol):
+    """A copy of the heartbeat outside the step's interpreter (the backstop's shared file,
+    inference/engine/backstop.py ``SharedBeat``)."""
+
+    def moved(self, when: float, shard: int | None, batches: int) -> None: ...
+
+    def limit(self, limit: float, grace: float) -> None: ...
 
 
 @dataclass(frozen=True)
@@ -123,7 +129,7 @@ class Heartbeat:
 
     def __init__(self, clock: Callable[[], float] = time.monotonic):
         self.clock = clock
-        self.mirror: SharedBeat | None = None
+        self.mirror: Mirror | None = None
         self._last = (clock(), None, 0)
         self._seconds: deque[float] = deque(maxlen=RECENT_BATCHES)
         self._open: dict[int, tuple[float, int]] = {}  # shard -> (its latest beat, batches)
