@@ -19,10 +19,11 @@ from assets.documents.demo_data import generate_day
 from assets.summaries.document_summaries import document_summaries
 from inference.engine.device import make_runtime
 from inference.engine.metrics import FIRST_TOKEN_BUCKETS, BatchMetrics
+from inference.engine.observer import ShardSeen
 from inference.generation.generate import generate_summaries, load_generator
-from resources.run_metrics import FIRST_TOKEN, METRIC_NAMES
+from resources.run_metrics import FIRST_TOKEN, METRIC_NAMES, MetricsSettings, RunMetrics
 
-DAY = "2026-03-02"
+DAY, OTHER_DAY = "2026-03-02", "2026-03-03"
 
 
 def test_merging_two_batch_metrics_adds_their_first_token_buckets_exactly() -> None:
@@ -108,3 +109,22 @@ def test_a_generation_day_pushes_its_first_token_histogram_and_records_its_perce
         if name == f"{FIRST_TOKEN}_count"
     ]
     assert live and all(0 < v <= rows for v in live)
+
+
+def test_only_a_day_with_generation_requests_has_first_token_series(gateway) -> None:  # noqa: F811
+    url = f"http://127.0.0.1:{gateway.server_address[1]}"
+    generation, scoring = BatchMetrics(), BatchMetrics()
+    for metrics in (generation, scoring):
+        metrics.record_batch(3, 3, 0.5)
+    generation.record_first_tokens([0.1, 0.2, 0.4])
+    with RunMetrics(MetricsSettings(pushgateway=url, push_seconds=3600), print) as run:
+        for date, metrics in ((DAY, generation), (OTHER_DAY, scoring)):
+            day = run.day("document_summaries", date, "summaries_job", 3)
+            day.shard_done(ShardSeen(3, 0, 1, 0, 0, 0, metrics))
+            day.push()
+    (_, _, with_requests), (_, _, without) = gateway.requests  # type: ignore[attr-defined]
+    samples = _samples(with_requests)
+    assert _value(samples, f"{FIRST_TOKEN}_count", partition=DAY) == 3
+    assert _value(samples, f"{FIRST_TOKEN}_sum", partition=DAY) == pytest.approx(0.7)
+    assert _value(samples, f"{FIRST_TOKEN}_bucket", partition=DAY, le="0.1") == 1
+    assert not any(name.startswith(FIRST_TOKEN) for name, _ in _samples(without))
