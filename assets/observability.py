@@ -52,10 +52,15 @@ def observability_metadata(
         slowest: how many of the slowest batches to list.
 
     Returns:
-        Numbers the UI plots (rows/s, tokens/s, latency percentiles, phase seconds, queue depth,
-        cost), a markdown ``summary``, and tables of batch sizes and of the slowest batches.
+        Numbers the UI plots (rows/s, tokens/s, latency and time-to-first-token percentiles,
+        phase seconds, queue depth, cost), a markdown ``summary``, and tables of batch sizes
+        and of the slowest batches.
     """
-    metadata: dict[str, Any] = {**metrics.as_dict(), **metrics.latency_percentiles()}
+    metadata: dict[str, Any] = {
+        **metrics.as_dict(),
+        **metrics.latency_percentiles(),
+        **metrics.first_token_percentiles(),  # generation days only
+    }
     metadata["device"] = device
     metadata.update(phase_metadata(metrics))
     metadata.update(queue_metadata(metrics.queue_depths))

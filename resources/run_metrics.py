@@ -20,6 +20,7 @@ numbers as the day's Dagster metadata. Histograms hold this attempt's model call
 
 from __future__ import annotations
 
+import itertools
 import math
 import os
 import threading
@@ -37,13 +38,15 @@ from prometheus_client import (
     make_wsgi_app,
     push_to_gateway,
 )
-from prometheus_client.metrics_core import Metric
+from prometheus_client.metrics_core import HistogramMetricFamily, Metric
+from prometheus_client.utils import floatToGoString
 
-from inference.engine.metrics import BatchMetrics
+from inference.engine.metrics import FIRST_TOKEN_BUCKETS, BatchMetrics
 from inference.engine.observer import ShardSeen
 from policy.deadline import CapacityDecision
 
 LABELS = ("asset", "partition", "pipeline")
+FIRST_TOKEN = "gen_ai_server_time_to_first_token_seconds"
 DEFAULT_JOB = "nightshift"
 PUSH_TIMEOUT_SECONDS = 5.0
 # How often the loopback server looks whether the run is over: the run's end waits for it
@@ -93,6 +96,9 @@ METRICS: tuple[MetricSpec, ...] = (
     MetricSpec("nightshift_day_completed_timestamp_seconds", "gauge", "When the day was recorded, epoch seconds; absent while it runs."),
     MetricSpec("nightshift_batch_size_rows", "histogram", "Rows per model call (this attempt)."),
     MetricSpec("nightshift_batch_latency_seconds", "histogram", "Seconds per model call (this attempt); p50/p95/p99 by histogram_quantile."),
+    # The OpenTelemetry GenAI semantic convention's gen_ai.server.time_to_first_token, in
+    # Prometheus's spelling; vLLM's own is vllm:time_to_first_token_seconds.
+    MetricSpec(FIRST_TOKEN, "histogram", "Seconds from the start of a generation model call to each request's first new token (this attempt; generation days only); OpenTelemetry GenAI gen_ai.server.time_to_first_token, vLLM's vllm:time_to_first_token_seconds."),
 )  # fmt: skip
 METRIC_NAMES: tuple[str, ...] = tuple(spec.name for spec in METRICS)
 
@@ -109,6 +115,9 @@ def _build(registry: CollectorRegistry) -> dict[str, Any]:
             )
         elif spec.kind == "gauge":
             built[spec.name] = Gauge(spec.name, spec.help, labels, registry=registry)
+        elif spec.name == FIRST_TOKEN:
+            built[spec.name] = _FirstTokens(spec.help)
+            registry.register(built[spec.name])
         else:
             buckets = BATCH_SIZE_BUCKETS if spec.name.endswith("_rows") else LATENCY_BUCKETS
             built[spec.name] = Histogram(
@@ -374,6 +383,7 @@ class DayMetrics:
             sizes.observe(rows)
             latency.observe(seconds)
         self._batches_seen = len(metrics.batch_sizes)
+        self.run.metrics[FIRST_TOKEN].set(self.labels, metrics)
         if metrics.tokens:
             self._count("nightshift_tokens_total", metrics.tokens)
             elapsed = time.monotonic() - self._started
@@ -394,6 +404,32 @@ class DayMetrics:
         if wall > 0:
             share = (time.process_time() - self._cpu_started) / (wall * (cores or 1))
             busy.labels(**self.labels, device="cpu").set(min(share, 1.0))
+
+
+class _FirstTokens:
+    """The time-to-first-token histogram of every day: each day's bucket counts as its batch
+    metrics hold them, merged exactly over shards and workers (a ``Histogram`` could only
+    observe single values again). A day with no generation request has no series."""
+
+    def __init__(self, documentation: str):
+        self.documentation = documentation
+        self.days: dict[tuple[str, ...], tuple[list[int], float]] = {}
+
+    def set(self, labels: Mapping[str, str], metrics: BatchMetrics) -> None:
+        if metrics.first_tokens:
+            day = tuple(labels[k] for k in LABELS)
+            self.days[day] = (list(metrics.first_token_counts), metrics.first_token_sum)
+
+    def collect(self) -> Iterator[Metric]:
+        if not self.days:
+            return
+        family = HistogramMetricFamily(FIRST_TOKEN, self.documentation, labels=LABELS)
+        bounds = [*(floatToGoString(b) for b in FIRST_TOKEN_BUCKETS), "+Inf"]
+        # A copy: the loopback server collects while the shard loop sets.
+        for day, (counts, total) in list(self.days.items()):
+            cumulative = itertools.accumulate(counts)
+            family.add_metric(day, list(zip(bounds, cumulative, strict=True)), total)
+        yield family
 
 
 class _DayView:

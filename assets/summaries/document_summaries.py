@@ -21,6 +21,7 @@ from assets.summaries.schemas import SENTENCE_SPANS, SUMMARIES, SUMMARIES_SCHEMA
 from inference.engine.adaptive import AdaptiveBatchSize
 from inference.engine.device import make_runtime
 from inference.engine.invariants import StreamStats
+from inference.engine.metrics import BatchMetrics
 from inference.generation.generate import generate_summaries, load_generator
 from inference.generation.static_decoding import static_sizing
 from inference.text.encoder import load_sentence_encoder
@@ -130,6 +131,7 @@ class SummaryPredictor(Predictor):
         self.cap = length_cap(self)
         self.tokens = worker_batch_tokens(self.max_batch_tokens, runtime.device)
         self.metrics = ModelMetrics()
+        self.first_tokens: list[float] = []  # the last call's, until measured
         self.figures = ShardFigures(self.metrics, self.budget, BUDGET)
         extractive = self.mode == "extractive"
         self.observer = summary_observer(self.version(), extractive=extractive, cap=self.cap)
@@ -161,6 +163,7 @@ class SummaryPredictor(Predictor):
             # A model may write past any token budget's intent: the cap applies to its text.
             summaries = [fit_summary(t, self.cap) for t in out.texts]
             self.metrics.model_calls += len(out.batch_sizes)
+            self.first_tokens = out.first_token_seconds
         else:
             summaries, embedded = extractive_summaries(
                 self.model,
@@ -175,6 +178,12 @@ class SummaryPredictor(Predictor):
             "summary": pa.array(summaries, pa.string()),
             "sentence_spans": pa.array([span_records(s) for s in summaries], SENTENCE_SPANS),
         }
+
+    def measure(self, metrics: BatchMetrics) -> None:
+        # Each document's time to its first token in the call just made: what the day's
+        # ttft_p50_s / ttft_p95_s and gen_ai_server_time_to_first_token_seconds are made of.
+        metrics.record_first_tokens(self.first_tokens)
+        self.first_tokens = []
 
     def observe(self, rows: pa.RecordBatch, output: pa.Table, stats: StreamStats) -> None:
         self.observer(rows, output, stats)

@@ -20,6 +20,7 @@ import pyarrow.compute as pc
 
 from inference.engine.device import resolve_device
 from inference.engine.invariants import StreamStats
+from inference.engine.metrics import BatchMetrics
 from inference.engine.quarantine import QuarantinePlan
 from inference.engine.shard_worker import ModelStep, Observe, ShardInput, worker_model
 from inference.generation.checkpoints import load_weights, safetensors_folder, weights_version
@@ -91,6 +92,11 @@ class Predictor:
     def record(self, stats: StreamStats) -> None:
         """Adds the model's own figures of the call just made (model calls, a token budget's
         back-offs) to the shard's statistics, which come back from wherever the shard ran."""
+
+    def measure(self, metrics: BatchMetrics) -> None:
+        """Adds what the model measured in the call just made to the shard's batch metrics,
+        which the day's metadata and Prometheus metrics are made from: a generation model
+        gives each request's time to its first token (``metrics.record_first_tokens``)."""
 
     def describe(self, stats: StreamStats) -> Mapping[str, Any]:
         """The model's figures in the day's metadata, from its shards' summed statistics."""
@@ -231,7 +237,9 @@ class PredictorProgram:
 
         prepare = predictor.prepare if prepares else None
         answers = self._keys_answered if self.lists else None
-        return ModelStep(transform, prepare, answers, observe, side=self.side)
+        measures = type(predictor).measure is not Predictor.measure
+        measure = predictor.measure if measures else None
+        return ModelStep(transform, prepare, answers, observe, side=self.side, measure=measure)
 
     def _keys_answered(self, out: pa.Table) -> int:
         """Input rows a call's lists answer for: its distinct keys."""

@@ -65,6 +65,8 @@ CountOut = Callable[[pa.Table], int]
 ObservePrepared = Callable[[Any, StreamStats], None]
 # The side-output rows of one model call (rows scored, their output), committed with the shard.
 Side = Callable[[pa.RecordBatch, pa.Table], pa.Table]
+# Adds the model's own measurements of the call just made to its shard's batch metrics.
+Measure = Callable[[BatchMetrics], None]
 
 
 @dataclass(frozen=True)
@@ -79,6 +81,9 @@ class ModelStep:
         observe: adds each model call (rows scored, output) to the shard's statistics.
         observe_prepared: adds each call's prepared input to the shard's statistics.
         side: picks each call's side-output rows (the partition must have a side output).
+        measure: adds what the model measured in the call just made (a generation model:
+            each request's time to first token) to the shard's batch metrics, which come back
+            with the shard from wherever it ran.
     """
 
     transform: Transform
@@ -87,6 +92,7 @@ class ModelStep:
     observe: Observe | None = None
     observe_prepared: ObservePrepared | None = None
     side: Side | None = None
+    measure: Measure | None = None
 
 
 # Builds a shard's model step from the rows it will score, where the shard runs.
@@ -419,6 +425,8 @@ def score_batch(
         )
     metrics.record_batch(good.num_rows, out.num_rows, elapsed)
     metrics.add_phase("compute", elapsed)
+    if step.measure is not None:
+        step.measure(metrics)
     return out
 
 

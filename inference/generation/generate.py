@@ -9,6 +9,7 @@ Causal models can also run with continuous batching or the measured ``auto`` cho
 from __future__ import annotations
 
 import json
+import time
 from collections.abc import Sequence
 from dataclasses import dataclass, field
 from pathlib import Path
@@ -20,7 +21,7 @@ from inference.engine.batching import length_buckets, padding_ratio
 from inference.engine.device import Runtime, to_device
 from inference.generation.checkpoints import CheckpointError, safetensors_folder
 from inference.generation.decoding import STRATEGIES, generate_tokens
-from inference.generation.static_decoding import static_sizing
+from inference.generation.static_decoding import FirstStep, static_sizing
 from inference.text.encoder import folder_fingerprint
 
 if TYPE_CHECKING:
@@ -44,11 +45,17 @@ class Generator:
 
 @dataclass
 class Generated:
-    """Generated texts, in input order, and the batches that produced them."""
+    """Generated texts, in input order, and the batches that produced them.
+
+    ``first_token_seconds[i]``: when text i's first token was produced, counted from the start
+    of the call, so a request waits for the batches run before its own (as a served request
+    waits in the queue, which its time to first token counts too).
+    """
 
     texts: list[str]
     batch_sizes: list[int] = field(default_factory=list)
     padding: float = 0.0
+    first_token_seconds: list[float] = field(default_factory=list)
 
 
 def checkpoint_version(path: str | Path) -> str:
@@ -147,7 +154,9 @@ def generate_summaries(
         decisions: where ``auto`` keeps its measured choice between calls.
     """
     import torch
+    from transformers import StoppingCriteriaList
 
+    began = time.perf_counter()
     if not texts:
         return Generated([])
     if strategy not in STRATEGIES:
@@ -158,6 +167,7 @@ def generate_summaries(
     prompts = [template.replace("{text}", t) for t in _truncate(tokenizer, texts, max_input_tokens)]
     ids = tokenizer(prompts)["input_ids"]
     if strategy != "static" and not generator.is_encoder_decoder:
+        offset = time.perf_counter() - began  # the prompts built before the run
         run = generate_tokens(
             generator.model,
             ids,
@@ -170,12 +180,14 @@ def generate_summaries(
             decisions=decisions,
         )
         decoded = tokenizer.batch_decode(run.tokens, skip_special_tokens=True)
+        first = [offset + t for t in run.first_token_seconds]
         # One entry: every document went through one generation call of the strategy.
-        return Generated([t.strip() for t in decoded], [len(ids)])
+        return Generated([t.strip() for t in decoded], [len(ids)], first_token_seconds=first)
     lengths = np.fromiter((len(i) for i in ids), dtype=np.int64, count=len(ids))
     buckets = length_buckets(lengths + max_new_tokens, max_batch_tokens, max_batch_size)
     out: list[str] = [""] * len(texts)
-    generated = Generated(out, padding=padding_ratio(lengths, buckets))
+    first = [0.0] * len(texts)
+    generated = Generated(out, padding=padding_ratio(lengths, buckets), first_token_seconds=first)
     device = generator.runtime.device
     # Shared with the causal strategies' static batches: halved on out-of-memory, kept.
     budget = static_sizing(generator.model, max_batch_tokens)
@@ -183,18 +195,22 @@ def generate_summaries(
     def call(rows: np.ndarray) -> None:
         batch = tokenizer.pad({"input_ids": [ids[i] for i in rows]}, return_tensors="pt")
         batch = {k: to_device(v, device) for k, v in batch.items()}
+        step = FirstStep()
         tokens = generator.model.generate(
             **batch,
             max_new_tokens=max_new_tokens,
             do_sample=False,
             num_beams=1,
             pad_token_id=tokenizer.pad_token_id,
+            stopping_criteria=StoppingCriteriaList([step]),
         )
         if not generator.is_encoder_decoder:
             tokens = tokens[:, batch["input_ids"].shape[1] :]
         texts_out = tokenizer.batch_decode(tokens, skip_special_tokens=True)
+        first_at = (step.at or time.perf_counter()) - began
         for index, text in zip(rows, texts_out, strict=True):
             out[index] = text.strip()
+            first[index] = first_at
         generated.batch_sizes.append(len(rows))
 
     with torch.inference_mode():

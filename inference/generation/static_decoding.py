@@ -20,7 +20,7 @@ if TYPE_CHECKING:
     import torch
 
 
-class _FirstStep:
+class FirstStep:
     """A stopping criterion that never stops: it notes when a batch's first token exists."""
 
     def __init__(self) -> None:
@@ -88,7 +88,7 @@ def generate_static(
         for row, i in enumerate(batch):
             ids[row, longest - len(prompts[i]) :] = torch.as_tensor(prompts[i])
             mask[row, longest - len(prompts[i]) :] = 1
-        step = _FirstStep()
+        step = FirstStep()
         out = model.generate(
             input_ids=to_device(ids, device),
             attention_mask=to_device(mask, device),
