@@ -9,7 +9,6 @@ import sys
 import time
 from pathlib import Path
 
-import numpy as np
 import pyarrow as pa
 import pytest
 from dagster import (
@@ -21,16 +20,12 @@ from dagster import (
     asset,
     materialize,
 )
+from doubled_world import double_day
 from helpers import asset_metadata, cpu_resources
 
-from assets.checkpointing import spot_safe
-from assets.partitions import partition_dates
-from assets.runner import scoring_metadata
 from inference.engine.faults import MEMORY_EVENTS_SETTING, OOM_KILLED_STEP
 from inference.engine.ledger import Attempt, LedgerBook, PartitionLedger
 from inference.engine.oom_killed import ProcessTrace
-from inference.engine.shard_worker import ModelStep
-from inference.engine.work import Input, Output, Sizes, Work
 from policy.partitions import daily_partitions
 from policy.retries import ERROR_RETRY_POLICY
 from policy.tags import INTERRUPTED_TAG, RETRY_NUMBER_TAG, RETRY_ON_STEP_FAILURE_TAG
@@ -53,26 +48,15 @@ def doubled_ids(
 ) -> MaterializeResult:
     """Doubles 1,000 ids in shards of 200; in the test's killed process, one model call waits
     for a file that never comes."""
-    store = storage.store()
     at, _, hold = os.environ.get(HOLD_SETTING, "@").partition("@")
 
-    def transform(batch: pa.RecordBatch, prepared) -> pa.Table:
+    def before(batch: pa.RecordBatch) -> None:
         if hold and batch["id"][0].as_py() == int(at):
             Path(hold, "in_flight").write_text(str(os.getpid()))
             while not Path(hold, "never").exists():
                 time.sleep(0.01)
-        ids = batch["id"].to_numpy()
-        return pa.table({"id": ids, "y": ids * 2.0})
 
-    with spot_safe(context, store, inference) as run:
-        [date] = partition_dates(context)
-        batches = [pa.record_batch({"id": np.arange(ROWS)})]
-        work = Work(
-            Input(batches, files=[]), ModelStep(transform), Output(SCHEMA), "v1", Sizes(BATCH)
-        )
-        report = run.partition("doubled_ids", date, work)
-    metadata = scoring_metadata(report, model_version="v1", device="cpu", model_loads=0)
-    return MaterializeResult(metadata={**metadata, **run.metadata()})
+    return double_day(context, storage, inference, before)
 
 
 def _materialize(data_root, instance, tags: dict | None = None):

@@ -168,7 +168,7 @@ def _env(data_root: Path, tmp_path: Path) -> tuple[dict, Path]:
     env = {
         **os.environ,
         "NIGHTSHIFT_DATA_ROOT": str(data_root),
-        "PYTHONPATH": os.pathsep.join([str(TESTS / "native_hang"), str(TESTS.parent)]),
+        "PYTHONPATH": os.pathsep.join([str(TESTS / "native_hang"), str(TESTS), str(TESTS.parent)]),
         "NIGHTSHIFT_SHARD_ROWS": str(SHARD_ROWS),
         "NIGHTSHIFT_STALL_FLOOR_SECONDS": str(FLOOR),
         "NIGHTSHIFT_STALL_CEILING_SECONDS": str(CEILING),

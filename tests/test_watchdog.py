@@ -16,19 +16,16 @@ import numpy as np
 import pyarrow as pa
 import pytest
 from dagster import AssetExecutionContext, MaterializeResult, asset, materialize
+from doubled_world import double_day
 from helpers import asset_metadata, cpu_resources
 from ray_world import local_ray, started_shards
 
-from assets.checkpointing import spot_safe
-from assets.partitions import partition_dates
-from assets.runner import scoring_metadata
 from inference.engine.ledger import LedgerBook
 from inference.engine.ray_pool import BEAT_SECONDS
 from inference.engine.shard_worker import ModelStep, ShardJob
 from inference.engine.shard_writer import ShardedWriter, ShardFileTargets
 from inference.engine.shards import WAIT_SECONDS, Stalled, Watch, row_range_shards, run_partition
 from inference.engine.watchdog import Heartbeat, StallLimit, Watchdog
-from inference.engine.work import Input, Output, Sizes, Work
 from policy.partitions import daily_partitions
 from policy.ready_by import NightFacts, ReadyBy, deadline_decision
 from resources.inference import InferenceResource
@@ -66,25 +63,14 @@ def doubled(
     context: AssetExecutionContext, storage: StorageResource, inference: InferenceResource
 ) -> MaterializeResult:
     """Doubles 1,000 ids in shards of 200; the test plan makes one model call hang."""
-    store = storage.store()
     hang = HANGS.get(PLAN.get("hang", ""))
     PLAN["hang"] = None  # the retry runs clean
 
-    def transform(batch: pa.RecordBatch, prepared) -> pa.Table:
+    def before(batch: pa.RecordBatch) -> None:
         if hang is not None and batch["id"][0].as_py() == STUCK_AT:
             hang()
-        ids = batch["id"].to_numpy()
-        return pa.table({"id": ids, "y": ids * 2.0})
 
-    with spot_safe(context, store, inference) as run:
-        [date] = partition_dates(context)
-        batches = [pa.record_batch({"id": np.arange(ROWS)})]
-        work = Work(
-            Input(batches, files=[]), ModelStep(transform), Output(SCHEMA), "v1", Sizes(BATCH)
-        )
-        report = run.partition("doubled", date, work)
-    metadata = scoring_metadata(report, model_version="v1", device="cpu", model_loads=0)
-    return MaterializeResult(metadata={**metadata, **run.metadata()})
+    return double_day(context, storage, inference, before)
 
 
 def _materialize(data_root, instance):

@@ -7,15 +7,10 @@ import ctypes
 import os
 import time
 
-import numpy as np
 import pyarrow as pa
 from dagster import AssetExecutionContext, Definitions, MaterializeResult, asset, define_asset_job
+from doubled_world import double_day
 
-from assets.checkpointing import spot_safe
-from assets.partitions import partition_dates
-from assets.runner import scoring_metadata
-from inference.engine.shard_worker import ModelStep
-from inference.engine.work import Input, Output, Sizes, Work
 from orchestration.executor import leave_on_interruption_executor
 from orchestration.resources import build_resources
 from policy.partitions import daily_partitions
@@ -49,24 +44,13 @@ def doubled(
     context: AssetExecutionContext, storage: StorageResource, inference: InferenceResource
 ) -> MaterializeResult:
     """Doubles 1,000 ids in shards of 200; told so, one model call hangs for ever."""
-    store = storage.store()
     hang = HANGS.get(os.environ.get("NIGHTSHIFT_TEST_HANG", ""))
 
-    def transform(batch: pa.RecordBatch, prepared) -> pa.Table:
+    def before(batch: pa.RecordBatch) -> None:
         if hang is not None and batch["id"][0].as_py() == STUCK_AT:
             hang()
-        ids = batch["id"].to_numpy()
-        return pa.table({"id": ids, "y": ids * 2.0})
 
-    with spot_safe(context, store, inference) as run:
-        [date] = partition_dates(context)
-        batches = [pa.record_batch({"id": np.arange(ROWS)})]
-        work = Work(
-            Input(batches, files=[]), ModelStep(transform), Output(SCHEMA), "v1", Sizes(BATCH)
-        )
-        report = run.partition("doubled", date, work)
-    metadata = scoring_metadata(report, model_version="v1", device="cpu", model_loads=0)
-    return MaterializeResult(metadata={**metadata, **run.metadata()})
+    return double_day(context, storage, inference, before)
 
 
 # As the pipeline jobs run (orchestration/jobs.py): the step in the run's own process.
