@@ -1,6 +1,6 @@
 """Tokens of text model days: the new tokens a generation day produced and the input tokens an
-embeddings day encoded, counted per model call, in the day's metadata (tokens,
-tokens_per_second) and in the pushed nightshift_tokens_total."""
+encoder's day (embeddings, extractive summaries) read, counted per model call, in the day's
+metadata (tokens, tokens_per_second) and in the pushed nightshift_tokens_total."""
 
 from __future__ import annotations
 
@@ -160,7 +160,16 @@ def test_a_generation_day_records_and_pushes_the_tokens_it_generated(
     assert _value(final, "nightshift_tokens_per_second", **day) > 0
 
 
-def test_an_embeddings_day_records_and_pushes_the_tokens_it_encoded(
+# An encoder's days: the embeddings, and the summaries in their default (extractive) mode.
+ENCODED = {
+    "document_embeddings": (document_embeddings, {"max_quarantine_rate": 0.2}),
+    "document_summaries": (document_summaries, {"mode": "extractive"}),
+}
+
+
+@pytest.mark.parametrize("asset", list(ENCODED))
+def test_an_encoder_day_records_and_pushes_the_tokens_it_encoded(
+    asset,
     gateway,  # noqa: F811
     monkeypatch,
     store,
@@ -179,19 +188,19 @@ def test_an_embeddings_day_records_and_pushes_the_tokens_it_encoded(
 
     monkeypatch.setattr(cls, "forward", counting)
     url = f"http://127.0.0.1:{gateway.server_address[1]}"
-    config = {"config": {"max_quarantine_rate": 0.2}}
+    scoring, config = ENCODED[asset]
     result = materialize(
-        [documents, document_embeddings],
+        [documents, scoring],
         partition_key=DAY,
         resources=cpu_resources(data_root, metrics_pushgateway=url, metrics_push_seconds=0.01),
         instance=instance,
-        run_config={"ops": {"documents": config, "document_embeddings": config}},
+        run_config={"ops": {asset: {"config": config}}},
     )
     assert result.success
-    meta = asset_metadata(result, "document_embeddings")
+    meta = asset_metadata(result, asset)
     assert masks and meta["tokens"] == sum(masks)
     assert meta["tokens_per_second"] > 0
 
     final = _samples(gateway.requests[-1][2])  # type: ignore[attr-defined]
-    day = {"asset": "document_embeddings", "partition": DAY}
+    day = {"asset": asset, "partition": DAY}
     assert _value(final, "nightshift_tokens_total", **day) == meta["tokens"]
