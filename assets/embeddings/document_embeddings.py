@@ -18,6 +18,7 @@ from assets.nightly import Checks, Output, Predictor, nightly
 from inference.engine.adaptive import AdaptiveBatchSize
 from inference.engine.device import make_runtime
 from inference.engine.invariants import StreamStats
+from inference.engine.metrics import BatchMetrics
 from inference.generation.checkpoints import CheckpointError
 from inference.text.chunks import Chunking
 from inference.text.embeddings import embed_documents
@@ -119,6 +120,7 @@ class EmbeddingPredictor(Predictor):
         self.tokens = worker_batch_tokens(self.max_batch_tokens, encoder.runtime.device)
         self.metrics = ModelMetrics()
         self.figures = ShardFigures(self.metrics, self.budget, BUDGET)
+        self.call_tokens = 0  # the last call's tokens, until measured
 
     def budget(self) -> AdaptiveBatchSize:
         return self.encoder.token_budget(self.tokens)
@@ -138,8 +140,15 @@ class EmbeddingPredictor(Predictor):
             max_batch_size=self.max_batch_size,
         )
         self.metrics.model_calls += embedded.model_calls
+        self.call_tokens += embedded.tokens
         flat = np.ascontiguousarray(embedded.vectors.numpy(), np.float32).reshape(-1)
         return {"embedding": pa.FixedSizeListArray.from_arrays(pa.array(flat), DIMENSION)}
+
+    def measure(self, metrics: BatchMetrics) -> None:
+        # The tokens the encoder read in the call just made (its chunks' attention masks):
+        # the day's tokens / tokens_per_second and nightshift_tokens_total.
+        metrics.tokens += self.call_tokens
+        self.call_tokens = 0
 
     def record(self, stats: StreamStats) -> None:
         self.figures.record(stats)

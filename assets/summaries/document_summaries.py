@@ -132,6 +132,7 @@ class SummaryPredictor(Predictor):
         self.tokens = worker_batch_tokens(self.max_batch_tokens, runtime.device)
         self.metrics = ModelMetrics()
         self.first_tokens: list[float] = []  # the last call's, until measured
+        self.call_tokens = 0  # the last call's tokens, until measured
         self.figures = ShardFigures(self.metrics, self.budget, BUDGET)
         extractive = self.mode == "extractive"
         self.observer = summary_observer(self.version(), extractive=extractive, cap=self.cap)
@@ -164,6 +165,7 @@ class SummaryPredictor(Predictor):
             summaries = [fit_summary(t, self.cap) for t in out.texts]
             self.metrics.model_calls += len(out.batch_sizes)
             self.first_tokens = out.first_token_seconds
+            self.call_tokens += out.tokens
         else:
             summaries, embedded = extractive_summaries(
                 self.model,
@@ -174,6 +176,7 @@ class SummaryPredictor(Predictor):
                 **limits,
             )
             self.metrics.model_calls += embedded.model_calls
+            self.call_tokens += embedded.tokens
         return {
             "summary": pa.array(summaries, pa.string()),
             "sentence_spans": pa.array([span_records(s) for s in summaries], SENTENCE_SPANS),
@@ -184,6 +187,10 @@ class SummaryPredictor(Predictor):
         # ttft_p50_s / ttft_p95_s and gen_ai_server_time_to_first_token_seconds are made of.
         metrics.record_first_tokens(self.first_tokens)
         self.first_tokens = []
+        # The tokens behind the day's tokens / tokens_per_second and nightshift_tokens_total:
+        # abstractive, those generated; extractive, the sentence tokens encoded.
+        metrics.tokens += self.call_tokens
+        self.call_tokens = 0
 
     def observe(self, rows: pa.RecordBatch, output: pa.Table, stats: StreamStats) -> None:
         self.observer(rows, output, stats)

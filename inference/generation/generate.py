@@ -22,6 +22,7 @@ from inference.engine.device import Runtime, to_device
 from inference.generation.checkpoints import CheckpointError, safetensors_folder
 from inference.generation.decoding import STRATEGIES, generate_tokens
 from inference.generation.static_decoding import FirstStep, static_sizing
+from inference.generation.token_run import produced_tokens
 from inference.text.encoder import folder_fingerprint
 
 if TYPE_CHECKING:
@@ -50,12 +51,16 @@ class Generated:
     ``first_token_seconds[i]``: when text i's first token was produced, counted from the start
     of the call, so a request waits for the batches run before its own (as a served request
     waits in the queue, which its time to first token counts too).
+    ``tokens``: the new tokens the model produced for them all, each text's up to and including
+    its end-of-sequence token (padding, the prompt and a seq2seq decoder's start token not
+    counted), before the texts are decoded and cut to the summary's length cap.
     """
 
     texts: list[str]
     batch_sizes: list[int] = field(default_factory=list)
     padding: float = 0.0
     first_token_seconds: list[float] = field(default_factory=list)
+    tokens: int = 0
 
 
 def checkpoint_version(path: str | Path) -> str:
@@ -182,7 +187,12 @@ def generate_summaries(
         decoded = tokenizer.batch_decode(run.tokens, skip_special_tokens=True)
         first = [offset + t for t in run.first_token_seconds]
         # One entry: every document went through one generation call of the strategy.
-        return Generated([t.strip() for t in decoded], [len(ids)], first_token_seconds=first)
+        return Generated(
+            [t.strip() for t in decoded],
+            [len(ids)],
+            first_token_seconds=first,
+            tokens=run.useful_tokens,
+        )
     lengths = np.fromiter((len(i) for i in ids), dtype=np.int64, count=len(ids))
     buckets = length_buckets(lengths + max_new_tokens, max_batch_tokens, max_batch_size)
     out: list[str] = [""] * len(texts)
@@ -191,6 +201,11 @@ def generate_summaries(
     device = generator.runtime.device
     # Shared with the causal strategies' static batches: halved on out-of-memory, kept.
     budget = static_sizing(generator.model, max_batch_tokens)
+    # What ``generate`` stops a request at: its generation config's ids (several for some
+    # checkpoints), else the tokenizer's.
+    config = getattr(generator.model, "generation_config", None)
+    eos = getattr(config, "eos_token_id", None)
+    eos = tokenizer.eos_token_id if eos is None else eos
 
     def call(rows: np.ndarray) -> None:
         batch = tokenizer.pad({"input_ids": [ids[i] for i in rows]}, return_tensors="pt")
@@ -204,6 +219,9 @@ def generate_summaries(
             pad_token_id=tokenizer.pad_token_id,
             stopping_criteria=StoppingCriteriaList([step]),
         )
+        # A causal model's rows start with the prompt, a seq2seq decoder's with its start token.
+        start = 1 if generator.is_encoder_decoder else batch["input_ids"].shape[1]
+        generated.tokens += produced_tokens(tokens[:, start:].tolist(), eos)
         if not generator.is_encoder_decoder:
             tokens = tokens[:, batch["input_ids"].shape[1] :]
         texts_out = tokenizer.batch_decode(tokens, skip_special_tokens=True)

@@ -56,3 +56,20 @@ def cut_tokens(tokens: list[int], limit: int, eos_token_id: int | None) -> list[
     if eos_token_id is not None and eos_token_id in tokens:
         tokens = tokens[: tokens.index(eos_token_id) + 1]
     return tokens
+
+
+def produced_tokens(rows: list[list[int]], eos_token_id: int | list[int] | None) -> int:
+    """New tokens that ``model.generate`` produced in its output rows (prompt already removed):
+    each row up to and including its first end-of-sequence token, so the padding written after
+    a row that finished before its batch is not counted.
+
+    Args:
+        rows: each request's new token ids, as the batch's padded output holds them.
+        eos_token_id: what ends a request (several ids where the generation config lists several).
+    """
+    ends = set() if eos_token_id is None else set(np.atleast_1d(eos_token_id).tolist())
+    total = 0
+    for row in rows:
+        stop = next((i for i, token in enumerate(row) if token in ends), None)
+        total += len(row) if stop is None else stop + 1
+    return total

@@ -25,11 +25,14 @@ if TYPE_CHECKING:
 
 @dataclass(frozen=True)
 class Embeddings:
-    """Unit-norm vectors (float32, on the CPU) and what computing them cost."""
+    """Unit-norm vectors (float32, on the CPU) and what computing them cost: ``tokens`` is the
+    tokens the model encoded (its attention masks' sum: padding not counted, a text or chunk
+    repeated in the call encoded and counted once)."""
 
     vectors: torch.Tensor
     model_calls: int
     padding: float
+    tokens: int = 0
 
 
 def encode(
@@ -58,7 +61,9 @@ def encode(
     embedded = encode_tokens(encoder, ids, max_batch_tokens, max_batch_size)
     position = {text: i for i, text in enumerate(unique)}
     rows = torch.tensor([position[t] for t in texts], dtype=torch.long)
-    return Embeddings(embedded.vectors[rows], embedded.model_calls, embedded.padding)
+    return Embeddings(
+        embedded.vectors[rows], embedded.model_calls, embedded.padding, embedded.tokens
+    )
 
 
 def encode_tokens(
@@ -112,7 +117,9 @@ def encode_tokens(
                 len(bucket), lambda a, b, rows=bucket, n=longest: call(rows[a:b], n), longest
             )
             calls += sum(1 for _ in parts)
-    return Embeddings(out.cpu(), calls, padding_ratio(lengths, buckets))
+    # Each sequence's real tokens, once, even where out-of-memory back-off ran its bucket again.
+    tokens = int(lengths.sum())
+    return Embeddings(out.cpu(), calls, padding_ratio(lengths, buckets), tokens)
 
 
 def embed_documents(
@@ -159,7 +166,7 @@ def embed_documents(
         pooled = with_terms(pooled, terms, chunking.terms_weight)
     position = {text: i for i, text in enumerate(unique)}
     rows = torch.tensor([position[t] for t in texts], dtype=torch.long)
-    return Embeddings(pooled[rows], embedded.model_calls, embedded.padding)
+    return Embeddings(pooled[rows], embedded.model_calls, embedded.padding, embedded.tokens)
 
 
 def pool_chunks(vectors: torch.Tensor, counts: Sequence[int], chunking: Chunking) -> torch.Tensor:
