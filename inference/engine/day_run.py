@@ -15,7 +15,7 @@ import pyarrow.fs as pafs
 
 from inference.engine.backstop import KillNote
 from inference.engine.batch_timeout import BatchTimeout
-from inference.engine.ledger import RunLedger, kill_note_path
+from inference.engine.ledger import OpenDay, RunLedger, kill_note_path
 from inference.engine.metrics import BatchMetrics
 from inference.engine.observer import DayObserver
 from inference.engine.output_partition import (
@@ -149,7 +149,7 @@ def run_day(
     )
     job = _job(work, writer, settings, sample if pool.in_process else None)
     try:
-        shards = run_partition(writer, _shards(work, writer), job, pool, watch)
+        shards = run_partition(writer, _entered(day, _shards(work, writer)), job, pool, watch)
     except BaseException as exc:
         ledger.left(day, interrupted=isinstance(exc, Interrupted))
         if isinstance(exc, Stalled):
@@ -211,6 +211,21 @@ def day_writer(
         settings.lease_seconds,
         audit=audit,
     )
+
+
+def _entered(
+    day: OpenDay, shards: Callable[[], Iterable[ShardInput]]
+) -> Callable[[], Iterable[ShardInput]]:
+    """``shards``, with the attempt saved in the day's ledger once staging is settled (the
+    writer's ``begin``) and before any shard is handed out: a process killed in its first shard
+    leaves its trace (inference/engine/oom_killed.py), and the day's own staging files are
+    written before it, so a full disk is met where the day's data goes."""
+
+    def entered() -> Iterable[ShardInput]:
+        day.save()
+        return shards()
+
+    return entered
 
 
 def _shards(work: Work, writer: ShardedWriter) -> Callable[[], Iterable[ShardInput]]:

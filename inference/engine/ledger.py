@@ -437,10 +437,10 @@ class RunLedger:
         ledger.attempts.append(attempt)
         if rows is not None:
             ledger.rows_total = rows
-        # Written from the start unless a committed ledger is stored (it may yet turn out this
-        # lineage's): a process killed in its first shard leaves its trace for the next attempt.
+        # Saved before the first shard is handed out (run_day), unless a committed ledger is
+        # stored (it may yet turn out this lineage's): a process killed in its first shard
+        # leaves its trace for the next attempt.
         day = OpenDay(asset, date, writer, book, ledger, attempt, saving=not book.closed_stored)
-        day.save()
         self.open_day = day
         return day
 
