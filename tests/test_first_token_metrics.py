@@ -61,6 +61,26 @@ def test_every_generated_text_has_a_first_token_time_within_its_call(checkpoints
     assert len(set(out.first_token_seconds)) > 1  # a batch's requests share its first step
 
 
+def abstractive_day(day: str, data_root, instance, checkpoint, max_new_tokens: int, recorder):
+    """An abstractive summaries day in several shards of several model calls (their figures
+    are merged on the driver), pushing its metrics to the recording Pushgateway ``recorder``."""
+    config = {
+        "mode": "abstractive",
+        "checkpoint_path": str(checkpoint),
+        "max_new_tokens": max_new_tokens,
+        "docs_per_chunk": 4,
+        "docs_per_shard": 8,
+    }
+    url = f"http://127.0.0.1:{recorder.server_address[1]}"
+    return materialize(
+        [documents, document_summaries],
+        partition_key=day,
+        resources=cpu_resources(data_root, metrics_pushgateway=url, metrics_push_seconds=0.01),
+        instance=instance,
+        run_config={"ops": {"document_summaries": {"config": config}}},
+    )
+
+
 def test_a_generation_day_pushes_its_first_token_histogram_and_records_its_percentiles(
     checkpoints,  # noqa: F811
     gateway,  # noqa: F811
@@ -69,22 +89,7 @@ def test_a_generation_day_pushes_its_first_token_histogram_and_records_its_perce
     instance,
 ) -> None:
     generate_day(store, DAY, scale=0.05)
-    url = f"http://127.0.0.1:{gateway.server_address[1]}"
-    config = {
-        "mode": "abstractive",
-        "checkpoint_path": str(checkpoints["seq2seq"]),
-        "max_new_tokens": 4,
-        # Several shards of several model calls: their buckets are merged on the driver.
-        "docs_per_chunk": 4,
-        "docs_per_shard": 8,
-    }
-    result = materialize(
-        [documents, document_summaries],
-        partition_key=DAY,
-        resources=cpu_resources(data_root, metrics_pushgateway=url, metrics_push_seconds=0.01),
-        instance=instance,
-        run_config={"ops": {"document_summaries": {"config": config}}},
-    )
+    result = abstractive_day(DAY, data_root, instance, checkpoints["seq2seq"], 4, gateway)
     assert result.success
     meta = asset_metadata(result, "document_summaries")
     rows = store.read_output("document_summaries", DAY).num_rows

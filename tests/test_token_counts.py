@@ -12,6 +12,7 @@ import pytest
 import torch
 from dagster import materialize
 from helpers import asset_metadata, cpu_resources
+from test_first_token_metrics import abstractive_day
 from test_generate import DOCS, LIMITS, checkpoints  # noqa: F401 - the tiny checkpoints fixture
 from test_run_metrics import _samples, _value, gateway  # noqa: F401 - the recording Pushgateway
 from transformers import LlamaForCausalLM, T5ForConditionalGeneration
@@ -132,22 +133,7 @@ def test_a_generation_day_records_and_pushes_the_tokens_it_generated(
 ) -> None:
     generate_day(store, DAY, scale=0.05)
     calls = GenerateCalls(monkeypatch, T5ForConditionalGeneration)
-    url = f"http://127.0.0.1:{gateway.server_address[1]}"
-    config = {
-        "mode": "abstractive",
-        "checkpoint_path": str(ending["seq2seq"]),
-        "max_new_tokens": 12,
-        # Several shards of several model calls: their counts are added up on the driver.
-        "docs_per_chunk": 4,
-        "docs_per_shard": 8,
-    }
-    result = materialize(
-        [documents, document_summaries],
-        partition_key=DAY,
-        resources=cpu_resources(data_root, metrics_pushgateway=url, metrics_push_seconds=0.01),
-        instance=instance,
-        run_config={"ops": {"document_summaries": {"config": config}}},
-    )
+    result = abstractive_day(DAY, data_root, instance, ending["seq2seq"], 12, gateway)
     assert result.success
     meta = asset_metadata(result, "document_summaries")
     assert meta["batch_count"] > 2
