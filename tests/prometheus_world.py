@@ -6,16 +6,16 @@ from __future__ import annotations
 
 import json
 import shutil
-import socket
 import subprocess
-import time
 import urllib.error
 import urllib.parse
 import urllib.request
-from collections.abc import Callable, Iterator, Sequence
+from collections.abc import Iterator, Sequence
 from contextlib import contextmanager
 from pathlib import Path
-from typing import Any, TypeVar
+from typing import Any
+
+from ui_stack import free_port, wait_for
 
 PROMETHEUS = shutil.which("prometheus")
 PUSHGATEWAY = shutil.which("prometheus-pushgateway")
@@ -24,32 +24,12 @@ MISSING = (
     "(sudo apt-get install -y prometheus prometheus-pushgateway)"
 )
 READY_SECONDS = 60.0
-
-T = TypeVar("T")
-
-
-def free_port() -> int:
-    with socket.socket() as s:
-        s.bind(("127.0.0.1", 0))
-        return s.getsockname()[1]
+POLL_SECONDS = 0.25
 
 
 def get(url: str) -> bytes:
     with urllib.request.urlopen(url, timeout=5) as reply:
         return reply.read()
-
-
-def wait_for(check: Callable[[], T | None], what: str, seconds: float = READY_SECONDS) -> T:
-    """Calls ``check`` until it returns something other than None (or False), and returns it;
-    fails naming ``what`` after ``seconds``."""
-    deadline = time.monotonic() + seconds
-    while True:
-        found = check()
-        if found is not None and found is not False:
-            return found
-        if time.monotonic() > deadline:
-            raise AssertionError(f"{what}: not seen within {seconds:.0f} s")
-        time.sleep(0.25)
 
 
 @contextmanager
@@ -72,7 +52,7 @@ def _serving(command: list[str], url: str, root: Path, name: str) -> Iterator[st
                 return False
             return True
 
-        wait_for(ready, f"{name} ready at {url}")
+        wait_for(ready, READY_SECONDS, f"{name} ready at {url}", every=POLL_SECONDS)
         yield url
     finally:
         process.terminate()
@@ -137,7 +117,8 @@ def start_prometheus(
                 up = query(served, 'up{job="pushgateway"} == 1')
                 return len(up) == len(targets)
 
-            wait_for(scraped, f"prometheus at {served} scraping {', '.join(targets)}")
+            scraping = f"prometheus at {served} scraping {', '.join(targets)}"
+            wait_for(scraped, READY_SECONDS, scraping, every=POLL_SECONDS)
         yield served
 
 

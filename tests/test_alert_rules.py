@@ -17,15 +17,17 @@ import pytest
 import yaml
 from prometheus_world import (
     MISSING,
+    POLL_SECONDS,
     PROMETHEUS,
     PUSHGATEWAY,
+    READY_SECONDS,
     alerts,
     api,
     query,
     start_prometheus,
     start_pushgateway,
-    wait_for,
 )
+from ui_stack import wait_for
 
 from deploy import render_dashboard as dashboard
 from inference.engine.metrics import BatchMetrics
@@ -267,11 +269,15 @@ def test_the_will_miss_alert_fires_for_the_day_the_policy_finds_late(night) -> N
     assert decisions[ON_TIME][0].rule == AHEAD
     wait_for(
         lambda: _firing(prometheus, "NightshiftWillMissReadyBy", LATE),
+        READY_SECONDS,
         f"NightshiftWillMissReadyBy firing for {ASSET} {LATE}",
+        every=POLL_SECONDS,
     )
     wait_for(
         lambda: _firing(prometheus, "NightshiftQuarantineAboveLimit", RECORDED),
+        READY_SECONDS,
         f"NightshiftQuarantineAboveLimit firing for {ASSET} {RECORDED}",
+        every=POLL_SECONDS,
     )
     slack = query(prometheus, f'nightshift_deadline_slack_seconds{{partition="{LATE}"}}')
     assert float(slack[0]["value"][1]) == pytest.approx(late.time_left_s - late.work_left_s)

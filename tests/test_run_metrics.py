@@ -17,6 +17,7 @@ from dagster import DagsterInstance, materialize
 from fraud_world import trained_fraud_world
 from helpers import asset_metadata, cpu_inference
 from prometheus_client.parser import text_string_to_metric_families
+from ui_stack import free_port
 
 from assets.fraud.assets import fraud_model, fraud_scores, transactions
 from assets.fraud.demo_data import generate_day
@@ -59,12 +60,6 @@ def gateway() -> Iterator[ThreadingHTTPServer]:
     yield server
     server.shutdown()
     server.server_close()
-
-
-def _free_port() -> int:
-    with socket.socket() as s:
-        s.bind(("127.0.0.1", 0))
-        return s.getsockname()[1]
 
 
 def _samples(body: bytes) -> dict[tuple[str, tuple], float]:
@@ -146,7 +141,7 @@ def test_nothing_configured_sends_nothing_and_a_configured_gateway_gets_each_day
 
 
 def test_a_dead_pushgateway_does_not_fail_the_day(world) -> None:
-    url = f"http://127.0.0.1:{_free_port()}"  # nothing listens there
+    url = f"http://127.0.0.1:{free_port()}"  # nothing listens there
     with DagsterInstance.ephemeral() as instance:
         result = _score(world, instance, DAY, metrics_pushgateway=url)
         assert result.success
@@ -183,7 +178,7 @@ def test_a_range_runs_days_push_to_their_own_groups(gateway) -> None:
 
 
 def test_the_loopback_server_serves_every_day_while_the_run_is_open() -> None:
-    port = _free_port()
+    port = free_port()
     with RunMetrics(MetricsSettings(port=port), print) as run:
         day = run.day("fraud_scores", DAY, "fraud_scoring_job", 100)
         day.shard_done(_seen(25))
