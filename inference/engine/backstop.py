@@ -39,6 +39,7 @@ from dataclasses import dataclass
 from pathlib import Path
 from typing import Any
 
+from inference.engine.faults import alive
 from inference.engine.watchdog import Stall
 
 # How often the step's pulse thread writes that its interpreter runs; the backstop reads it.
@@ -231,16 +232,6 @@ def _quietly(fn, *args) -> None:
 # -- the backstop process ---------------------------------------------------------------------
 
 
-def _gone(pid: int) -> bool:
-    try:
-        os.kill(pid, 0)
-    except ProcessLookupError:
-        return True
-    except PermissionError:
-        return False
-    return False
-
-
 def _write_note(note: KillNote, stall: Stall, line: str, pid: int) -> None:
     folder = note.path.rsplit("/", 1)[0]
     note.fs.create_dir(folder, recursive=True)
@@ -320,7 +311,7 @@ def watch(path: str, pid: int, commands: int) -> int:
             pending += chunk
             *lines, pending = pending.split(b"\n")
             told = lines[-1] if lines else told
-        if _gone(pid):
+        if not alive(pid):
             return 0
         reading = read(view)
         if reading.closed:
