@@ -173,6 +173,7 @@ class InferenceResource(ConfigurableResource):
     _runtime: Runtime | None = PrivateAttr(default=None)
     _models: dict[str, Any] = PrivateAttr(default_factory=dict)
     _loads: dict[str, int] = PrivateAttr(default_factory=dict)
+    _progress: TextIO | None = PrivateAttr(default=None)
 
     def setup_for_execution(self, context: InitResourceContext) -> None:
         # Cheap on purpose: `dagster job execute` initialises resources a second time in the
@@ -233,7 +234,9 @@ class InferenceResource(ConfigurableResource):
         """Where each day's progress line goes; None when the line is off."""
         if not self.progress_line:
             return None
-        return open(self.progress_fd, "w", buffering=1, closefd=False)  # noqa: SIM115
+        if self._progress is None:  # one for the run's days, the descriptor left open
+            self._progress = open(self.progress_fd, "w", buffering=1, closefd=False)  # noqa: SIM115
+        return self._progress
 
     def watcher(self, on_advisory: Callable[[str], None] | None = None) -> InterruptionWatcher:
         """Watches for SIGTERM/SIGINT and, if configured, the cloud's interruption notices."""
