@@ -26,6 +26,7 @@ from ui_stack import (
 )
 
 RUN_URL = re.compile(r"/runs/([0-9a-f-]{36})$")
+LAUNCH_TIMEOUT_MS = 120_000
 # A retrain that differs from the champion (another seed), and a gate told to accept it: the
 # promotion is the gate's own, in a training run, as a person would launch it.
 PROMOTING_CONFIG = (
@@ -54,24 +55,61 @@ def launchpad(page, stack: DagsterStack, job: str) -> None:
     page.get_by_role("button", name="Launch Run").wait_for()
 
 
+def _graphql(response, operation: str) -> dict | None:
+    """The variables of ``response``'s request when it is the page's GraphQL ``operation``."""
+    if "graphql" not in response.url:
+        return None
+    try:
+        body = json.loads(response.request.post_data or "{}")
+    except ValueError:
+        return None
+    return body.get("variables") or {} if body.get("operationName") == operation else None
+
+
+def _editor_text(page) -> str:
+    return page.evaluate("() => document.querySelector('.CodeMirror').CodeMirror.getValue()")
+
+
 def launch(page, partition: str | None = None, config: str | None = None) -> str:
     """Picks the partition and, if given, replaces the scaffolded config as a person types it;
-    presses Launch Run and returns the run's id from the page it opens."""
+    presses Launch Run and returns the run's id from the page it opens.
+
+    Each step waits for the page to have taken the one before, as a person waits for the page
+    to settle: the partition's tags, which the page fetches when it is picked; the server's
+    check of the typed config, so that "No errors" is about the text in the editor and not an
+    earlier one; and the server's answer to the launch, which says why when it refuses."""
     if partition:
         box = page.get_by_placeholder("Partition")
-        box.click()
-        box.fill(partition)
-        page.keyboard.press("Enter")  # picks the one partition the typed text matches
+        with page.expect_response(
+            lambda r: _graphql(r, "ConfigPartitionSelectionQuery") is not None
+        ):
+            box.click()
+            box.fill(partition)
+            page.keyboard.press("Enter")  # picks the one partition the typed text matches
+        # The partition's tags and its config reach the page together; the tags show.
+        page.get_by_text(f"partition: {partition}", exact=True).wait_for()
         page.wait_for_function(
             f"() => [...document.querySelectorAll('input')].some(i => i.value === '{partition}')"
         )
     if config:
-        page.locator(".CodeMirror").first.click()
-        page.keyboard.press("Control+A")
-        page.keyboard.press("Delete")
-        page.keyboard.type(config)
+        # The page sends the editor's text to be checked: wait for the check of the typed text.
+        with page.expect_response(
+            lambda r: (_graphql(r, "PreviewConfigQuery") or {}).get("runConfigData") == config
+        ):
+            page.locator(".CodeMirror").first.click()
+            page.keyboard.press("Control+A")
+            page.keyboard.press("Delete")
+            page.keyboard.type(config)
+        assert _editor_text(page) == config, _editor_text(page)
     page.get_by_text("No errors", exact=True).wait_for()
-    page.get_by_role("button", name="Launch Run").click()
+    # The launch is one request; under load the server can take a while to answer it, and
+    # when it refuses, its answer (not a timeout on the URL) says why.
+    with page.expect_response(
+        lambda r: _graphql(r, "LaunchPipelineExecution") is not None, timeout=LAUNCH_TIMEOUT_MS
+    ) as answered:
+        page.get_by_role("button", name="Launch Run").click()
+    result = answered.value.json()["data"]["launchPipelineExecution"]
+    assert result["__typename"] == "LaunchRunSuccess", (result, _editor_text(page))
     page.wait_for_url(RUN_URL)
     return RUN_URL.search(page.url).group(1)
 
