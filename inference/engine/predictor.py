@@ -95,8 +95,9 @@ class Predictor:
 
     def measure(self, metrics: BatchMetrics) -> None:
         """Adds what the model measured in the call just made to the shard's batch metrics,
-        which the day's metadata and Prometheus metrics are made from: a generation model
-        gives each request's time to its first token (``metrics.record_first_tokens``)."""
+        which the day's metadata and Prometheus metrics are made from: a text model its
+        tokens (``metrics.tokens``), a generation model also each request's time to its first
+        token (``metrics.record_first_tokens``)."""
 
     def describe(self, stats: StreamStats) -> Mapping[str, Any]:
         """The model's figures in the day's metadata, from its shards' summed statistics."""

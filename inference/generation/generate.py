@@ -22,7 +22,7 @@ from inference.engine.device import Runtime, to_device
 from inference.generation.checkpoints import CheckpointError, safetensors_folder
 from inference.generation.decoding import STRATEGIES, generate_tokens
 from inference.generation.static_decoding import FirstStep, static_sizing
-from inference.generation.token_run import produced_tokens
+from inference.generation.token_run import cut_tokens
 from inference.text.encoder import folder_fingerprint
 
 if TYPE_CHECKING:
@@ -219,11 +219,12 @@ def generate_summaries(
             pad_token_id=tokenizer.pad_token_id,
             stopping_criteria=StoppingCriteriaList([step]),
         )
-        # A causal model's rows start with the prompt, a seq2seq decoder's with its start token.
-        start = 1 if generator.is_encoder_decoder else batch["input_ids"].shape[1]
-        generated.tokens += produced_tokens(tokens[:, start:].tolist(), eos)
+        # A causal model's rows start with the prompt, a seq2seq decoder's with its start token;
+        # a row that finished before its batch is padded after its end-of-sequence token.
         if not generator.is_encoder_decoder:
             tokens = tokens[:, batch["input_ids"].shape[1] :]
+        new = tokens[:, int(generator.is_encoder_decoder) :].tolist()
+        generated.tokens += sum(len(cut_tokens(row, len(row), eos)) for row in new)
         texts_out = tokenizer.batch_decode(tokens, skip_special_tokens=True)
         first_at = (step.at or time.perf_counter()) - began
         for index, text in zip(rows, texts_out, strict=True):

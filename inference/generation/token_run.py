@@ -50,26 +50,10 @@ class TokenRun:
         return {"ttft_p50_s": float(values[0]), "ttft_p95_s": float(values[1])}
 
 
-def cut_tokens(tokens: list[int], limit: int, eos_token_id: int | None) -> list[int]:
-    """A request's new tokens cut to its own limit and after its first end-of-sequence token."""
+def cut_tokens(tokens: list[int], limit: int, eos_token_id: int | list[int] | None) -> list[int]:
+    """A request's new tokens cut to its own limit and after its first end-of-sequence token
+    (any of them, where a generation config lists several)."""
     tokens = tokens[:limit]
-    if eos_token_id is not None and eos_token_id in tokens:
-        tokens = tokens[: tokens.index(eos_token_id) + 1]
-    return tokens
-
-
-def produced_tokens(rows: list[list[int]], eos_token_id: int | list[int] | None) -> int:
-    """New tokens that ``model.generate`` produced in its output rows (prompt already removed):
-    each row up to and including its first end-of-sequence token, so the padding written after
-    a row that finished before its batch is not counted.
-
-    Args:
-        rows: each request's new token ids, as the batch's padded output holds them.
-        eos_token_id: what ends a request (several ids where the generation config lists several).
-    """
     ends = set() if eos_token_id is None else set(np.atleast_1d(eos_token_id).tolist())
-    total = 0
-    for row in rows:
-        stop = next((i for i, token in enumerate(row) if token in ends), None)
-        total += len(row) if stop is None else stop + 1
-    return total
+    stop = next((i for i, token in enumerate(tokens) if token in ends), None)
+    return tokens if stop is None else tokens[: stop + 1]
